@@ -1,0 +1,15 @@
+# FindINIH: locate the inih INI parser (Debian: libinih-dev) and define INIH::INIH.
+find_package(PkgConfig QUIET)
+if(PkgConfig_FOUND)
+  pkg_check_modules(PC_INIH QUIET inih)
+endif()
+find_path(INIH_INCLUDE_DIR ini.h HINTS ${PC_INIH_INCLUDE_DIRS})
+find_library(INIH_LIBRARY NAMES inih HINTS ${PC_INIH_LIBRARY_DIRS})
+include(FindPackageHandleStandardArgs)
+find_package_handle_standard_args(INIH REQUIRED_VARS INIH_LIBRARY INIH_INCLUDE_DIR)
+if(INIH_FOUND AND NOT TARGET INIH::INIH)
+  add_library(INIH::INIH UNKNOWN IMPORTED)
+  set_target_properties(INIH::INIH PROPERTIES IMPORTED_LOCATION "${INIH_LIBRARY}"
+    INTERFACE_INCLUDE_DIRECTORIES "${INIH_INCLUDE_DIR}")
+endif()
+mark_as_advanced(INIH_INCLUDE_DIR INIH_LIBRARY)

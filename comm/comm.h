@@ -1,0 +1,77 @@
+/* comm.h: MPI bootstrap, the rank/device mapping, the partition of global items over ranks,
+ * and the few collectives the algorithms use. Collectives take buffers where the backend
+ * keeps them (host, or device memory when `on_device`); the transport (MPI now, NCCL with the
+ * CUDA backend) decides how they move. Every rank must call every collective, also a rank
+ * that owns no items. */
+#ifndef DSAMPLER_COMM_H
+#define DSAMPLER_COMM_H
+
+#include <mpi.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum { COMM_TRANSPORT_MPI = 0, COMM_TRANSPORT_NCCL = 1 } comm_transport_t;
+
+typedef struct comm_ctx {
+  MPI_Comm world;          /* a duplicate of MPI_COMM_WORLD owned by dsampler */
+  int rank, size;
+  int local_rank, local_size; /* among the ranks of this node */
+  char host[256];
+  int device;              /* GPU ordinal used by this rank, -1 for the CPU backend */
+  comm_transport_t transport;
+  int mpi_cuda_aware;      /* every rank's MPI takes device buffers */
+  void *nccl;              /* ncclComm_t when transport is NCCL */
+  void *nccl_stream;       /* cudaStream_t the NCCL calls run on */
+  void *compute_stream;    /* the backend's stream; NCCL waits on it through an event */
+  void *staging;           /* pinned host buffer for device buffers over plain MPI */
+  size_t staging_bytes;
+} comm_ctx_t;
+
+/* Initialises MPI (if not yet) and fills rank, size, local rank and host. */
+int comm_init(comm_ctx_t *ctx, int *argc, char ***argv);
+/* Chooses the transport once the backend is known: "auto", "mpi" or "nccl". */
+int comm_select_transport(comm_ctx_t *ctx, const char *requested, int backend_on_device,
+                          void *compute_stream);
+/* Releases the NCCL communicator and staging memory (before the backend's CUDA resources go).
+ * Idempotent. */
+void comm_release_transport(comm_ctx_t *ctx);
+/* Releases the transport, then finalises MPI. */
+void comm_free(comm_ctx_t *ctx);
+/* Ends the job on every rank with `code`. */
+void comm_abort(comm_ctx_t *ctx, int code) __attribute__((noreturn));
+
+/* Rank r owns the global items [floor(r n / p), floor((r + 1) n / p)). */
+void comm_partition(int64_t n, int size, int rank, int64_t *begin, int64_t *end);
+
+/* In place: rank r's rows [begin_r, end_r) of buf (rows of row_floats floats) are sent to all;
+ * on return every rank holds all n rows. */
+int comm_allgather_rows(comm_ctx_t *ctx, float *buf, int64_t n, int64_t row_floats, int on_device);
+/* In place sums over all ranks; host buffers. */
+int comm_allreduce_sum_u64(comm_ctx_t *ctx, uint64_t *buf, int64_t count);
+int comm_allreduce_sum_double(comm_ctx_t *ctx, double *buf, int64_t count);
+int comm_allreduce_max_double(comm_ctx_t *ctx, double *buf, int64_t count);
+int comm_barrier(comm_ctx_t *ctx);
+int comm_bcast(comm_ctx_t *ctx, void *buf, int64_t bytes, int root);
+
+/* Agreement on a status after a step that may fail on some ranks: every rank gets the
+ * status of the lowest failing rank (DS_OK when none failed), and that rank's error message
+ * becomes every rank's message, prefixed with its rank and host when it is not rank 0. */
+int comm_agree(comm_ctx_t *ctx, int status);
+
+/* The MPI checker: records the call's text and MPI's own message. */
+int comm_mpi_fail(int rc, const char *file, int line, const char *call);
+#define MPI_CHECK(call)                                                   \
+  do {                                                                    \
+    int mpi_check_rc_ = (call);                                           \
+    if (mpi_check_rc_ != MPI_SUCCESS)                                     \
+      return comm_mpi_fail(mpi_check_rc_, __FILE__, __LINE__, #call);     \
+  } while (0)
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,34 @@
+/* comm_cuda.h: the parts of comm/ that touch CUDA and NCCL. comm_cuda.c implements them when
+ * the CUDA backend is built; comm_nocuda.c otherwise (they then report that CUDA is absent). */
+#ifndef DSAMPLER_COMM_CUDA_H
+#define DSAMPLER_COMM_CUDA_H
+
+#include "comm.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Number of visible CUDA devices; 0 without CUDA or without a driver. */
+int comm_cuda_device_count(void);
+/* Makes `device` current for this rank. */
+int comm_cuda_set_device(int device);
+/* Creates the NCCL communicator over ctx->world (rank 0's unique id broadcast with MPI) and
+ * its stream; sets ctx->nccl and ctx->nccl_stream. Collective over ctx->world. */
+int comm_cuda_nccl_init(comm_ctx_t *ctx);
+void comm_cuda_nccl_free(comm_ctx_t *ctx);
+/* Allgather of row blocks on device memory over NCCL (grouped broadcasts, one per rank, so
+ * uneven blocks need no padding), ordered after ctx->compute_stream and before its next work. */
+int comm_cuda_nccl_allgather_rows(comm_ctx_t *ctx, float *buf, int64_t n, int64_t row_floats);
+/* Allreduce-sum of uint64 on device memory over NCCL. */
+int comm_cuda_nccl_allreduce_sum_u64(comm_ctx_t *ctx, uint64_t *buf, int64_t count);
+/* Copies between host and device memory (synchronous, on ctx->compute_stream). */
+int comm_cuda_copy(comm_ctx_t *ctx, void *dst, const void *src, size_t bytes, int to_device);
+/* Pinned host memory for staging device buffers through MPI. */
+int comm_cuda_host_alloc(void **ptr, size_t bytes);
+void comm_cuda_host_free(void *ptr);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

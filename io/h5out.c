@@ -1,0 +1,282 @@
+/* h5out.c: collective writes of the ArviZ-layout output (see h5out.h). Groups, datasets,
+ * dimension scales and attributes are created identically on every rank with collective
+ * metadata writes; each rank then writes its (chain, draw) box in one collective transfer,
+ * as in HDF5's ph5_hyperslab_by_row example. */
+#include "h5out.h"
+
+#include <hdf5.h>
+#include <hdf5_hl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "status.h"
+
+#define H5OUT_MAX_GROUPS 8
+#define H5OUT_MAX_VARS 16
+/* Elements per chunk: about 1 MiB of float32. */
+#define H5OUT_CHUNK_ELEMENTS ((hsize_t)1 << 18)
+
+typedef struct h5out_group {
+  hid_t group, chain_scale, draw_scale, dim_scale;
+  int64_t n_chains, dim, n_draws;
+  int n_vars;
+  hid_t datasets[H5OUT_MAX_VARS];
+  h5out_var_t vars[H5OUT_MAX_VARS];
+} h5out_group_t;
+
+struct h5out {
+  MPI_Comm comm;
+  int rank;
+  char path[4096];
+  hid_t file, xfer, bool_type;
+  char created_at[64];
+  int n_groups;
+  h5out_group_t groups[H5OUT_MAX_GROUPS];
+};
+
+int h5_fail(const char *file, int line, const char *call) {
+  /* HDF5 prints its own error stack to stderr; this records which call failed. */
+  return ds_fail_at(DS_ERR_IO, file, line, call, "HDF5 call failed");
+}
+
+static int write_string_attr(hid_t object, const char *key, const char *value) {
+  hid_t type = H5Tcopy(H5T_C_S1);
+  H5_CHECK(type);
+  H5_CHECK(H5Tset_size(type, H5T_VARIABLE));
+  H5_CHECK(H5Tset_cset(type, H5T_CSET_UTF8));
+  hid_t space = H5Screate(H5S_SCALAR);
+  H5_CHECK(space);
+  hid_t attr = H5Acreate2(object, key, type, space, H5P_DEFAULT, H5P_DEFAULT);
+  H5_CHECK(attr);
+  H5_CHECK(H5Awrite(attr, type, &value));
+  H5_CHECK(H5Aclose(attr));
+  H5_CHECK(H5Sclose(space));
+  H5_CHECK(H5Tclose(type));
+  return DS_OK;
+}
+
+static int write_library_attrs(h5out_t *f, hid_t object) {
+  DS_TRY(write_string_attr(object, "created_at", f->created_at));
+  DS_TRY(write_string_attr(object, "inference_library", "dsampler"));
+  DS_TRY(write_string_attr(object, "inference_library_version", DSAMPLER_VERSION));
+  return DS_OK;
+}
+
+int h5out_create(h5out_t **out, MPI_Comm comm, const char *path, const h5out_attr_t *attrs, int n_attrs) {
+  *out = NULL;
+  h5out_t *f = calloc(1, sizeof *f);
+  if (!f) return DS_FAIL_ALLOC("the output writer", sizeof *f);
+  f->comm = comm;
+  f->file = f->xfer = f->bool_type = H5I_INVALID_HID;
+  MPI_Comm_rank(comm, &f->rank);
+  snprintf(f->path, sizeof f->path, "%s", path);
+  /* Every rank must write the same attribute value: rank 0's clock decides. */
+  if (f->rank == 0) {
+    time_t now = time(NULL);
+    struct tm utc;
+    gmtime_r(&now, &utc);
+    strftime(f->created_at, sizeof f->created_at, "%Y-%m-%dT%H:%M:%S+00:00", &utc);
+  }
+  MPI_Bcast(f->created_at, sizeof f->created_at, MPI_CHAR, 0, comm);
+
+  hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+  H5_CHECK(fapl);
+  H5_CHECK(H5Pset_fapl_mpio(fapl, comm, MPI_INFO_NULL));
+  H5_CHECK(H5Pset_all_coll_metadata_ops(fapl, 1));
+  H5_CHECK(H5Pset_coll_metadata_write(fapl, 1));
+  H5E_BEGIN_TRY { f->file = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, fapl); }
+  H5E_END_TRY;
+  H5Pclose(fapl);
+  if (f->file < 0) {
+    free(f);
+    return ds_fail(DS_ERR_IO, "--out %s: cannot create the file (does its directory exist and is it writable?)", path);
+  }
+  *out = f;
+  f->xfer = H5Pcreate(H5P_DATASET_XFER);
+  H5_CHECK(f->xfer);
+  H5_CHECK(H5Pset_dxpl_mpio(f->xfer, H5FD_MPIO_COLLECTIVE));
+  /* Booleans as h5py and netCDF readers expect: an int8 enum {FALSE = 0, TRUE = 1}. */
+  f->bool_type = H5Tenum_create(H5T_NATIVE_INT8);
+  H5_CHECK(f->bool_type);
+  int8_t false_value = 0, true_value = 1;
+  H5_CHECK(H5Tenum_insert(f->bool_type, "FALSE", &false_value));
+  H5_CHECK(H5Tenum_insert(f->bool_type, "TRUE", &true_value));
+
+  hid_t root = H5Gopen2(f->file, "/", H5P_DEFAULT);
+  H5_CHECK(root);
+  DS_TRY(write_library_attrs(f, root));
+  for (int i = 0; i < n_attrs; ++i) DS_TRY(write_string_attr(root, attrs[i].key, attrs[i].value));
+  H5_CHECK(H5Gclose(root));
+  return DS_OK;
+}
+
+/* Writes `count` int64 values start, start+1, ... at [offset, offset+count) of a 1-D dataset;
+ * rank 0 writes, the others take part with empty selections. */
+static int write_index_range(h5out_t *f, hid_t dataset, int64_t offset, int64_t count) {
+  int64_t *values = malloc((size_t)(count > 0 ? count : 1) * sizeof *values);
+  if (!values) return DS_FAIL_ALLOC("coordinate values", (size_t)count * sizeof(int64_t));
+  for (int64_t i = 0; i < count; ++i) values[i] = offset + i;
+  hid_t file_space = H5Dget_space(dataset);
+  hsize_t start = (hsize_t)offset, n = (hsize_t)(count > 0 ? count : 1);
+  hid_t mem_space = H5Screate_simple(1, &n, NULL);
+  int status = DS_OK;
+  if (file_space < 0 || mem_space < 0) status = h5_fail(__FILE__, __LINE__, "H5Dget_space/H5Screate_simple");
+  if (status == DS_OK) {
+    if (f->rank == 0 && count > 0) {
+      hsize_t c = (hsize_t)count;
+      if (H5Sselect_hyperslab(file_space, H5S_SELECT_SET, &start, NULL, &c, NULL) < 0)
+        status = h5_fail(__FILE__, __LINE__, "H5Sselect_hyperslab");
+    } else {
+      H5Sselect_none(file_space);
+      H5Sselect_none(mem_space);
+    }
+  }
+  if (status == DS_OK && H5Dwrite(dataset, H5T_NATIVE_INT64, mem_space, file_space, f->xfer, values) < 0)
+    status = h5_fail(__FILE__, __LINE__, "H5Dwrite(coordinate)");
+  if (mem_space >= 0) H5Sclose(mem_space);
+  if (file_space >= 0) H5Sclose(file_space);
+  free(values);
+  return status;
+}
+
+static hid_t create_coordinate(h5out_t *f, hid_t group, const char *name, int64_t size, int growable) {
+  hsize_t dims = (hsize_t)size, max_dims = growable ? H5S_UNLIMITED : (hsize_t)size;
+  hid_t space = H5Screate_simple(1, &dims, &max_dims);
+  hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+  if (growable) {
+    hsize_t chunk = 4096;
+    H5Pset_chunk(dcpl, 1, &chunk);
+  }
+  hid_t dataset = H5Dcreate2(group, name, H5T_STD_I64LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+  H5Pclose(dcpl);
+  H5Sclose(space);
+  if (dataset < 0) return dataset;
+  if (H5DSset_scale(dataset, name) < 0 || (size > 0 && write_index_range(f, dataset, 0, size) != DS_OK)) {
+    H5Dclose(dataset);
+    return H5I_INVALID_HID;
+  }
+  return dataset;
+}
+
+static hid_t file_type(const h5out_t *f, h5out_dtype_t dtype) {
+  return dtype == H5OUT_FLOAT32 ? H5T_IEEE_F32LE : dtype == H5OUT_INT32 ? H5T_STD_I32LE : f->bool_type;
+}
+
+static hid_t memory_type(const h5out_t *f, h5out_dtype_t dtype) {
+  return dtype == H5OUT_FLOAT32 ? H5T_NATIVE_FLOAT : dtype == H5OUT_INT32 ? H5T_NATIVE_INT32 : f->bool_type;
+}
+
+int h5out_add_group(h5out_t *f, const char *name, int64_t n_chains, int64_t dim, const h5out_var_t *vars,
+                    int n_vars, int *group_id) {
+  if (f->n_groups >= H5OUT_MAX_GROUPS || n_vars > H5OUT_MAX_VARS)
+    return ds_fail(DS_ERR_INTERNAL, "h5out: too many groups or variables");
+  h5out_group_t *g = &f->groups[f->n_groups];
+  memset(g, 0, sizeof *g);
+  g->n_chains = n_chains;
+  g->dim = dim;
+  g->n_vars = n_vars;
+  g->group = H5Gcreate2(f->file, name, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  H5_CHECK(g->group);
+  DS_TRY(write_library_attrs(f, g->group));
+  g->chain_scale = create_coordinate(f, g->group, "chain", n_chains, 0);
+  H5_CHECK(g->chain_scale);
+  g->draw_scale = create_coordinate(f, g->group, "draw", 0, 1);
+  H5_CHECK(g->draw_scale);
+  g->dim_scale = H5I_INVALID_HID;
+  for (int v = 0; v < n_vars; ++v) {
+    g->vars[v] = vars[v];
+    if (vars[v].has_dim && g->dim_scale < 0) {
+      char dim_name[256];
+      snprintf(dim_name, sizeof dim_name, "%s_dim_0", vars[v].name);
+      g->dim_scale = create_coordinate(f, g->group, dim_name, dim, 0);
+      H5_CHECK(g->dim_scale);
+    }
+    const int rank = vars[v].has_dim ? 3 : 2;
+    hsize_t dims[3] = {(hsize_t)n_chains, 0, (hsize_t)dim};
+    hsize_t max_dims[3] = {(hsize_t)n_chains, H5S_UNLIMITED, (hsize_t)dim};
+    hsize_t trailing = vars[v].has_dim ? (hsize_t)dim : 1;
+    hsize_t chunk_chains = n_chains < 64 ? (hsize_t)n_chains : 64;
+    hsize_t chunk_draws = H5OUT_CHUNK_ELEMENTS / (chunk_chains * trailing);
+    if (chunk_draws < 1) chunk_draws = 1;
+    if (chunk_draws > 4096) chunk_draws = 4096;
+    hsize_t chunk[3] = {chunk_chains, chunk_draws, (hsize_t)dim};
+    hid_t space = H5Screate_simple(rank, dims, max_dims);
+    H5_CHECK(space);
+    hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    H5_CHECK(dcpl);
+    H5_CHECK(H5Pset_chunk(dcpl, rank, chunk));
+    /* Collective writes need space allocated at creation or extension. */
+    H5_CHECK(H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_EARLY));
+    g->datasets[v] = H5Dcreate2(g->group, vars[v].name, file_type(f, vars[v].dtype), space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+    H5Pclose(dcpl);
+    H5Sclose(space);
+    H5_CHECK(g->datasets[v]);
+    H5_CHECK(H5DSattach_scale(g->datasets[v], g->chain_scale, 0));
+    H5_CHECK(H5DSattach_scale(g->datasets[v], g->draw_scale, 1));
+    if (vars[v].has_dim) H5_CHECK(H5DSattach_scale(g->datasets[v], g->dim_scale, 2));
+  }
+  *group_id = f->n_groups++;
+  return DS_OK;
+}
+
+
+int h5out_write(h5out_t *f, int group_id, int64_t total_draws, int64_t chain_begin, int64_t chain_count,
+                int64_t draw_begin, int64_t draw_count, const void *const *data) {
+  h5out_group_t *g = &f->groups[group_id];
+  if (total_draws > g->n_draws) {
+    for (int v = 0; v < g->n_vars; ++v) {
+      hsize_t dims[3] = {(hsize_t)g->n_chains, (hsize_t)total_draws, (hsize_t)g->dim};
+      H5_CHECK(H5Dset_extent(g->datasets[v], dims));
+    }
+    hsize_t draws = (hsize_t)total_draws;
+    H5_CHECK(H5Dset_extent(g->draw_scale, &draws));
+    DS_TRY(write_index_range(f, g->draw_scale, g->n_draws, total_draws - g->n_draws));
+    g->n_draws = total_draws;
+  }
+  const int empty = chain_count <= 0 || draw_count <= 0;
+  for (int v = 0; v < g->n_vars; ++v) {
+    const int rank = g->vars[v].has_dim ? 3 : 2;
+    hsize_t start[3] = {(hsize_t)chain_begin, (hsize_t)draw_begin, 0};
+    hsize_t count[3] = {(hsize_t)chain_count, (hsize_t)draw_count, (hsize_t)g->dim};
+    hid_t file_space = H5Dget_space(g->datasets[v]);
+    H5_CHECK(file_space);
+    hsize_t elements = empty ? 1 : (hsize_t)chain_count * (hsize_t)draw_count * (rank == 3 ? (hsize_t)g->dim : 1);
+    hid_t mem_space = H5Screate_simple(1, &elements, NULL);
+    H5_CHECK(mem_space);
+    if (empty) {
+      H5_CHECK(H5Sselect_none(file_space));
+      H5_CHECK(H5Sselect_none(mem_space));
+    } else {
+      H5_CHECK(H5Sselect_hyperslab(file_space, H5S_SELECT_SET, start, NULL, count, NULL));
+    }
+    static const int64_t placeholder[1] = {0};
+    const void *buffer = empty ? (const void *)placeholder : data[v];
+    H5_CHECK(H5Dwrite(g->datasets[v], memory_type(f, g->vars[v].dtype), mem_space, file_space, f->xfer, buffer));
+    H5Sclose(mem_space);
+    H5Sclose(file_space);
+  }
+  return DS_OK;
+}
+
+int h5out_close(h5out_t *f) {
+  if (!f) return DS_OK;
+  int status = DS_OK;
+  for (int i = 0; i < f->n_groups; ++i) {
+    h5out_group_t *g = &f->groups[i];
+    for (int v = 0; v < g->n_vars; ++v)
+      if (g->datasets[v] >= 0) H5Dclose(g->datasets[v]);
+    if (g->dim_scale >= 0) H5Dclose(g->dim_scale);
+    if (g->draw_scale >= 0) H5Dclose(g->draw_scale);
+    if (g->chain_scale >= 0) H5Dclose(g->chain_scale);
+    if (g->group >= 0) H5Gclose(g->group);
+  }
+  if (f->file >= 0 && H5Fflush(f->file, H5F_SCOPE_GLOBAL) < 0) status = h5_fail(__FILE__, __LINE__, "H5Fflush");
+  if (f->bool_type >= 0) H5Tclose(f->bool_type);
+  if (f->xfer >= 0) H5Pclose(f->xfer);
+  if (f->file >= 0 && H5Fclose(f->file) < 0 && status == DS_OK)
+    status = ds_fail(DS_ERR_IO, "--out %s: closing the file failed", f->path);
+  free(f);
+  return status;
+}

@@ -1,0 +1,48 @@
+/* h5out.h: the run's output file in ArviZ's InferenceData layout (DESIGN.md, I/O): one HDF5
+ * group per InferenceData group, variables [chain, draw(, <var>_dim_0)], every axis a
+ * coordinate dataset made a dimension scale. All calls are collective over the file's
+ * communicator; each rank writes its own box of (chain, draw), possibly empty. */
+#ifndef DSAMPLER_H5OUT_H
+#define DSAMPLER_H5OUT_H
+
+#include <mpi.h>
+#include <stdint.h>
+
+typedef enum { H5OUT_FLOAT32 = 0, H5OUT_INT32 = 1, H5OUT_BOOL = 2 } h5out_dtype_t;
+
+typedef struct h5out_var {
+  const char *name;
+  h5out_dtype_t dtype;
+  int has_dim;         /* 1: a trailing axis of the group's dim, named <name>_dim_0 */
+} h5out_var_t;
+
+typedef struct h5out_attr {
+  const char *key;
+  const char *value;
+} h5out_attr_t;
+
+typedef struct h5out h5out_t;
+
+/* Creates (truncates) path; attrs go on the root group as strings, beside created_at,
+ * inference_library and inference_library_version. */
+int h5out_create(h5out_t **out, MPI_Comm comm, const char *path, const h5out_attr_t *attrs, int n_attrs);
+/* Adds a group of n_vars variables with n_chains chains, 0 draws (they grow with writes),
+ * and trailing axis `dim` for variables that have it. */
+int h5out_add_group(h5out_t *f, const char *name, int64_t n_chains, int64_t dim,
+                    const h5out_var_t *vars, int n_vars, int *group_id);
+/* Grows the group to `total_draws` draws if it has fewer, then writes, for each variable v,
+ * data[v] laid out [chain_count, draw_count(, dim)] into chains [chain_begin, +chain_count)
+ * and draws [draw_begin, +draw_count). */
+int h5out_write(h5out_t *f, int group_id, int64_t total_draws, int64_t chain_begin,
+                int64_t chain_count, int64_t draw_begin, int64_t draw_count, const void *const *data);
+/* Flushes and closes; f is freed whatever the result. */
+int h5out_close(h5out_t *f);
+
+/* The HDF5 checker: HDF5 calls return negative values on failure. */
+int h5_fail(const char *file, int line, const char *call);
+#define H5_CHECK(call)                                         \
+  do {                                                         \
+    if ((call) < 0) return h5_fail(__FILE__, __LINE__, #call); \
+  } while (0)
+
+#endif

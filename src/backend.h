@@ -1,0 +1,94 @@
+/* backend.h: the one interface the algorithms (svgd.c, hmc.c) are written against. The CPU
+ * backend (backend_cpu.c) and the CUDA backend (cuda/backend_cuda.cu) implement it. Arrays
+ * passed to the compute entries live in the backend's memory (host for the CPU, device for
+ * CUDA) and are row-major float32; sizes are int64. Every entry returns a DS_* status. */
+#ifndef DSAMPLER_BACKEND_H
+#define DSAMPLER_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dsampler_target.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Radix-select passes of the exact median: pass 1 counts the top 16 bits of each squared
+ * distance's bit pattern, pass 2 the low 16 bits of those whose top 16 bits equal high_bits. */
+enum { SVGD_MEDIAN_PASS_HIGH = 1, SVGD_MEDIAN_PASS_LOW = 2, SVGD_HIST_BINS = 65536 };
+typedef enum { SVGD_UPDATE_SGD = 0, SVGD_UPDATE_ADAGRAD = 1 } svgd_update_t;
+
+/* One HMC iteration for a rank's chains: momenta and the accept uniform come from Philox keyed
+ * by (seed, chain_begin + c, iteration); see rng.h for the word layout. */
+typedef struct hmc_batch {
+  int64_t n_chains;        /* local chains */
+  int64_t chain_begin;     /* global id of local chain 0 */
+  int64_t dim;
+  uint64_t seed;
+  uint32_t iteration;      /* global iteration number: warmup and sampling counted together */
+  int n_leapfrog;          /* L */
+  float *q;                /* [n_chains, dim] position, updated on accept */
+  float *logp;             /* [n_chains] log p(q), kept in step with q */
+  float *grad;             /* [n_chains, dim] grad log p(q), kept in step with q */
+  const float *step_size;  /* [n_chains] */
+  const float *inv_metric; /* [n_chains, dim] diagonal of M^-1 */
+  float *accept_prob;      /* [n_chains] out: min(1, exp(H0 - H1)), 0 when divergent */
+  float *energy;           /* [n_chains] out: the Hamiltonian at the state kept */
+  uint8_t *diverging;      /* [n_chains] out */
+  uint8_t *accepted;       /* [n_chains] out */
+} hmc_batch_t;
+
+typedef struct backend backend_t;
+struct backend {
+  const char *name;        /* "cpu" or "cuda" */
+  int on_device;           /* arrays live in GPU memory */
+  int device;              /* GPU ordinal, -1 on the CPU */
+  void *stream;            /* cudaStream_t of all compute, NULL on the CPU */
+  void *impl;
+
+  int (*alloc)(backend_t *b, void **ptr, size_t bytes);
+  void (*release)(backend_t *b, void *ptr);
+  int (*upload)(backend_t *b, void *dst, const void *host_src, size_t bytes);
+  int (*download)(backend_t *b, void *host_dst, const void *src, size_t bytes);
+  int (*synchronize)(backend_t *b);
+
+  /* logp [n], grad [n, dim] of the target at x [n, dim]. */
+  int (*logp_grad)(backend_t *b, const dsampler_target *t, const float *x, int64_t n,
+                   float *logp, float *grad);
+
+  /* Histogram (added into hist, a host array of SVGD_HIST_BINS counts) over this rank's share
+   * of the unordered pairs: each local row i in [row_begin, row_end) with j = (i + k) mod n
+   * for k = 1 .. floor(n/2), except k = n/2 for i >= n/2 when n is even. Each pair counts 2.
+   * D_ij = sum_k (x_ik - x_jk)^2 with fmaf in k order from 0. The n zeros of the diagonal are
+   * not counted here. */
+  int (*svgd_pair_histogram)(backend_t *b, const float *x_all, int64_t n, int64_t dim,
+                             int64_t row_begin, int64_t row_end, int pass, uint32_t high_bits,
+                             uint64_t *hist);
+  /* phi [row_end - row_begin, dim] for local rows against all n columns:
+   * phi_i = (sum_j K_ij v_j + x_i sum_j K_ij / h) / n, K_ij = exp(-D_ij / (2h)),
+   * v_j = s_j - x_j / h. No n x n array. */
+  int (*svgd_phi)(backend_t *b, const float *x_all, const float *score_all, int64_t n,
+                  int64_t dim, int64_t row_begin, int64_t row_end, float h, float *phi);
+  /* x += step * phi (sgd), or adagrad with history g: g = phi^2 on the first iteration, else
+   * 0.9 g + 0.1 phi^2; x += step * phi / (1e-6 + sqrt(g)). count = rows * dim. */
+  int (*svgd_update)(backend_t *b, float *x, const float *phi, float *g, int64_t count,
+                     svgd_update_t kind, float step, int first_iteration);
+
+  int (*hmc_transition)(backend_t *b, const dsampler_target *t, hmc_batch_t *batch);
+
+  void (*destroy)(backend_t *b);
+};
+
+/* Creates the backend named "auto", "cpu" or "cuda" for this rank (device = GPU ordinal for
+ * CUDA). "auto" picks CUDA where a GPU is visible. On failure *out is NULL. */
+int backend_create(const char *name, int device, backend_t **out);
+int backend_cpu_create(backend_t **out);
+/* 1 when this build has the CUDA backend. */
+int backend_cuda_built(void);
+void backend_destroy(backend_t *b);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

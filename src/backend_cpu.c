@@ -1,0 +1,385 @@
+/* backend_cpu.c: the CPU backend: the reference implementation of every backend entry,
+ * tiled for cache and parallel over local rows (or chains) with OpenMP. Results do not
+ * depend on the thread count: each row's sums run over j in one fixed order. */
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "rng.h"
+#include "status.h"
+
+/* Columns processed together: their distances vectorise across lanes, each lane summing
+ * over k in the fixed order, so the rounding is that of the scalar loop. */
+#define CPU_COLUMN_BLOCK 16
+/* Chains stepped together in one target call. */
+#define CPU_HMC_CHAIN_BLOCK 64
+
+typedef struct cpu_impl {
+  float *columns_t;       /* x_all transposed, [dim, n]: a block's k-th coordinates adjacent */
+  size_t columns_t_floats;
+  float *v_all;           /* v_j = s_j - x_j / h, [n, dim] */
+  size_t v_all_floats;
+} cpu_impl_t;
+
+static int cpu_alloc(backend_t *b, void **ptr, size_t bytes) {
+  (void)b;
+  *ptr = NULL;
+  if (bytes == 0) return DS_OK;
+  if (posix_memalign(ptr, 64, bytes) != 0) {
+    *ptr = NULL;
+    return DS_FAIL_ALLOC("a host array", bytes);
+  }
+  return DS_OK;
+}
+
+static void cpu_release(backend_t *b, void *ptr) {
+  (void)b;
+  free(ptr);
+}
+
+static int cpu_copy(backend_t *b, void *dst, const void *src, size_t bytes) {
+  (void)b;
+  if (bytes) memmove(dst, src, bytes);
+  return DS_OK;
+}
+
+static int cpu_synchronize(backend_t *b) {
+  (void)b;
+  return DS_OK;
+}
+
+static int cpu_logp_grad(backend_t *b, const dsampler_target *t, const float *x, int64_t n,
+                         float *logp, float *grad) {
+  (void)b;
+  if (n == 0) return DS_OK;
+  int rc = t->logp_grad(t->self, x, n, logp, grad);
+  if (rc != 0) return ds_fail(DS_ERR_TARGET, "target '%s': logp_grad failed (returned %d)", t->name, rc);
+  return DS_OK;
+}
+
+static int ensure_scratch(float **buf, size_t *have, size_t want) {
+  if (*have >= want) return DS_OK;
+  free(*buf);
+  *buf = NULL;
+  *have = 0;
+  if (posix_memalign((void **)buf, 64, want * sizeof(float)) != 0) {
+    *buf = NULL;
+    return DS_FAIL_ALLOC("SVGD scratch", want * sizeof(float));
+  }
+  *have = want;
+  return DS_OK;
+}
+
+static void transpose_columns(const float *x_all, int64_t n, int64_t dim, float *columns_t) {
+#pragma omp parallel for schedule(static)
+  for (int64_t k = 0; k < dim; ++k)
+    for (int64_t j = 0; j < n; ++j) columns_t[k * n + j] = x_all[j * dim + k];
+}
+
+/* Squared distances from row x_i to columns [j0, j0 + CPU_COLUMN_BLOCK). */
+static inline void distance_block(const float *x_i, const float *columns_t, int64_t n,
+                                  int64_t dim, int64_t j0, float *dist) {
+  float acc[CPU_COLUMN_BLOCK] = {0};
+  for (int64_t k = 0; k < dim; ++k) {
+    const float xik = x_i[k];
+    const float *col = columns_t + k * n + j0;
+    for (int c = 0; c < CPU_COLUMN_BLOCK; ++c) {
+      float diff = xik - col[c];
+      acc[c] = fmaf(diff, diff, acc[c]);
+    }
+  }
+  memcpy(dist, acc, sizeof acc);
+}
+
+/* The same, one column: the rounding is identical, lane for lane. */
+static inline float distance_one(const float *x_i, const float *columns_t, int64_t n,
+                                 int64_t dim, int64_t j) {
+  float acc = 0.0f;
+  for (int64_t k = 0; k < dim; ++k) {
+    float diff = x_i[k] - columns_t[k * n + j];
+    acc = fmaf(diff, diff, acc);
+  }
+  return acc;
+}
+
+static inline uint32_t float_bits(float value) {
+  uint32_t bits;
+  memcpy(&bits, &value, sizeof bits);
+  return bits;
+}
+
+static inline void count_distance(float dist, int pass, uint32_t high_bits, uint64_t *hist) {
+  uint32_t bits = float_bits(dist);
+  if (pass == SVGD_MEDIAN_PASS_HIGH)
+    hist[bits >> 16] += 2;
+  else if ((bits >> 16) == high_bits)
+    hist[bits & 0xFFFFu] += 2;
+}
+
+/* Counts pairs (i, j) for j in the contiguous column range [j_begin, j_end). */
+static void count_segment(const float *x_i, const float *columns_t, int64_t n, int64_t dim,
+                          int64_t j_begin, int64_t j_end, int pass, uint32_t high_bits,
+                          uint64_t *hist) {
+  float dist[CPU_COLUMN_BLOCK];
+  int64_t j = j_begin;
+  for (; j + CPU_COLUMN_BLOCK <= j_end; j += CPU_COLUMN_BLOCK) {
+    distance_block(x_i, columns_t, n, dim, j, dist);
+    for (int c = 0; c < CPU_COLUMN_BLOCK; ++c) count_distance(dist[c], pass, high_bits, hist);
+  }
+  for (; j < j_end; ++j)
+    count_distance(distance_one(x_i, columns_t, n, dim, j), pass, high_bits, hist);
+}
+
+static int cpu_svgd_pair_histogram(backend_t *b, const float *x_all, int64_t n, int64_t dim,
+                                   int64_t row_begin, int64_t row_end, int pass,
+                                   uint32_t high_bits, uint64_t *hist) {
+  cpu_impl_t *impl = b->impl;
+  if (n < 2 || row_end <= row_begin) return DS_OK;
+  DS_TRY(ensure_scratch(&impl->columns_t, &impl->columns_t_floats, (size_t)(n * dim)));
+  const float *columns_t = impl->columns_t;
+  transpose_columns(x_all, n, dim, impl->columns_t);
+  const int64_t half = n / 2;
+  int failed = 0;
+#pragma omp parallel
+  {
+    uint64_t *local = calloc(SVGD_HIST_BINS, sizeof *local);
+    if (!local) {
+#pragma omp atomic write
+      failed = 1;
+    }
+#pragma omp for schedule(dynamic, 8)
+    for (int64_t i = row_begin; i < row_end; ++i) {
+      if (!local) continue;
+      int64_t span = half;
+      if (n % 2 == 0 && i >= half) span = half - 1; /* the pair at distance n/2 counted once */
+      const float *x_i = x_all + i * dim;
+      int64_t first = i + 1, last = i + span; /* j in [first, last] modulo n */
+      int64_t end_direct = last < n ? last + 1 : n;
+      count_segment(x_i, columns_t, n, dim, first, end_direct, pass, high_bits, local);
+      if (last >= n) count_segment(x_i, columns_t, n, dim, 0, last - n + 1, pass, high_bits, local);
+    }
+    if (local) {
+#pragma omp critical
+      for (int bin = 0; bin < SVGD_HIST_BINS; ++bin) hist[bin] += local[bin];
+      free(local);
+    }
+  }
+  if (failed) return DS_FAIL_ALLOC("a histogram", (size_t)SVGD_HIST_BINS * sizeof(uint64_t));
+  return DS_OK;
+}
+
+static int cpu_svgd_phi(backend_t *b, const float *x_all, const float *score_all, int64_t n,
+                        int64_t dim, int64_t row_begin, int64_t row_end, float h, float *phi) {
+  cpu_impl_t *impl = b->impl;
+  if (row_end <= row_begin) return DS_OK;
+  DS_TRY(ensure_scratch(&impl->columns_t, &impl->columns_t_floats, (size_t)(n * dim)));
+  DS_TRY(ensure_scratch(&impl->v_all, &impl->v_all_floats, (size_t)(n * dim)));
+  transpose_columns(x_all, n, dim, impl->columns_t);
+  const float *columns_t = impl->columns_t;
+  float *v_all = impl->v_all;
+#pragma omp parallel for schedule(static)
+  for (int64_t e = 0; e < n * dim; ++e) v_all[e] = score_all[e] - x_all[e] / h;
+
+  const float neg_half_inv_h = -0.5f / h;
+  int failed = 0;
+#pragma omp parallel
+  {
+    float *sum_kv = malloc((size_t)dim * sizeof *sum_kv);
+    if (!sum_kv) {
+#pragma omp atomic write
+      failed = 1;
+    }
+#pragma omp for schedule(dynamic, 4)
+    for (int64_t i = row_begin; i < row_end; ++i) {
+      if (!sum_kv) continue;
+      const float *x_i = x_all + i * dim;
+      float sum_k = 0.0f;
+      for (int64_t k = 0; k < dim; ++k) sum_kv[k] = 0.0f;
+      float dist[CPU_COLUMN_BLOCK];
+      int64_t j = 0;
+      for (; j < n; j += CPU_COLUMN_BLOCK) {
+        int width = n - j < CPU_COLUMN_BLOCK ? (int)(n - j) : CPU_COLUMN_BLOCK;
+        if (width == CPU_COLUMN_BLOCK)
+          distance_block(x_i, columns_t, n, dim, j, dist);
+        else
+          for (int c = 0; c < width; ++c) dist[c] = distance_one(x_i, columns_t, n, dim, j + c);
+        for (int c = 0; c < width; ++c) {
+          float kernel = expf(dist[c] * neg_half_inv_h);
+          const float *v_j = v_all + (j + c) * dim;
+          sum_k += kernel;
+          for (int64_t k = 0; k < dim; ++k) sum_kv[k] = fmaf(kernel, v_j[k], sum_kv[k]);
+        }
+      }
+      float *phi_i = phi + (i - row_begin) * dim;
+      const float inv_n = 1.0f / (float)n;
+      for (int64_t k = 0; k < dim; ++k) phi_i[k] = (sum_kv[k] + x_i[k] * sum_k / h) * inv_n;
+    }
+    free(sum_kv);
+  }
+  if (failed) return DS_FAIL_ALLOC("phi accumulators", (size_t)dim * sizeof(float));
+  return DS_OK;
+}
+
+static int cpu_svgd_update(backend_t *b, float *x, const float *phi, float *g, int64_t count,
+                           svgd_update_t kind, float step, int first_iteration) {
+  (void)b;
+  if (kind == SVGD_UPDATE_SGD) {
+#pragma omp parallel for schedule(static)
+    for (int64_t e = 0; e < count; ++e) x[e] += step * phi[e];
+    return DS_OK;
+  }
+#pragma omp parallel for schedule(static)
+  for (int64_t e = 0; e < count; ++e) {
+    float phi2 = phi[e] * phi[e];
+    g[e] = first_iteration ? phi2 : 0.9f * g[e] + 0.1f * phi2;
+    x[e] += step * phi[e] / (1e-6f + sqrtf(g[e]));
+  }
+  return DS_OK;
+}
+
+/* Draws the momentum p = z / sqrt(m_inv) and the accept uniform of one chain. */
+static void hmc_draw(uint64_t seed, uint64_t chain, uint32_t iteration, int64_t dim,
+                     const float *inv_metric, float *p, float *uniform) {
+  rng_words_t block = {{0, 0, 0, 0}};
+  const uint32_t uniform_word = rng_hmc_uniform_word(dim);
+  for (uint32_t word = 0; word <= uniform_word; word += 2) {
+    if (word % 4 == 0) block = rng_block(seed, chain, iteration, word / 4);
+    uint32_t w0 = block.v[word % 4], w1 = block.v[word % 4 + 1];
+    if (word == uniform_word) {
+      *uniform = rng_uniform(w0);
+      break;
+    }
+    float z0, z1;
+    rng_normal_pair(w0, w1, &z0, &z1);
+    int64_t k = word;
+    p[k] = z0 / sqrtf(inv_metric[k]);
+    if (k + 1 < dim) p[k + 1] = z1 / sqrtf(inv_metric[k + 1]);
+  }
+}
+
+static double kinetic_energy(const float *p, const float *inv_metric, int64_t dim) {
+  double sum = 0.0;
+  for (int64_t k = 0; k < dim; ++k) sum += (double)inv_metric[k] * (double)p[k] * (double)p[k];
+  return 0.5 * sum;
+}
+
+/* One iteration for chains [c0, c0 + count) of the batch, with scratch for `count` chains. */
+static int hmc_block(const dsampler_target *t, hmc_batch_t *batch, int64_t c0, int64_t count,
+                     float *q, float *p, float *grad, float *logp, float *uniform, double *h0) {
+  const int64_t dim = batch->dim;
+  for (int64_t c = 0; c < count; ++c) {
+    const int64_t chain = c0 + c;
+    const float *inv_metric = batch->inv_metric + chain * dim;
+    hmc_draw(batch->seed, (uint64_t)(batch->chain_begin + chain), batch->iteration, dim,
+             inv_metric, p + c * dim, uniform + c);
+    h0[c] = -(double)batch->logp[chain] + kinetic_energy(p + c * dim, inv_metric, dim);
+  }
+  memcpy(q, batch->q + c0 * dim, (size_t)(count * dim) * sizeof *q);
+  memcpy(grad, batch->grad + c0 * dim, (size_t)(count * dim) * sizeof *grad);
+
+  for (int step = 0; step < batch->n_leapfrog; ++step) {
+    for (int64_t c = 0; c < count; ++c) {
+      const float eps = batch->step_size[c0 + c];
+      const float *inv_metric = batch->inv_metric + (c0 + c) * dim;
+      float *p_c = p + c * dim, *q_c = q + c * dim;
+      const float *g_c = grad + c * dim;
+      /* The first half kick; later kicks are whole, the last is halved below. */
+      const float kick = step == 0 ? 0.5f * eps : eps;
+      for (int64_t k = 0; k < dim; ++k) p_c[k] += kick * g_c[k];
+      for (int64_t k = 0; k < dim; ++k) q_c[k] += eps * inv_metric[k] * p_c[k];
+    }
+    int rc = t->logp_grad(t->self, q, count, logp, grad);
+    if (rc != 0) return ds_fail(DS_ERR_TARGET, "target '%s': logp_grad failed (returned %d)", t->name, rc);
+  }
+  for (int64_t c = 0; c < count; ++c) {
+    const int64_t chain = c0 + c;
+    const float eps = batch->step_size[chain];
+    const float *inv_metric = batch->inv_metric + chain * dim;
+    float *p_c = p + c * dim;
+    for (int64_t k = 0; k < dim; ++k) p_c[k] += 0.5f * eps * grad[c * dim + k];
+    double h1 = -(double)logp[c] + kinetic_energy(p_c, inv_metric, dim);
+    double log_uniform = log(fmax((double)uniform[c], 1e-10));
+    int divergent = !isfinite(h1) || h1 - h0[c] > 1000.0;
+    int accept = !divergent && log_uniform < h0[c] - h1;
+    batch->diverging[chain] = (uint8_t)divergent;
+    batch->accepted[chain] = (uint8_t)accept;
+    batch->accept_prob[chain] = divergent ? 0.0f : (float)fmin(1.0, exp(h0[c] - h1));
+    batch->energy[chain] = (float)(accept ? h1 : h0[c]);
+    if (accept) {
+      memcpy(batch->q + chain * dim, q + c * dim, (size_t)dim * sizeof *q);
+      memcpy(batch->grad + chain * dim, grad + c * dim, (size_t)dim * sizeof *grad);
+      batch->logp[chain] = logp[c];
+    }
+  }
+  return DS_OK;
+}
+
+static int cpu_hmc_transition(backend_t *b, const dsampler_target *t, hmc_batch_t *batch) {
+  (void)b;
+  const int64_t dim = batch->dim, n = batch->n_chains;
+  if (n == 0) return DS_OK;
+  const int64_t block = CPU_HMC_CHAIN_BLOCK;
+  int status = DS_OK;
+#pragma omp parallel
+  {
+    size_t floats = (size_t)(block * dim);
+    float *q = malloc(floats * sizeof *q), *p = malloc(floats * sizeof *p);
+    float *grad = malloc(floats * sizeof *grad), *logp = malloc((size_t)block * sizeof *logp);
+    float *uniform = malloc((size_t)block * sizeof *uniform);
+    double *h0 = malloc((size_t)block * sizeof *h0);
+    int local_status = (q && p && grad && logp && uniform && h0)
+                           ? DS_OK : DS_FAIL_ALLOC("HMC scratch", floats * 3 * sizeof(float));
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t c0 = 0; c0 < n; c0 += block) {
+      if (local_status != DS_OK) continue;
+      int64_t count = n - c0 < block ? n - c0 : block;
+      local_status = hmc_block(t, batch, c0, count, q, p, grad, logp, uniform, h0);
+    }
+    if (local_status != DS_OK) {
+#pragma omp critical
+      if (status == DS_OK) status = local_status;
+    }
+    free(q); free(p); free(grad); free(logp); free(uniform); free(h0);
+  }
+  return status;
+}
+
+static void cpu_destroy(backend_t *b) {
+  cpu_impl_t *impl = b->impl;
+  if (impl) {
+    free(impl->columns_t);
+    free(impl->v_all);
+    free(impl);
+  }
+  free(b);
+}
+
+int backend_cpu_create(backend_t **out) {
+  *out = NULL;
+  backend_t *b = calloc(1, sizeof *b);
+  cpu_impl_t *impl = calloc(1, sizeof *impl);
+  if (!b || !impl) {
+    free(b);
+    free(impl);
+    return DS_FAIL_ALLOC("the CPU backend", sizeof *b);
+  }
+  b->name = "cpu";
+  b->on_device = 0;
+  b->device = -1;
+  b->impl = impl;
+  b->alloc = cpu_alloc;
+  b->release = cpu_release;
+  b->upload = cpu_copy;
+  b->download = cpu_copy;
+  b->synchronize = cpu_synchronize;
+  b->logp_grad = cpu_logp_grad;
+  b->svgd_pair_histogram = cpu_svgd_pair_histogram;
+  b->svgd_phi = cpu_svgd_phi;
+  b->svgd_update = cpu_svgd_update;
+  b->hmc_transition = cpu_hmc_transition;
+  b->destroy = cpu_destroy;
+  *out = b;
+  return DS_OK;
+}

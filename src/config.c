@@ -1,0 +1,298 @@
+/* config.c: options from the command line and from a --config file (inih), one table. */
+#include "config.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <ini.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "status.h"
+
+typedef enum { OPT_STRING, OPT_INT, OPT_UINT, OPT_DOUBLE, OPT_FLAG } option_type_t;
+enum { FOR_HMC = 1, FOR_SVGD = 2, FOR_BOTH = 3 };
+
+typedef struct option_spec {
+  const char *name;
+  option_type_t type;
+  size_t offset;
+  size_t size;        /* of a string field */
+  int applies;        /* FOR_* */
+  const char *value_name;
+  const char *help;
+} option_spec_t;
+
+#define STR(field) OPT_STRING, offsetof(config_t, field), sizeof(((config_t *)0)->field)
+#define NUM(kind, field) kind, offsetof(config_t, field), 0
+
+static const option_spec_t option_table[] = {
+    {"target", STR(target), FOR_BOTH, "NAME", "target density: gaussian, or plugin:path/to/lib.so"},
+    {"target-args", STR(target_args), FOR_BOTH, "K=V,...", "target parameters, e.g. mean=1,scale=2"},
+    {"dim", NUM(OPT_INT, dim), FOR_BOTH, "D", "dimension of the target"},
+    {"chains", NUM(OPT_INT, chains), FOR_HMC, "N", "number of chains (default 4)"},
+    {"particles", NUM(OPT_INT, particles), FOR_SVGD, "N", "number of particles (default 100)"},
+    {"warmup", NUM(OPT_INT, warmup), FOR_HMC, "W", "iterations before draws are kept (default 0)"},
+    {"draws", NUM(OPT_INT, draws), FOR_HMC, "D", "draws kept per chain (default 1000)"},
+    {"iters", NUM(OPT_INT, iters), FOR_SVGD, "T", "SVGD iterations (default 500)"},
+    {"steps", NUM(OPT_INT, steps), FOR_HMC, "L", "leapfrog steps per iteration (default 10)"},
+    {"step-size", NUM(OPT_DOUBLE, step_size), FOR_BOTH, "EPS", "leapfrog step / SVGD step (default 0.1)"},
+    {"update", STR(update), FOR_SVGD, "KIND", "SVGD update: sgd (default) or adagrad"},
+    {"bandwidth", STR(bandwidth), FOR_SVGD, "H", "median (default) or a fixed positive bandwidth"},
+    {"seed", NUM(OPT_UINT, seed), FOR_BOTH, "S", "random seed (default 0)"},
+    {"init", STR(init), FOR_BOTH, "FILE.h5", "start from dataset x [N, dim] of this file"},
+    {"out", STR(out), FOR_BOTH, "FILE.h5", "output file (default run.h5)"},
+    {"backend", STR(backend), FOR_BOTH, "B", "auto (default), cpu or cuda"},
+    {"comm", STR(comm), FOR_BOTH, "C", "auto (default), nccl or mpi"},
+    {"config", STR(config_file), FOR_BOTH, "FILE", "read options from an INI file (key = value)"},
+    {"quiet", NUM(OPT_FLAG, quiet), FOR_BOTH, NULL, "no progress output"},
+};
+#define OPTION_COUNT ((int)(sizeof option_table / sizeof option_table[0]))
+
+const char *config_algorithm_name(algorithm_t algorithm) {
+  return algorithm == ALGO_HMC ? "hmc" : algorithm == ALGO_SVGD ? "svgd" : "none";
+}
+
+int64_t config_items(const config_t *cfg) { return cfg->algorithm == ALGO_HMC ? cfg->chains : cfg->particles; }
+
+static void config_defaults(config_t *cfg, algorithm_t algorithm) {
+  memset(cfg, 0, sizeof *cfg);
+  cfg->algorithm = algorithm;
+  strcpy(cfg->target, "gaussian");
+  cfg->chains = 4;
+  cfg->particles = 100;
+  cfg->draws = 1000;
+  cfg->iters = 500;
+  cfg->steps = 10;
+  cfg->step_size = 0.1;
+  strcpy(cfg->update, "sgd");
+  strcpy(cfg->bandwidth, "median");
+  strcpy(cfg->out, "run.h5");
+  strcpy(cfg->backend, "auto");
+  strcpy(cfg->comm, "auto");
+}
+
+static const option_spec_t *find_option(const char *name) {
+  for (int i = 0; i < OPTION_COUNT; ++i)
+    if (strcmp(option_table[i].name, name) == 0) return &option_table[i];
+  return NULL;
+}
+
+/* Sets one option from text; `where` names the source for messages ("--dim", "cfg.ini:3"). */
+static int config_set(config_t *cfg, const option_spec_t *spec, const char *value, const char *where) {
+  char *field = (char *)cfg + spec->offset;
+  char *end = NULL;
+  errno = 0;
+  switch (spec->type) {
+    case OPT_STRING:
+      if (strlen(value) >= spec->size)
+        return ds_fail(DS_ERR_INPUT, "%s: value is too long (at most %zu characters)", where, spec->size - 1);
+      strcpy(field, value);
+      return DS_OK;
+    case OPT_INT: {
+      long long parsed = strtoll(value, &end, 10);
+      if (errno != 0 || end == value || *end != '\0')
+        return ds_fail(DS_ERR_INPUT, "%s: expected an integer, got '%s'", where, value);
+      *(int64_t *)field = parsed;
+      return DS_OK;
+    }
+    case OPT_UINT: {
+      unsigned long long parsed = strtoull(value, &end, 10);
+      if (errno != 0 || end == value || *end != '\0' || value[0] == '-')
+        return ds_fail(DS_ERR_INPUT, "%s: expected a non-negative integer, got '%s'", where, value);
+      *(uint64_t *)field = parsed;
+      return DS_OK;
+    }
+    case OPT_DOUBLE: {
+      double parsed = strtod(value, &end);
+      if (errno != 0 || end == value || *end != '\0' || !isfinite(parsed))
+        return ds_fail(DS_ERR_INPUT, "%s: expected a finite number, got '%s'", where, value);
+      *(double *)field = parsed;
+      return DS_OK;
+    }
+    case OPT_FLAG:
+      if (value == NULL || strcmp(value, "1") == 0 || strcmp(value, "true") == 0 || strcmp(value, "yes") == 0)
+        *(int *)field = 1;
+      else if (strcmp(value, "0") == 0 || strcmp(value, "false") == 0 || strcmp(value, "no") == 0)
+        *(int *)field = 0;
+      else
+        return ds_fail(DS_ERR_INPUT, "%s: expected true or false, got '%s'", where, value);
+      return DS_OK;
+  }
+  return DS_OK;
+}
+
+typedef struct ini_context {
+  config_t *cfg;
+  const char *path;
+  int status;
+} ini_context_t;
+
+static int config_ini_entry(void *user, const char *section, const char *name, const char *value) {
+  ini_context_t *ctx = user;
+  char where[CONFIG_PATH_MAX + 64];
+  snprintf(where, sizeof where, "--config %s, key '%s'", ctx->path, name);
+  if (section[0] && strcmp(section, config_algorithm_name(ctx->cfg->algorithm)) != 0)
+    return 1; /* another algorithm's section */
+  const option_spec_t *spec = find_option(name);
+  if (!spec || strcmp(name, "config") == 0) {
+    ctx->status = ds_fail(DS_ERR_INPUT, "%s: unknown key (keys are the long options, e.g. dim = 64)", where);
+    return 0;
+  }
+  ctx->status = config_set(ctx->cfg, spec, value, where);
+  return ctx->status == DS_OK;
+}
+
+static int config_read_file(config_t *cfg, const char *path) {
+  ini_context_t ctx = {cfg, path, DS_OK};
+  FILE *file = fopen(path, "r");
+  if (!file) return ds_fail(DS_ERR_INPUT, "--config %s: cannot open: %s", path, strerror(errno));
+  int rc = ini_parse_file(file, config_ini_entry, &ctx);
+  fclose(file);
+  if (ctx.status != DS_OK) return ctx.status;
+  if (rc != 0) return ds_fail(DS_ERR_INPUT, "--config %s: syntax error on line %d", path, rc);
+  return DS_OK;
+}
+
+static void print_help(FILE *out, algorithm_t algorithm) {
+  if (!out) return;
+  if (algorithm == ALGO_NONE) {
+    fprintf(out,
+            "usage: dsampler <command> [options]\n\n"
+            "commands:\n"
+            "  hmc     Hamiltonian Monte Carlo over many chains\n"
+            "  svgd    Stein variational gradient descent over many particles\n\n"
+            "run under mpirun/srun to spread the chains or particles over ranks;\n"
+            "`dsampler <command> --help` lists the command's options.\n");
+    return;
+  }
+  fprintf(out, "usage: dsampler %s [options]\n\noptions:\n", config_algorithm_name(algorithm));
+  int mask = algorithm == ALGO_HMC ? FOR_HMC : FOR_SVGD;
+  for (int i = 0; i < OPTION_COUNT; ++i) {
+    const option_spec_t *o = &option_table[i];
+    if (!(o->applies & mask)) continue;
+    char left[64];
+    snprintf(left, sizeof left, "--%s%s%s", o->name, o->value_name ? " " : "", o->value_name ? o->value_name : "");
+    fprintf(out, "  %-26s %s\n", left, o->help);
+  }
+  fprintf(out, "  %-26s %s\n", "--help", "this text");
+}
+
+static int config_validate(config_t *cfg) {
+  const int hmc = cfg->algorithm == ALGO_HMC;
+  if (cfg->dim < 0) return ds_fail(DS_ERR_INPUT, "--dim: expected a positive integer, got %lld", (long long)cfg->dim);
+  if (cfg->dim == 0 && strncmp(cfg->target, "plugin:", 7) != 0)
+    return ds_fail(DS_ERR_INPUT, "--dim: expected a positive integer; the %s target needs one", cfg->target);
+  if (hmc && cfg->chains <= 0)
+    return ds_fail(DS_ERR_INPUT, "--chains: expected a positive integer, got %lld", (long long)cfg->chains);
+  if (!hmc && cfg->particles <= 0)
+    return ds_fail(DS_ERR_INPUT, "--particles: expected a positive integer, got %lld", (long long)cfg->particles);
+  if (hmc && cfg->warmup < 0) return ds_fail(DS_ERR_INPUT, "--warmup: expected >= 0, got %lld", (long long)cfg->warmup);
+  if (hmc && cfg->draws < 0) return ds_fail(DS_ERR_INPUT, "--draws: expected >= 0, got %lld", (long long)cfg->draws);
+  if (!hmc && cfg->iters < 0) return ds_fail(DS_ERR_INPUT, "--iters: expected >= 0, got %lld", (long long)cfg->iters);
+  if (hmc && (cfg->steps < 1 || cfg->steps > 1000000))
+    return ds_fail(DS_ERR_INPUT, "--steps: expected an integer in [1, 1000000], got %lld", (long long)cfg->steps);
+  if (!(cfg->step_size > 0)) return ds_fail(DS_ERR_INPUT, "--step-size: expected a positive number, got %g", cfg->step_size);
+  if (strcmp(cfg->update, "sgd") != 0 && strcmp(cfg->update, "adagrad") != 0)
+    return ds_fail(DS_ERR_INPUT, "--update: expected sgd or adagrad, got '%s'", cfg->update);
+  cfg->bandwidth_value = 0;
+  if (strcmp(cfg->bandwidth, "median") != 0) {
+    char *end = NULL;
+    double h = strtod(cfg->bandwidth, &end);
+    if (end == cfg->bandwidth || *end != '\0' || !(h > 0) || !isfinite(h))
+      return ds_fail(DS_ERR_INPUT, "--bandwidth: expected median or a positive number, got '%s'", cfg->bandwidth);
+    cfg->bandwidth_value = h;
+  }
+  if (strcmp(cfg->backend, "auto") != 0 && strcmp(cfg->backend, "cpu") != 0 && strcmp(cfg->backend, "cuda") != 0)
+    return ds_fail(DS_ERR_INPUT, "--backend: expected auto, cpu or cuda, got '%s'", cfg->backend);
+  if (strcmp(cfg->comm, "auto") != 0 && strcmp(cfg->comm, "mpi") != 0 && strcmp(cfg->comm, "nccl") != 0)
+    return ds_fail(DS_ERR_INPUT, "--comm: expected auto, nccl or mpi, got '%s'", cfg->comm);
+  if (!cfg->out[0]) return ds_fail(DS_ERR_INPUT, "--out: expected a file name");
+  return DS_OK;
+}
+
+int config_parse(config_t *cfg, int argc, char **argv, FILE *help_out) {
+  if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "help") == 0) {
+    config_defaults(cfg, ALGO_NONE);
+    print_help(help_out, ALGO_NONE);
+    return argc < 2 ? ds_fail(DS_ERR_INPUT, "no command given (hmc or svgd)") : DS_HELP;
+  }
+  algorithm_t algorithm = strcmp(argv[1], "hmc") == 0 ? ALGO_HMC : strcmp(argv[1], "svgd") == 0 ? ALGO_SVGD : ALGO_NONE;
+  if (algorithm == ALGO_NONE)
+    return ds_fail(DS_ERR_INPUT, "unknown command '%s' (expected hmc or svgd; see dsampler --help)", argv[1]);
+  config_defaults(cfg, algorithm);
+  const int mask = algorithm == ALGO_HMC ? FOR_HMC : FOR_SVGD;
+
+  struct option long_options[OPTION_COUNT + 2];
+  int n_long = 0;
+  for (int i = 0; i < OPTION_COUNT; ++i) {
+    if (!(option_table[i].applies & mask)) continue;
+    long_options[n_long++] = (struct option){option_table[i].name,
+                                             option_table[i].type == OPT_FLAG ? no_argument : required_argument,
+                                             NULL, 1000 + i};
+  }
+  long_options[n_long++] = (struct option){"help", no_argument, NULL, 'h'};
+  long_options[n_long] = (struct option){NULL, 0, NULL, 0};
+
+  /* Two passes: the --config file first, then the command line over it. */
+  for (int pass = 0; pass < 2; ++pass) {
+    optind = 0; /* glibc: 0 restarts the scan; the command stands in for the program name */
+    opterr = 0;
+    int c;
+    while ((c = getopt_long(argc - 1, argv + 1, "+h", long_options, NULL)) != -1) {
+      if (c == 'h') {
+        print_help(help_out, algorithm);
+        return DS_HELP;
+      }
+      if (c == '?' || c == ':') {
+        const char *bad = argv[optind];
+        if (optopt && optopt >= 1000)
+          return ds_fail(DS_ERR_INPUT, "--%s: needs a value", option_table[optopt - 1000].name);
+        return ds_fail(DS_ERR_INPUT, "unknown option '%s' for dsampler %s (see dsampler %s --help)",
+                       bad ? bad : "?", argv[1], argv[1]);
+      }
+      const option_spec_t *spec = &option_table[c - 1000];
+      const int is_config = strcmp(spec->name, "config") == 0;
+      if (pass == 0 && is_config) {
+        DS_TRY(config_set(cfg, spec, optarg, "--config"));
+        DS_TRY(config_read_file(cfg, cfg->config_file));
+      } else if (pass == 1 && !is_config) {
+        char where[80];
+        snprintf(where, sizeof where, "--%s", spec->name);
+        DS_TRY(config_set(cfg, spec, optarg, where));
+      }
+    }
+    if (optind < argc - 1)
+      return ds_fail(DS_ERR_INPUT, "unexpected argument '%s' (options start with --)", argv[optind + 1]);
+  }
+  return config_validate(cfg);
+}
+
+static void format_value(const config_t *cfg, const option_spec_t *o, char *out, size_t size) {
+  const char *field = (const char *)cfg + o->offset;
+  switch (o->type) {
+    case OPT_STRING: snprintf(out, size, "%s", field); break;
+    case OPT_INT: snprintf(out, size, "%lld", (long long)*(const int64_t *)field); break;
+    case OPT_UINT: snprintf(out, size, "%llu", (unsigned long long)*(const uint64_t *)field); break;
+    case OPT_DOUBLE: snprintf(out, size, "%.17g", *(const double *)field); break;
+    case OPT_FLAG: snprintf(out, size, "%s", *(const int *)field ? "true" : "false"); break;
+  }
+}
+
+void config_for_each(const config_t *cfg, void (*visit)(void *, const char *, const char *), void *user) {
+  const int mask = cfg->algorithm == ALGO_HMC ? FOR_HMC : FOR_SVGD;
+  for (int i = 0; i < OPTION_COUNT; ++i) {
+    const option_spec_t *o = &option_table[i];
+    if (!(o->applies & mask) || strcmp(o->name, "config") == 0) continue;
+    char value[CONFIG_PATH_MAX];
+    format_value(cfg, o, value, sizeof value);
+    visit(user, o->name, value);
+  }
+}
+
+static void write_line(void *user, const char *key, const char *value) {
+  fprintf((FILE *)user, "%s = %s\n", key, value);
+}
+
+void config_write_ini(const config_t *cfg, FILE *out) { config_for_each(cfg, write_line, out); }

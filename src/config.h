@@ -1,0 +1,53 @@
+/* config.h: the run's configuration: one table of options serves the command line, the
+ * --config file (the same keys, read with inih), --help, and the attributes stored in the
+ * output, so the four never disagree. */
+#ifndef DSAMPLER_CONFIG_H
+#define DSAMPLER_CONFIG_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+typedef enum { ALGO_NONE = 0, ALGO_HMC, ALGO_SVGD } algorithm_t;
+
+#define CONFIG_PATH_MAX 4096
+
+typedef struct config {
+  algorithm_t algorithm;
+  char target[256];
+  char target_args[1024];
+  int64_t dim;
+  int64_t chains;      /* HMC */
+  int64_t particles;   /* SVGD */
+  int64_t warmup;      /* HMC iterations before draws are kept */
+  int64_t draws;       /* HMC draws kept */
+  int64_t iters;       /* SVGD iterations */
+  int64_t steps;       /* HMC leapfrog steps L */
+  double step_size;
+  uint64_t seed;
+  char update[16];     /* SVGD: sgd | adagrad */
+  char bandwidth[64];  /* SVGD: median | a positive number */
+  double bandwidth_value; /* > 0 when fixed */
+  char init[CONFIG_PATH_MAX];
+  char out[CONFIG_PATH_MAX];
+  char backend[16];    /* auto | cpu | cuda */
+  char comm[16];       /* auto | nccl | mpi */
+  char config_file[CONFIG_PATH_MAX];
+  int quiet;
+} config_t;
+
+/* Parses `dsampler <hmc|svgd> [options]` (argv[0] is the program, argv[1] the command) and
+ * validates the result. Returns DS_OK, DS_HELP after printing help to `help_out` (may be NULL
+ * on ranks that print nothing), or DS_ERR_INPUT with a message naming the input. */
+int config_parse(config_t *cfg, int argc, char **argv, FILE *help_out);
+
+/* Writes "key = value" lines of every option that applies to the algorithm; the same text
+ * a --config file takes. */
+void config_write_ini(const config_t *cfg, FILE *out);
+/* Calls visit(key, value) for each option that applies to the algorithm. */
+void config_for_each(const config_t *cfg, void (*visit)(void *user, const char *key,
+                                                          const char *value), void *user);
+
+const char *config_algorithm_name(algorithm_t algorithm);
+int64_t config_items(const config_t *cfg); /* chains or particles */
+
+#endif

@@ -1,0 +1,111 @@
+/* run.c: the run driver: backend and transport set-up, the target, the initial positions,
+ * the output file; then the algorithm. */
+#include "run.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "h5init.h"
+#include "rng.h"
+#include "status.h"
+#include "target.h"
+
+int run_initial_positions(run_ctx_t *run, int64_t n_total, float *x_local) {
+  const config_t *cfg = run->cfg;
+  const int64_t dim = run->target->dim, rows = run->item_end - run->item_begin;
+  int status = DS_OK;
+  if (cfg->init[0]) {
+    status = h5init_read(run->comm->world, cfg->init, n_total, dim, run->item_begin, run->item_end, x_local);
+  } else {
+    for (int64_t r = 0; r < rows; ++r) {
+      rng_words_t block = {{0, 0, 0, 0}};
+      for (int64_t k = 0; k < dim; ++k) {
+        if (k % 4 == 0)
+          block = rng_block(cfg->seed, (uint64_t)(run->item_begin + r), RNG_ITERATION_INIT, (uint32_t)(k / 4));
+        x_local[r * dim + k] = -2.0f + 4.0f * rng_uniform(block.v[k % 4]);
+      }
+    }
+  }
+  status = comm_agree(run->comm, status);
+  if (status != DS_OK) return status;
+  for (int64_t e = 0; e < rows * dim && status == DS_OK; ++e)
+    if (!isfinite(x_local[e]))
+      status = ds_fail(DS_ERR_INPUT, "--init %s: row %lld, column %lld is not finite (%g)", cfg->init,
+                       (long long)(run->item_begin + e / dim), (long long)(e % dim), (double)x_local[e]);
+  return comm_agree(run->comm, status);
+}
+
+typedef struct attr_list {
+  h5out_attr_t attrs[64];
+  char storage[64][2][256];
+  int count;
+} attr_list_t;
+
+static void add_attr(void *user, const char *key, const char *value) {
+  attr_list_t *list = user;
+  if (list->count >= 64) return;
+  char(*slot)[256] = list->storage[list->count];
+  snprintf(slot[0], sizeof slot[0], "config_%s", key);
+  snprintf(slot[1], sizeof slot[1], "%s", value);
+  for (char *c = slot[0]; *c; ++c)
+    if (*c == '-') *c = '_';
+  list->attrs[list->count].key = slot[0];
+  list->attrs[list->count].value = slot[1];
+  list->count++;
+}
+
+int run_open_output(run_ctx_t *run, h5out_t **out) {
+  attr_list_t *list = calloc(1, sizeof *list);
+  if (!list) return DS_FAIL_ALLOC("output attributes", sizeof *list);
+  add_attr(list, "algorithm", config_algorithm_name(run->cfg->algorithm));
+  config_for_each(run->cfg, add_attr, list);
+  char ranks[32];
+  snprintf(ranks, sizeof ranks, "%d", run->comm->size);
+  add_attr(list, "ranks", ranks);
+  add_attr(list, "backend_used", run->backend->name);
+  int status = h5out_create(out, run->comm->world, run->cfg->out, list->attrs, list->count);
+  free(list);
+  return comm_agree(run->comm, status);
+}
+
+int run_main(comm_ctx_t *comm, const config_t *cfg) {
+  run_ctx_t run;
+  memset(&run, 0, sizeof run);
+  run.comm = comm;
+  run.cfg = cfg;
+
+  /* One device per rank: the local rank picks it, whatever CUDA_VISIBLE_DEVICES says. */
+  backend_t *backend = NULL;
+  int status = backend_create(cfg->backend, comm->local_rank, &backend);
+  status = comm_agree(comm, status);
+  if (status != DS_OK) {
+    backend_destroy(backend);
+    return status;
+  }
+  comm->device = backend->device;
+  status = comm_agree(comm, comm_select_transport(comm, cfg->comm, backend->on_device, backend->stream));
+
+  target_handle_t target;
+  memset(&target, 0, sizeof target);
+  if (status == DS_OK) status = comm_agree(comm, target_open(cfg->target, cfg->target_args, cfg->dim, comm->world, &target));
+  if (status == DS_OK) {
+    run.backend = backend;
+    run.target = &target.target;
+    comm_partition(config_items(cfg), comm->size, comm->rank, &run.item_begin, &run.item_end);
+    if (comm->rank == 0 && !cfg->quiet) {
+      printf("dsampler %s: %s, target %s (dim %lld), %lld %s on %d rank%s, backend %s, transport %s\n",
+             DSAMPLER_VERSION, config_algorithm_name(cfg->algorithm), target.target.name,
+             (long long)target.target.dim, (long long)config_items(cfg),
+             cfg->algorithm == ALGO_HMC ? "chains" : "particles", comm->size, comm->size == 1 ? "" : "s",
+             backend->name, comm->transport == COMM_TRANSPORT_NCCL ? "nccl" : "mpi");
+      fflush(stdout);
+    }
+    status = cfg->algorithm == ALGO_HMC ? hmc_run(&run) : svgd_run(&run);
+  }
+  target_close(&target);
+  comm_release_transport(comm); /* NCCL goes before the CUDA resources it used */
+  backend_destroy(backend);
+  return status;
+}

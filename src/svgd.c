@@ -1,0 +1,161 @@
+/* svgd.c: Stein variational gradient descent (DESIGN.md, SVGD), written once against the
+ * backend interface. Each iteration: scores of the local particles, allgather of [x | s] so
+ * every rank holds all N, the exact median bandwidth, phi for local rows in tiles, update. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "median.h"
+#include "run.h"
+#include "status.h"
+
+typedef struct svgd_state {
+  float *x_all;      /* [n, dim] on the backend; this rank's rows are its particles */
+  float *score_all;  /* [n, dim] */
+  float *phi;        /* [rows, dim] */
+  float *history;    /* [rows, dim], adagrad */
+  float *logp;       /* [rows] */
+} svgd_state_t;
+
+static void svgd_state_free(backend_t *b, svgd_state_t *s) {
+  b->release(b, s->x_all);
+  b->release(b, s->score_all);
+  b->release(b, s->phi);
+  b->release(b, s->history);
+  b->release(b, s->logp);
+}
+
+static int svgd_state_alloc(backend_t *b, svgd_state_t *s, int64_t n, int64_t rows, int64_t dim, int adagrad) {
+  memset(s, 0, sizeof *s);
+  size_t all = (size_t)(n * dim) * sizeof(float), local = (size_t)(rows * dim) * sizeof(float);
+  DS_TRY(b->alloc(b, (void **)&s->x_all, all));
+  DS_TRY(b->alloc(b, (void **)&s->score_all, all));
+  DS_TRY(b->alloc(b, (void **)&s->phi, local));
+  if (adagrad) DS_TRY(b->alloc(b, (void **)&s->history, local));
+  DS_TRY(b->alloc(b, (void **)&s->logp, (size_t)rows * sizeof(float)));
+  return DS_OK;
+}
+
+/* The bandwidth h: fixed, or m / max(log n, 1) with m the exact lower median (>= 1e-5). */
+static int svgd_bandwidth(run_ctx_t *run, svgd_state_t *s, int64_t n, float *h, float *median_out) {
+  const config_t *cfg = run->cfg;
+  if (cfg->bandwidth_value > 0) {
+    *h = (float)cfg->bandwidth_value;
+    *median_out = NAN;
+    return DS_OK;
+  }
+  float median;
+  DS_TRY(svgd_exact_median(run->comm, run->backend, s->x_all, n, run->target->dim, run->item_begin,
+                           run->item_end, &median));
+  *median_out = median;
+  double m = fmax((double)median, 1e-5);
+  *h = (float)(m / fmax(log((double)n), 1.0));
+  return DS_OK;
+}
+
+/* One SVGD iteration; `iteration` counts from 0. Collective. */
+static int svgd_step(run_ctx_t *run, svgd_state_t *s, int64_t iteration, float *h) {
+  backend_t *b = run->backend;
+  const int64_t n = config_items(run->cfg), dim = run->target->dim;
+  const int64_t rows = run->item_end - run->item_begin;
+  float *x_local = s->x_all + run->item_begin * dim;
+  float *score_local = s->score_all + run->item_begin * dim;
+
+  int status = b->logp_grad(b, run->target, x_local, rows, s->logp, score_local);
+  DS_TRY(comm_agree(run->comm, status));
+  DS_TRY(comm_allgather_rows(run->comm, s->x_all, n, dim, b->on_device));
+  DS_TRY(comm_allgather_rows(run->comm, s->score_all, n, dim, b->on_device));
+  float median;
+  DS_TRY(svgd_bandwidth(run, s, n, h, &median));
+  status = b->svgd_phi(b, s->x_all, s->score_all, n, dim, run->item_begin, run->item_end, *h, s->phi);
+  if (status == DS_OK) {
+    svgd_update_t kind = strcmp(run->cfg->update, "adagrad") == 0 ? SVGD_UPDATE_ADAGRAD : SVGD_UPDATE_SGD;
+    status = b->svgd_update(b, x_local, s->phi, s->history, rows * dim, kind, (float)run->cfg->step_size,
+                            iteration == 0);
+  }
+  return comm_agree(run->comm, status);
+}
+
+static int svgd_write_output(run_ctx_t *run, svgd_state_t *s) {
+  backend_t *b = run->backend;
+  const int64_t n = config_items(run->cfg), dim = run->target->dim;
+  const int64_t rows = run->item_end - run->item_begin;
+  float *x_local = s->x_all + run->item_begin * dim;
+  /* lp of the final particles: one more target call. */
+  int status = b->logp_grad(b, run->target, x_local, rows, s->logp, s->score_all + run->item_begin * dim);
+  DS_TRY(comm_agree(run->comm, status));
+
+  float *x_host = malloc((size_t)(rows * dim + 1) * sizeof *x_host);
+  float *lp_host = malloc((size_t)(rows + 1) * sizeof *lp_host);
+  status = x_host && lp_host ? DS_OK : DS_FAIL_ALLOC("output rows", (size_t)(rows * dim) * sizeof(float));
+  if (status == DS_OK) status = b->download(b, x_host, x_local, (size_t)(rows * dim) * sizeof(float));
+  if (status == DS_OK) status = b->download(b, lp_host, s->logp, (size_t)rows * sizeof(float));
+  int64_t non_finite = 0;
+  for (int64_t e = 0; status == DS_OK && e < rows * dim; ++e) non_finite += !isfinite(x_host[e]);
+  status = comm_agree(run->comm, status);
+
+  h5out_t *out = NULL;
+  if (status == DS_OK) status = run_open_output(run, &out);
+  if (status == DS_OK) {
+    /* Particles are one chain of n draws: this rank's particles are draws [begin, end). */
+    const h5out_var_t posterior[] = {{run->target->var_name, H5OUT_FLOAT32, 1}};
+    const h5out_var_t stats[] = {{"lp", H5OUT_FLOAT32, 0}};
+    int g_posterior, g_stats;
+    status = h5out_add_group(out, "posterior", 1, dim, posterior, 1, &g_posterior);
+    if (status == DS_OK) status = h5out_add_group(out, "sample_stats", 1, dim, stats, 1, &g_stats);
+    const int64_t chains = rows > 0 ? 1 : 0;
+    const void *x_data[] = {x_host}, *lp_data[] = {lp_host};
+    if (status == DS_OK) status = h5out_write(out, g_posterior, n, 0, chains, run->item_begin, rows, x_data);
+    if (status == DS_OK) status = h5out_write(out, g_stats, n, 0, chains, run->item_begin, rows, lp_data);
+    int close_status = h5out_close(out);
+    if (status == DS_OK) status = close_status;
+  }
+  status = comm_agree(run->comm, status);
+  double bad = (double)non_finite;
+  if (status == DS_OK) status = comm_allreduce_sum_double(run->comm, &bad, 1);
+  if (status == DS_OK && bad > 0 && run->comm->rank == 0)
+    fprintf(stderr, "dsampler: warning: %.0f particle coordinates are not finite; the step size "
+                    "may be too large\n", bad);
+  free(x_host);
+  free(lp_host);
+  return status;
+}
+
+int svgd_run(run_ctx_t *run) {
+  backend_t *b = run->backend;
+  const config_t *cfg = run->cfg;
+  const int64_t n = config_items(cfg), dim = run->target->dim;
+  const int64_t rows = run->item_end - run->item_begin;
+  if (n >= ((int64_t)1 << 32))
+    return ds_fail(DS_ERR_INPUT, "--particles: at most 2^32 - 1 particles (the median counts N^2 pairs)");
+
+  svgd_state_t s;
+  int status = svgd_state_alloc(b, &s, n, rows, dim, strcmp(cfg->update, "adagrad") == 0);
+  float *x_init = malloc((size_t)(rows * dim + 1) * sizeof *x_init);
+  if (status == DS_OK && !x_init) status = DS_FAIL_ALLOC("initial particles", (size_t)(rows * dim) * sizeof(float));
+  status = comm_agree(run->comm, status);
+  if (status == DS_OK) status = run_initial_positions(run, n, x_init);
+  if (status == DS_OK)
+    status = comm_agree(run->comm, b->upload(b, s.x_all + run->item_begin * dim, x_init,
+                                             (size_t)(rows * dim) * sizeof(float)));
+  free(x_init);
+
+  progress_init(&run->progress, run->comm->rank == 0 && !cfg->quiet, cfg->iters);
+  for (int64_t it = 0; it < cfg->iters && status == DS_OK; ++it) {
+    float h = 0.0f;
+    status = svgd_step(run, &s, it, &h);
+    char detail[96];
+    snprintf(detail, sizeof detail, "h %.4g", (double)h);
+    if (status == DS_OK) progress_update(&run->progress, "svgd", it + 1, detail);
+  }
+  if (status == DS_OK) status = svgd_write_output(run, &s);
+  if (status == DS_OK) {
+    char what[CONFIG_PATH_MAX + 256];
+    snprintf(what, sizeof what, "svgd: %lld iterations of %lld particles written to %s",
+             (long long)cfg->iters, (long long)n, cfg->out);
+    progress_finish(&run->progress, what);
+  }
+  svgd_state_free(b, &s);
+  return status;
+}

@@ -1,0 +1,117 @@
+/* target.c: opens the run's target, built-in or plugin, and checks what it reports. */
+#include "target.h"
+
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "status.h"
+#include "targets_builtin.h"
+
+int target_args_get(const char *args, const char *key, char *value, size_t value_size) {
+  size_t key_length = strlen(key);
+  const char *p = args;
+  while (p && *p) {
+    const char *end = strchr(p, ',');
+    size_t length = end ? (size_t)(end - p) : strlen(p);
+    if (length > key_length && strncmp(p, key, key_length) == 0 && p[key_length] == '=') {
+      size_t value_length = length - key_length - 1;
+      if (value_length >= value_size) value_length = value_size - 1;
+      memcpy(value, p + key_length + 1, value_length);
+      value[value_length] = '\0';
+      return 1;
+    }
+    p = end ? end + 1 : NULL;
+  }
+  return 0;
+}
+
+int target_args_check(const char *target_name, const char *args, const char *const *known) {
+  const char *p = args;
+  while (p && *p) {
+    const char *end = strchr(p, ',');
+    size_t length = end ? (size_t)(end - p) : strlen(p);
+    const char *equals = memchr(p, '=', length);
+    if (!equals)
+      return ds_fail(DS_ERR_INPUT, "--target-args: expected key=value, got '%.*s'", (int)length, p);
+    size_t key_length = (size_t)(equals - p);
+    int found = 0;
+    for (const char *const *k = known; *k; ++k)
+      if (strlen(*k) == key_length && strncmp(*k, p, key_length) == 0) found = 1;
+    if (!found) {
+      char list[512] = "";
+      for (const char *const *k = known; *k; ++k) {
+        if (strcmp(*k, "dim") == 0) continue;
+        strncat(list, list[0] ? ", " : "", sizeof list - strlen(list) - 1);
+        strncat(list, *k, sizeof list - strlen(list) - 1);
+      }
+      return ds_fail(DS_ERR_INPUT, "--target-args: target '%s' has no parameter '%.*s' (it takes: %s)",
+                     target_name, (int)key_length, p, list[0] ? list : "none");
+    }
+    p = end ? end + 1 : NULL;
+  }
+  return DS_OK;
+}
+
+static int check_reported(const char *spec, const dsampler_target *t, int64_t dim) {
+  if (t->abi_version != DSAMPLER_TARGET_ABI_VERSION)
+    return ds_fail(DS_ERR_INPUT, "--target %s: ABI version %d, this dsampler speaks version %d",
+                   spec, t->abi_version, DSAMPLER_TARGET_ABI_VERSION);
+  if (!t->logp_grad)
+    return ds_fail(DS_ERR_INPUT, "--target %s: provides no logp_grad (the host entry is required)", spec);
+  if (t->dim <= 0)
+    return ds_fail(DS_ERR_INPUT, "--target %s: dimension %lld; give a positive --dim", spec, (long long)t->dim);
+  if (dim > 0 && t->dim != dim)
+    return ds_fail(DS_ERR_INPUT, "--target %s: has dimension %lld but --dim is %lld", spec,
+                   (long long)t->dim, (long long)dim);
+  return DS_OK;
+}
+
+int target_open(const char *spec, const char *args, int64_t dim, MPI_Comm comm, target_handle_t *out) {
+  memset(out, 0, sizeof *out);
+  size_t full_size = strlen(args) + 64;
+  char *full_args = malloc(full_size);
+  if (!full_args) return DS_FAIL_ALLOC("target arguments", full_size);
+  if (dim > 0)
+    snprintf(full_args, full_size, "dim=%lld%s%s", (long long)dim, args[0] ? "," : "", args);
+  else
+    snprintf(full_args, full_size, "%s", args);
+
+  int status;
+  if (strncmp(spec, "plugin:", 7) == 0) {
+    const char *path = spec + 7;
+    out->library = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!out->library) {
+      free(full_args);
+      return ds_fail(DS_ERR_INPUT, "--target %s: cannot load the plugin: %s", spec, dlerror());
+    }
+    dsampler_target_create_fn create;
+    *(void **)&create = dlsym(out->library, "dsampler_target_create");
+    if (!create) {
+      free(full_args);
+      dlclose(out->library);
+      out->library = NULL;
+      return ds_fail(DS_ERR_INPUT, "--target %s: the plugin exports no dsampler_target_create", spec);
+    }
+    int rc = create(full_args, comm, &out->target);
+    status = rc == 0 ? DS_OK
+                     : ds_fail(DS_ERR_INPUT, "--target %s: dsampler_target_create(\"%s\") failed (returned %d)",
+                               spec, full_args, rc);
+  } else {
+    status = builtin_target_create(spec, full_args, comm, &out->target);
+  }
+  free(full_args);
+  if (status == DS_OK) status = check_reported(spec, &out->target, dim);
+  if (status == DS_OK && !out->target.name) out->target.name = spec;
+  if (status == DS_OK && !out->target.var_name) out->target.var_name = "x";
+  if (status != DS_OK) target_close(out);
+  return status;
+}
+
+void target_close(target_handle_t *handle) {
+  if (handle->target.destroy) handle->target.destroy(handle->target.self);
+  handle->target.destroy = NULL;
+  if (handle->library) dlclose(handle->library);
+  handle->library = NULL;
+}
