@@ -66,8 +66,10 @@ struct backend {
                              int64_t row_begin, int64_t row_end, int pass, uint32_t high_bits,
                              uint64_t *hist);
   /* phi [row_end - row_begin, dim] for local rows against all n columns:
-   * phi_i = (sum_j K_ij v_j + x_i sum_j K_ij / h) / n, K_ij = exp(-D_ij / (2h)),
-   * v_j = s_j - x_j / h. No n x n array. */
+   * phi_i = (s_i + sum_{j != i} K_ij v_j + x_i sum_{j != i} K_ij / h) / n,
+   * K_ij = exp(-D_ij / (2h)), v_j = s_j - x_j / h. This is DESIGN.md's phi with the j = i term
+   * (K_ii = 1, x_i - x_i = 0) added exactly: through v it would cancel x_i / h against itself,
+   * which loses all precision when h is small (N <= 2, or collapsed particles). No n x n array. */
   int (*svgd_phi)(backend_t *b, const float *x_all, const float *score_all, int64_t n,
                   int64_t dim, int64_t row_begin, int64_t row_end, float h, float *phi);
   /* x += step * phi (sgd), or adagrad with history g: g = phi^2 on the first iteration, else

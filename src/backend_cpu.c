@@ -206,6 +206,8 @@ static int cpu_svgd_phi(backend_t *b, const float *x_all, const float *score_all
         else
           for (int c = 0; c < width; ++c) dist[c] = distance_one(x_i, columns_t, n, dim, j + c);
         for (int c = 0; c < width; ++c) {
+          /* j = i adds s_i exactly, below; through v it would cancel x_i / h against itself. */
+          if (j + c == i) continue;
           float kernel = expf(dist[c] * neg_half_inv_h);
           const float *v_j = v_all + (j + c) * dim;
           sum_k += kernel;
@@ -214,7 +216,8 @@ static int cpu_svgd_phi(backend_t *b, const float *x_all, const float *score_all
       }
       float *phi_i = phi + (i - row_begin) * dim;
       const float inv_n = 1.0f / (float)n;
-      for (int64_t k = 0; k < dim; ++k) phi_i[k] = (sum_kv[k] + x_i[k] * sum_k / h) * inv_n;
+      const float *s_i = score_all + i * dim;
+      for (int64_t k = 0; k < dim; ++k) phi_i[k] = (s_i[k] + sum_kv[k] + x_i[k] * sum_k / h) * inv_n;
     }
     free(sum_kv);
   }

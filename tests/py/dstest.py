@@ -1,0 +1,127 @@
+"""dstest: shared helpers for dsampler's end-to-end tests: run the binary under mpiexec, write
+--init files, read outputs. Paths and the launcher come from the environment set by CTest."""
+import os
+import shlex
+import subprocess
+import sys
+
+import h5py
+import numpy as np
+
+DSAMPLER = os.environ.get("DSAMPLER_BIN", "dsampler")
+MPIEXEC = os.environ.get("MPIEXEC", "mpiexec")
+NP_FLAG = os.environ.get("MPIEXEC_NUMPROC_FLAG", "-n")
+PREFLAGS = shlex.split(os.environ.get("MPIEXEC_PREFLAGS", ""))
+WORKDIR = os.environ.get("DSAMPLER_TEST_DIR", os.getcwd())
+TIMEOUT = float(os.environ.get("DSAMPLER_TEST_TIMEOUT", "300"))
+
+failures = []
+
+
+def path(name):
+    os.makedirs(WORKDIR, exist_ok=True)
+    return os.path.join(WORKDIR, name)
+
+
+def run(np_ranks, *args, expect_ok=True, timeout=None):
+    """Runs `dsampler args...` on np_ranks ranks; returns (returncode, stdout, stderr)."""
+    cmd = [MPIEXEC, NP_FLAG, str(np_ranks), *PREFLAGS, DSAMPLER, *[str(a) for a in args]]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout or TIMEOUT)
+    if expect_ok and proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} exited {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}")
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def write_init(name, x):
+    p = path(name)
+    with h5py.File(p, "w") as f:
+        f.create_dataset("x", data=np.asarray(x, dtype=np.float32))
+    return p
+
+
+def read(p, dataset):
+    with h5py.File(p, "r") as f:
+        return f[dataset][...]
+
+
+def datasets(p):
+    """All datasets of the file as {name: array}."""
+    out = {}
+    with h5py.File(p, "r") as f:
+        f.visititems(lambda name, obj: out.__setitem__(name, obj[...]) if isinstance(obj, h5py.Dataset) else None)
+    return out
+
+
+def check(condition, message):
+    """Records a failed assertion; the test reports all of them before exiting."""
+    status = "ok  " if condition else "FAIL"
+    print(f"{status} {message}", flush=True)
+    if not condition:
+        failures.append(message)
+
+
+def finish(name):
+    if failures:
+        print(f"{name}: {len(failures)} check(s) failed")
+        sys.exit(1)
+    print(f"{name}: all checks passed")
+    sys.exit(0)
+
+
+def rel_err(got, ref):
+    got = np.asarray(got, dtype=np.float64)
+    ref = np.asarray(ref, dtype=np.float64)
+    denom = np.linalg.norm(ref)
+    return np.linalg.norm(got - ref) / (denom if denom > 0 else 1.0)
+
+
+# --- an independent Philox4x32-10 (numpy, vectorised over counters) ---------------------------
+M0, M1 = np.uint64(0xD2511F53), np.uint64(0xCD9E8D57)
+W0, W1 = np.uint32(0x9E3779B9), np.uint32(0xBB67AE85)
+
+
+def philox(c0, c1, c2, c3, k0, k1):
+    c = [np.asarray(v, dtype=np.uint32).copy() for v in (c0, c1, c2, c3)]
+    k0 = np.uint32(k0)
+    k1 = np.uint32(k1)
+    mask = np.uint64(0xFFFFFFFF)
+    for _ in range(10):
+        p0 = M0 * c[0].astype(np.uint64)
+        p1 = M1 * c[2].astype(np.uint64)
+        hi0, lo0 = (p0 >> np.uint64(32)).astype(np.uint32), (p0 & mask).astype(np.uint32)
+        hi1, lo1 = (p1 >> np.uint64(32)).astype(np.uint32), (p1 & mask).astype(np.uint32)
+        c = [hi1 ^ c[1] ^ k0, lo1, hi0 ^ c[3] ^ k1, lo0]
+        with np.errstate(over="ignore"):
+            k0 = np.uint32(k0 + W0)
+            k1 = np.uint32(k1 + W1)
+    return c
+
+
+def words(seed, item, iteration, n_words):
+    """Words 0..n_words-1 drawn for (seed, item, iteration): shape [len(item), n_words]."""
+    item = np.asarray(item, dtype=np.uint64)
+    blocks = (n_words + 3) // 4
+    out = np.empty((item.size, blocks * 4), dtype=np.uint32)
+    for b in range(blocks):
+        w = philox(np.full(item.size, b), np.full(item.size, iteration),
+                   (item & np.uint64(0xFFFFFFFF)).astype(np.uint32), (item >> np.uint64(32)).astype(np.uint32),
+                   seed & 0xFFFFFFFF, seed >> 32)
+        for lane in range(4):
+            out[:, 4 * b + lane] = w[lane]
+    return out[:, :n_words]
+
+
+def uniform(w):
+    return w.astype(np.float64) * 2.0 ** -32 + 2.0 ** -33
+
+
+def hmc_momenta_and_uniform(seed, chains, iteration, dim):
+    """Standard-normal momenta [chains, dim] and the accept uniform [chains], in float64."""
+    pairs = (dim + 1) // 2
+    w = words(seed, chains, iteration, 2 * pairs + 1)
+    u1, u2 = uniform(w[:, 0:2 * pairs:2]), uniform(w[:, 1:2 * pairs:2])
+    radius = np.sqrt(-2.0 * np.log(u1))
+    z = np.empty((len(chains), 2 * pairs))
+    z[:, 0::2] = radius * np.cos(2 * np.pi * u2)
+    z[:, 1::2] = radius * np.sin(2 * np.pi * u2)
+    return z[:, :dim], uniform(w[:, 2 * pairs])
