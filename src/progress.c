@@ -13,7 +13,9 @@ double progress_now(void) {
 
 void progress_init(progress_t *p, int enabled, int64_t total) {
   p->enabled = enabled;
-  p->tty = isatty(STDOUT_FILENO);
+  /* Progress goes to stderr, so stdout stays clean for results; under mpirun a rank's stdout
+   * is a pseudo-terminal even when the job's output goes to a file, stderr is not. */
+  p->tty = isatty(STDERR_FILENO);
   p->start = p->phase_start = progress_now();
   p->last_print = 0;
   p->total = total;
@@ -49,17 +51,17 @@ void progress_update(progress_t *p, const char *phase, int64_t done, const char 
   snprintf(line, sizeof line, "%-8s %lld/%lld  %.1f it/s  ETA %s  %s", phase, (long long)done,
            (long long)p->total, rate, eta, detail ? detail : "");
   if (p->tty) {
-    printf("\r\033[K%s", line);
+    fprintf(stderr, "\r\033[K%s", line);
     p->printed_inline = 1;
   } else {
-    printf("%s\n", line);
+    fprintf(stderr, "%s\n", line);
   }
-  fflush(stdout);
+  fflush(stderr);
 }
 
 void progress_finish(progress_t *p, const char *what) {
   if (!p->enabled) return;
-  if (p->printed_inline) printf("\n");
+  if (p->printed_inline) fprintf(stderr, "\n");
   char wall[32];
   format_seconds(progress_now() - p->start, wall, sizeof wall);
   printf("%s in %s (%.2f s wall)\n", what, wall, progress_now() - p->start);

@@ -1,5 +1,5 @@
-/* progress.h: the rank-0 progress line: rewritten in place on a terminal, one line every few
- * seconds in a log. */
+/* progress.h: the rank-0 progress line, on stderr: rewritten in place on a terminal, one line
+ * every few seconds in a log. */
 #ifndef DSAMPLER_PROGRESS_H
 #define DSAMPLER_PROGRESS_H
 
