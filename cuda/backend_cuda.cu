@@ -1,0 +1,257 @@
+/* backend_cuda.cu: the CUDA backend: backend.h's interface over device memory, one compute
+ * stream per backend. Kernels live in svgd_kernels.cu and hmc_kernels.cu; this file owns the
+ * device buffers (histogram, phi scratch, HMC work arrays, pinned staging) and chooses fused
+ * kernels for the built-in gaussian, a target's own device gradient, or host staging. */
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend_cuda.h"
+#include "cuda_check.h"
+#include "hmc_kernels.h"
+#include "status.h"
+#include "svgd_kernels.h"
+#include "targets_builtin.h"
+
+namespace {
+
+struct cuda_impl {
+  cudaStream_t stream;
+  cublasHandle_t cublas;
+  int sm_count;
+  unsigned long long *hist_dev; /* SVGD_HIST_BINS */
+  uint64_t *hist_host;          /* pinned, SVGD_HIST_BINS */
+  float *phi_scratch;
+  size_t phi_scratch_floats;
+  void *hmc_work;
+  size_t hmc_work_bytes;
+  void *stage;                  /* pinned host staging for targets with a host gradient only */
+  size_t stage_bytes;
+};
+
+cuda_impl *impl_of(backend_t *b) { return static_cast<cuda_impl *>(b->impl); }
+
+/* Grow-only device buffer. */
+int ensure_device(void **buf, size_t *have, size_t want, const char *what) {
+  if (*have >= want) return DS_OK;
+  if (*buf) CUDA_CHECK(cudaFree(*buf));
+  *buf = NULL;
+  *have = 0;
+  if (cudaMalloc(buf, want) != cudaSuccess) {
+    (void)cudaGetLastError();
+    *buf = NULL;
+    return DS_FAIL_ALLOC(what, want);
+  }
+  *have = want;
+  return DS_OK;
+}
+
+int ensure_pinned(void **buf, size_t *have, size_t want) {
+  if (*have >= want) return DS_OK;
+  if (*buf) CUDA_CHECK(cudaFreeHost(*buf));
+  *buf = NULL;
+  *have = 0;
+  CUDA_CHECK(cudaMallocHost(buf, want));
+  *have = want;
+  return DS_OK;
+}
+
+int cuda_alloc(backend_t *b, void **ptr, size_t bytes) {
+  (void)b;
+  *ptr = NULL;
+  if (bytes == 0) return DS_OK;
+  cudaError_t err = cudaMalloc(ptr, bytes);
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();
+    *ptr = NULL;
+    if (err == cudaErrorMemoryAllocation) return DS_FAIL_ALLOC("a device array", bytes);
+    return cuda_check_fail(err, __FILE__, __LINE__, "cudaMalloc(ptr, bytes)");
+  }
+  return DS_OK;
+}
+
+void cuda_release(backend_t *b, void *ptr) {
+  (void)b;
+  if (ptr) CUDA_CHECK_NORETURN(cudaFree(ptr));
+}
+
+int cuda_upload(backend_t *b, void *dst, const void *host_src, size_t bytes) {
+  if (bytes == 0) return DS_OK;
+  cudaStream_t stream = impl_of(b)->stream;
+  CUDA_CHECK(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, stream));
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  return DS_OK;
+}
+
+int cuda_download(backend_t *b, void *host_dst, const void *src, size_t bytes) {
+  if (bytes == 0) return DS_OK;
+  cudaStream_t stream = impl_of(b)->stream;
+  CUDA_CHECK(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, stream));
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  return DS_OK;
+}
+
+int cuda_synchronize(backend_t *b) {
+  CUDA_CHECK(cudaStreamSynchronize(impl_of(b)->stream));
+  return DS_OK;
+}
+
+int cuda_logp_grad(backend_t *b, const dsampler_target *t, const float *x, int64_t n, float *logp,
+                   float *grad) {
+  cuda_impl *impl = impl_of(b);
+  if (n == 0) return DS_OK;
+  builtin_params_t params;
+  if (builtin_target_params(t, &params) && params.dim == t->dim)
+    return gaussian_launch_logp_grad(&params, x, n, logp, grad, impl->stream);
+  if (t->logp_grad_cuda) {
+    int rc = t->logp_grad_cuda(t->self, x, n, logp, grad, impl->stream);
+    if (rc != 0)
+      return ds_fail(DS_ERR_TARGET, "target '%s': logp_grad_cuda failed (returned %d)", t->name, rc);
+    CUDA_CHECK(cudaGetLastError());
+    return DS_OK;
+  }
+  /* Host gradient only: through pinned memory. */
+  const size_t x_bytes = (size_t)(n * t->dim) * sizeof(float), logp_bytes = (size_t)n * sizeof(float);
+  DS_TRY(ensure_pinned(&impl->stage, &impl->stage_bytes, 2 * x_bytes + logp_bytes));
+  float *x_host = static_cast<float *>(impl->stage);
+  float *grad_host = x_host + (size_t)(n * t->dim), *logp_host = grad_host + (size_t)(n * t->dim);
+  DS_TRY(cuda_download(b, x_host, x, x_bytes));
+  int rc = t->logp_grad(t->self, x_host, n, logp_host, grad_host);
+  if (rc != 0) return ds_fail(DS_ERR_TARGET, "target '%s': logp_grad failed (returned %d)", t->name, rc);
+  CUDA_CHECK(cudaMemcpyAsync(logp, logp_host, logp_bytes, cudaMemcpyHostToDevice, impl->stream));
+  CUDA_CHECK(cudaMemcpyAsync(grad, grad_host, x_bytes, cudaMemcpyHostToDevice, impl->stream));
+  CUDA_CHECK(cudaStreamSynchronize(impl->stream)); /* the staging buffer is reused next call */
+  return DS_OK;
+}
+
+int cuda_svgd_pair_histogram(backend_t *b, const float *x_all, int64_t n, int64_t dim, int64_t row_begin,
+                             int64_t row_end, int pass, uint32_t high_bits, uint64_t *hist) {
+  cuda_impl *impl = impl_of(b);
+  if (n < 2 || row_end <= row_begin) return DS_OK;
+  const size_t bytes = (size_t)SVGD_HIST_BINS * sizeof(uint64_t);
+  CUDA_CHECK(cudaMemsetAsync(impl->hist_dev, 0, bytes, impl->stream));
+  DS_TRY(svgd_launch_pair_histogram(x_all, n, dim, row_begin, row_end, pass, high_bits, impl->hist_dev,
+                                    impl->sm_count, impl->stream));
+  DS_TRY(cuda_download(b, impl->hist_host, impl->hist_dev, bytes));
+  for (int bin = 0; bin < SVGD_HIST_BINS; ++bin) hist[bin] += impl->hist_host[bin];
+  return DS_OK;
+}
+
+int cuda_svgd_phi(backend_t *b, const float *x_all, const float *score_all, int64_t n, int64_t dim,
+                  int64_t row_begin, int64_t row_end, float h, float *phi) {
+  cuda_impl *impl = impl_of(b);
+  if (row_end <= row_begin) return DS_OK;
+  const size_t floats = svgd_phi_scratch_floats(n, dim, row_end - row_begin);
+  size_t have_bytes = impl->phi_scratch_floats * sizeof(float);
+  void *scratch = impl->phi_scratch;
+  DS_TRY(ensure_device(&scratch, &have_bytes, floats * sizeof(float), "SVGD phi scratch"));
+  impl->phi_scratch = static_cast<float *>(scratch);
+  impl->phi_scratch_floats = have_bytes / sizeof(float);
+  return svgd_launch_phi(x_all, score_all, n, dim, row_begin, row_end, h, phi, impl->phi_scratch,
+                         impl->stream);
+}
+
+int cuda_svgd_update(backend_t *b, float *x, const float *phi, float *g, int64_t count, svgd_update_t kind,
+                     float step, int first_iteration) {
+  return svgd_launch_update(x, phi, g, count, (int)kind, step, first_iteration, impl_of(b)->stream);
+}
+
+int cuda_hmc_transition(backend_t *b, const dsampler_target *t, hmc_batch_t *batch) {
+  cuda_impl *impl = impl_of(b);
+  if (batch->n_chains == 0) return DS_OK;
+  builtin_params_t params;
+  if (builtin_target_params(t, &params) && params.dim == batch->dim &&
+      hmc_gaussian_fused_supported(batch->dim))
+    return hmc_launch_gaussian_fused(&params, batch, impl->stream);
+
+  /* Generic: L batched gradient evaluations between kick-drift kernels. */
+  const size_t n = (size_t)batch->n_chains, elems = n * (size_t)batch->dim;
+  const size_t bytes = 3 * elems * sizeof(float) + 2 * n * sizeof(float) + n * sizeof(double) + 64;
+  DS_TRY(ensure_device(&impl->hmc_work, &impl->hmc_work_bytes, bytes, "HMC work arrays"));
+  double *h0 = static_cast<double *>(impl->hmc_work); /* first: 8-byte aligned */
+  float *q_work = reinterpret_cast<float *>(h0 + n);
+  float *p_work = q_work + elems, *grad_work = p_work + elems;
+  float *logp_work = grad_work + elems, *uniform = logp_work + n;
+  DS_TRY(hmc_launch_begin(batch, q_work, p_work, grad_work, uniform, h0, impl->stream));
+  for (int step = 0; step < batch->n_leapfrog; ++step) {
+    DS_TRY(hmc_launch_kick_drift(batch, step, q_work, p_work, grad_work, impl->stream));
+    DS_TRY(cuda_logp_grad(b, t, q_work, batch->n_chains, logp_work, grad_work));
+  }
+  return hmc_launch_finish(batch, q_work, p_work, grad_work, logp_work, uniform, h0, impl->stream);
+}
+
+void cuda_destroy(backend_t *b) {
+  cuda_impl *impl = impl_of(b);
+  if (impl) {
+    if (impl->stream) CUDA_CHECK_NORETURN(cudaStreamSynchronize(impl->stream));
+    if (impl->hist_dev) CUDA_CHECK_NORETURN(cudaFree(impl->hist_dev));
+    if (impl->hist_host) CUDA_CHECK_NORETURN(cudaFreeHost(impl->hist_host));
+    if (impl->phi_scratch) CUDA_CHECK_NORETURN(cudaFree(impl->phi_scratch));
+    if (impl->hmc_work) CUDA_CHECK_NORETURN(cudaFree(impl->hmc_work));
+    if (impl->stage) CUDA_CHECK_NORETURN(cudaFreeHost(impl->stage));
+    if (impl->cublas) {
+      cublasStatus_t status = cublasDestroy(impl->cublas);
+      if (status != CUBLAS_STATUS_SUCCESS)
+        (void)cublas_check_fail(status, __FILE__, __LINE__, "cublasDestroy(impl->cublas)");
+    }
+    if (impl->stream) CUDA_CHECK_NORETURN(cudaStreamDestroy(impl->stream));
+    free(impl);
+  }
+  free(b);
+}
+
+int cuda_setup(int device, backend_t *b, cuda_impl *impl) {
+  int devices = 0;
+  CUDA_CHECK(cudaGetDeviceCount(&devices));
+  if (device < 0 || device >= devices)
+    return ds_fail(DS_ERR_INPUT, "--backend cuda: GPU %d requested but %d visible", device, devices);
+  CUDA_CHECK(cudaSetDevice(device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&impl->sm_count, cudaDevAttrMultiProcessorCount, device));
+  CUDA_CHECK(cudaStreamCreateWithFlags(&impl->stream, cudaStreamNonBlocking));
+  CUBLAS_CHECK(cublasCreate(&impl->cublas));
+  CUBLAS_CHECK(cublasSetStream(impl->cublas, impl->stream));
+  CUDA_CHECK(cudaMalloc((void **)&impl->hist_dev, (size_t)SVGD_HIST_BINS * sizeof(unsigned long long)));
+  CUDA_CHECK(cudaMallocHost((void **)&impl->hist_host, (size_t)SVGD_HIST_BINS * sizeof(uint64_t)));
+  b->name = "cuda";
+  b->on_device = 1;
+  b->device = device;
+  b->stream = impl->stream;
+  return DS_OK;
+}
+
+} /* namespace */
+
+extern "C" int backend_cuda_create(int device, backend_t **out) {
+  *out = NULL;
+  backend_t *b = static_cast<backend_t *>(calloc(1, sizeof *b));
+  cuda_impl *impl = static_cast<cuda_impl *>(calloc(1, sizeof *impl));
+  if (!b || !impl) {
+    free(b);
+    free(impl);
+    return DS_FAIL_ALLOC("the CUDA backend", sizeof *b);
+  }
+  b->impl = impl;
+  b->alloc = cuda_alloc;
+  b->release = cuda_release;
+  b->upload = cuda_upload;
+  b->download = cuda_download;
+  b->synchronize = cuda_synchronize;
+  b->logp_grad = cuda_logp_grad;
+  b->svgd_pair_histogram = cuda_svgd_pair_histogram;
+  b->svgd_phi = cuda_svgd_phi;
+  b->svgd_update = cuda_svgd_update;
+  b->hmc_transition = cuda_hmc_transition;
+  b->destroy = cuda_destroy;
+  int status = cuda_setup(device, b, impl);
+  if (status != DS_OK) {
+    cuda_destroy(b);
+    return status;
+  }
+  *out = b;
+  return DS_OK;
+}
+
+extern "C" void *backend_cuda_cublas_handle(backend_t *b) {
+  return b && b->impl ? static_cast<void *>(impl_of(b)->cublas) : NULL;
+}

@@ -1,0 +1,38 @@
+/* hmc_kernels.h: launchers of the HMC kernels (hmc_kernels.cu), as plain C. The batch's
+ * arrays are device memory. Randomness follows rng.h: the momentum's normals and the accept
+ * uniform of chain c come from Philox blocks keyed by (seed, chain_begin + c, iteration). */
+#ifndef DSAMPLER_HMC_KERNELS_H
+#define DSAMPLER_HMC_KERNELS_H
+
+#include <cuda_runtime_api.h>
+#include <stdint.h>
+
+#include "backend.h"
+#include "targets_builtin.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* 1 when hmc_launch_gaussian_fused takes chains of this dimension. */
+int hmc_gaussian_fused_supported(int64_t dim);
+/* The whole iteration for the built-in gaussian in one kernel: momenta, L leapfrog steps
+ * with the gradient fused in, the Hamiltonian in double, the accept and the writes. */
+int hmc_launch_gaussian_fused(const builtin_params_t *params, const hmc_batch_t *batch,
+                              cudaStream_t stream);
+
+/* The generic path, for any target: begin, then per leapfrog step a kick-drift and one
+ * batched gradient of q_work, then finish. Work arrays are [n_chains, dim] (q, p, grad) and
+ * [n_chains] (logp, uniform, h0). begin copies q and grad into q_work and grad_work. */
+int hmc_launch_begin(const hmc_batch_t *batch, float *q_work, float *p_work, float *grad_work,
+                     float *uniform, double *h0, cudaStream_t stream);
+int hmc_launch_kick_drift(const hmc_batch_t *batch, int step, float *q_work, float *p_work,
+                          const float *grad_work, cudaStream_t stream);
+int hmc_launch_finish(const hmc_batch_t *batch, const float *q_work, float *p_work,
+                      const float *grad_work, const float *logp_work, const float *uniform,
+                      const double *h0, cudaStream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

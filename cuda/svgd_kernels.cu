@@ -1,0 +1,622 @@
+/* svgd_kernels.cu: the SVGD kernels of the CUDA backend and their launchers.
+ *
+ * - svgd_pair_histogram_kernel: one radix pass of the exact median over this rank's share of
+ *   unordered pairs. Blocks own 256-row x 128-column tiles of the (row, row + offset) band;
+ *   each thread keeps an 8 x 8 block of squared distances in registers while coordinate
+ *   chunks stream through shared memory. Counts go to a shared-memory histogram of 65536
+ *   16-bit counters (two per 32-bit word, 128 KB), whose wrap-arounds are caught exactly and
+ *   settled in the 64-bit global histogram, so any number of pairs per block is counted right.
+ * - svgd_phi_kernel: phi for a block of 128 rows against streamed 64-column tiles, in the
+ *   manner of FlashAttention: sum_j K_ij and sum_j K_ij v_j stay in registers, K_ij is formed
+ *   tile by tile in shared memory and never leaves the chip. Columns can be split over
+ *   blocks for small n; the split depends on n alone and the partial sums are added in a
+ *   fixed order, so a row's result does not depend on how rows are spread over ranks.
+ *
+ * Squared distances are summed exactly as the CPU backend does (d = x_ik - x_jk,
+ * acc = fma(d, d, acc), k ascending from acc = 0) with __fsub_rn/__fmaf_rn, so the median is
+ * bitwise the CPU's. Zero padding of coordinates adds fma(0, 0, acc) = acc and changes
+ * nothing. */
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "backend.h"
+#include "cuda_check.h"
+#include "svgd_kernels.h"
+
+namespace {
+
+/* ---------------------------------------------------------------- pair histogram */
+
+/* 4-byte asynchronous copy global -> shared; zeros when !valid (nothing is read then). */
+__device__ __forceinline__ void cp_async_f32(float *shared_dst, const float *global_src, bool valid) {
+  const unsigned dst = (unsigned)__cvta_generic_to_shared(shared_dst);
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(global_src),
+               "r"(valid ? 4 : 0));
+}
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+
+constexpr int HIST_THREADS = 512;
+constexpr int HIST_BM = 256;                       /* rows per tile: 32 thread rows x 8 */
+constexpr int HIST_BN = 128;                       /* columns per tile: 16 threads x (4 + 4) */
+constexpr int HIST_KC = 16;                        /* coordinates per staged chunk */
+constexpr int HIST_ROW_STRIDE = HIST_BM + 4;
+constexpr int HIST_COL_STRIDE = HIST_BN + 4;
+constexpr int HIST_WORDS = SVGD_HIST_BINS / 2;     /* two 16-bit counters per word */
+constexpr int HIST_LOAD_ROWS = HIST_THREADS / HIST_KC; /* rows (or columns) one sweep stages */
+constexpr size_t HIST_SMEM_BYTES =
+    sizeof(uint32_t) * HIST_WORDS +
+    sizeof(float) * 2 * HIST_KC * (HIST_ROW_STRIDE + HIST_COL_STRIDE);
+constexpr long long HIST_MAX_N = 1ll << 30;        /* int offsets inside the kernel */
+
+struct pair_histogram_args {
+  const float *x;
+  int n, half, row_begin, row_end, dim, chunks, col_tiles, row_tiles;
+  long long total_tiles;
+  int pass;
+  uint32_t high_bits;
+  unsigned long long *hist;
+};
+
+/* A 16-bit counter wrapped (old was 0xFFFF in its half): settle 65536 counts in the global
+ * histogram. A wrap of the low counter also carried one into the high counter of the word,
+ * which is taken back globally; when that carry wrapped the high counter too (old was
+ * 0xFFFFFFFF) the high counter's 65536 are settled as well. Every count has weight 2. */
+__device__ __noinline__ void hist_settle_wrap(unsigned long long *hist, uint32_t bin, uint32_t old) {
+  atomicAdd(&hist[bin], 2ull * 65536ull);
+  if ((bin & 1u) == 0) {
+    atomicAdd(&hist[bin + 1], ~1ull); /* -2 modulo 2^64 */
+    if (old == 0xFFFFFFFFu) atomicAdd(&hist[bin + 1], 2ull * 65536ull);
+  }
+}
+
+__device__ __forceinline__ void hist_count(uint32_t *hist_shared, unsigned long long *hist, uint32_t bin) {
+  const uint32_t shift = (bin & 1u) << 4;
+  const uint32_t old = atomicAdd(&hist_shared[bin >> 1], 1u << shift);
+  if (((old >> shift) & 0xFFFFu) == 0xFFFFu) hist_settle_wrap(hist, bin, old);
+}
+
+/* Position in the block's walk over (tile, coordinate chunk); tiles run row-tile major. */
+struct hist_cursor {
+  int row_tile, col_tile, chunk;
+  __device__ __forceinline__ void advance(const pair_histogram_args &a) {
+    if (++chunk == a.chunks) {
+      chunk = 0;
+      if (++col_tile == a.col_tiles) {
+        col_tile = 0;
+        ++row_tile;
+      }
+    }
+  }
+  __device__ __forceinline__ int r0(const pair_histogram_args &a) const { return a.row_begin + row_tile * HIST_BM; }
+  /* First virtual column: row + offset, not yet reduced modulo n. */
+  __device__ __forceinline__ int c0(const pair_histogram_args &a) const {
+    return r0(a) + 1 + col_tile * HIST_BN;
+  }
+};
+
+/* Stages one chunk: rows r0 + ty + 32 l and columns c0 + ty + 32 l (mod n), coordinate
+ * k0 + tx, each thread one element per row, transposed to [k][row] in shared memory. */
+__device__ __forceinline__ void hist_stage(const pair_histogram_args &a, const hist_cursor &at, int tid,
+                                           float *rows_s, float *cols_s) {
+  const int kk = tid % HIST_KC, lead = tid / HIST_KC, k = at.chunk * HIST_KC + kk;
+  const bool k_valid = k < a.dim;
+  const int r0 = at.r0(a);
+  int column = at.c0(a) + lead;
+  if (column >= a.n) column -= a.n;
+  if (column >= a.n) column %= a.n;
+#pragma unroll
+  for (int l = 0; l < HIST_BM / HIST_LOAD_ROWS; ++l) {
+    const int row = r0 + lead + l * HIST_LOAD_ROWS;
+    const bool valid = k_valid && row < a.row_end;
+    cp_async_f32(rows_s + kk * HIST_ROW_STRIDE + lead + l * HIST_LOAD_ROWS,
+                 valid ? a.x + (size_t)row * a.dim + k : a.x, valid);
+  }
+#pragma unroll
+  for (int l = 0; l < HIST_BN / HIST_LOAD_ROWS; ++l) {
+    cp_async_f32(cols_s + kk * HIST_COL_STRIDE + lead + l * HIST_LOAD_ROWS,
+                 k_valid ? a.x + (size_t)column * a.dim + k : a.x, k_valid);
+    column += HIST_LOAD_ROWS;
+    if (column >= a.n) column -= a.n;
+    if (column >= a.n) column %= a.n;
+  }
+}
+
+__global__ void __launch_bounds__(HIST_THREADS, 1)
+svgd_pair_histogram_kernel(const pair_histogram_args a) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  uint32_t *hist_s = reinterpret_cast<uint32_t *>(smem_raw);
+  float *rows_s = reinterpret_cast<float *>(hist_s + HIST_WORDS);     /* [2][KC][BM + 4] */
+  float *cols_s = rows_s + 2 * HIST_KC * HIST_ROW_STRIDE;             /* [2][KC][BN + 4] */
+  const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
+
+  for (int w = tid; w < HIST_WORDS / 4; w += HIST_THREADS)
+    reinterpret_cast<uint4 *>(hist_s)[w] = make_uint4(0u, 0u, 0u, 0u);
+
+  const long long tile_begin = a.total_tiles * blockIdx.x / gridDim.x;
+  const long long tile_end = a.total_tiles * (blockIdx.x + 1) / gridDim.x;
+  const long long steps = (tile_end - tile_begin) * a.chunks;
+  hist_cursor at;
+  at.row_tile = (int)(tile_begin / a.col_tiles);
+  at.col_tile = (int)(tile_begin - (long long)at.row_tile * a.col_tiles);
+  at.chunk = 0;
+  hist_cursor next = at;
+  if (steps > 0) {
+    hist_stage(a, next, tid, rows_s, cols_s);
+    next.advance(a);
+  }
+  cp_async_wait_all();
+  __syncthreads();
+
+  const int span_min = (a.n % 2 == 0) ? a.half - 1 : a.half;
+  float acc[8][8];
+#pragma unroll
+  for (int r = 0; r < 8; ++r)
+#pragma unroll
+    for (int c = 0; c < 8; ++c) acc[r][c] = 0.0f;
+
+  for (long long step = 0; step < steps; ++step) {
+    const int buffer = (int)(step & 1);
+    if (step + 1 < steps) {
+      hist_stage(a, next, tid, rows_s + (buffer ^ 1) * HIST_KC * HIST_ROW_STRIDE,
+                 cols_s + (buffer ^ 1) * HIST_KC * HIST_COL_STRIDE);
+      next.advance(a);
+    }
+
+    const float *rs = rows_s + buffer * HIST_KC * HIST_ROW_STRIDE + ty * 8;
+    const float *cs = cols_s + buffer * HIST_KC * HIST_COL_STRIDE + tx * 4;
+#pragma unroll
+    for (int kk = 0; kk < HIST_KC; ++kk) {
+      const float4 a0 = *reinterpret_cast<const float4 *>(rs + kk * HIST_ROW_STRIDE);
+      const float4 a1 = *reinterpret_cast<const float4 *>(rs + kk * HIST_ROW_STRIDE + 4);
+      const float4 b0 = *reinterpret_cast<const float4 *>(cs + kk * HIST_COL_STRIDE);
+      const float4 b1 = *reinterpret_cast<const float4 *>(cs + kk * HIST_COL_STRIDE + 64);
+      const float av[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
+      const float bv[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
+#pragma unroll
+      for (int r = 0; r < 8; ++r)
+#pragma unroll
+        for (int c = 0; c < 8; ++c) {
+          const float diff = __fsub_rn(av[r], bv[c]);
+          acc[r][c] = __fmaf_rn(diff, diff, acc[r][c]);
+        }
+    }
+
+    if (at.chunk == a.chunks - 1) { /* the tile's distances are complete */
+      const int r0 = at.r0(a);
+      const int first_offset = at.c0(a) - r0; /* offset of (row r0, column c0) */
+      const bool full = r0 + HIST_BM <= a.row_end && first_offset - (HIST_BM - 1) >= 1 &&
+                        first_offset + HIST_BN - 1 <= span_min;
+#pragma unroll
+      for (int r = 0; r < 8; ++r) {
+        const int i = r0 + ty * 8 + r;
+        const int span = (a.n % 2 == 0 && i >= a.half) ? a.half - 1 : a.half;
+        const bool row_valid = i < a.row_end;
+#pragma unroll
+        for (int c = 0; c < 8; ++c) {
+          const int offset = first_offset + tx * 4 + (c & 3) + (c >> 2) * 64 - ty * 8 - r;
+          const bool counted = full || (row_valid && offset >= 1 && offset <= span);
+          const uint32_t bits = __float_as_uint(acc[r][c]);
+          acc[r][c] = 0.0f;
+          if (!counted) continue;
+          if (a.pass == SVGD_MEDIAN_PASS_HIGH)
+            hist_count(hist_s, a.hist, bits >> 16);
+          else if ((bits >> 16) == a.high_bits)
+            hist_count(hist_s, a.hist, bits & 0xFFFFu);
+        }
+      }
+    }
+    at.advance(a);
+    cp_async_wait_all();
+    __syncthreads();
+  }
+
+  for (int w = tid; w < HIST_WORDS; w += HIST_THREADS) {
+    const uint32_t counts = hist_s[w];
+    if (counts & 0xFFFFu) atomicAdd(&a.hist[2 * w], 2ull * (counts & 0xFFFFu));
+    if (counts >> 16) atomicAdd(&a.hist[2 * w + 1], 2ull * (counts >> 16));
+  }
+}
+
+/* ---------------------------------------------------------------- phi */
+
+constexpr int PHI_THREADS = 256;
+constexpr int PHI_BM = 128;                  /* rows per block: 16 thread rows x 8 */
+constexpr int PHI_BN = 64;                   /* columns per tile: 16 thread columns x 4 */
+constexpr int PHI_ROW_STRIDE = PHI_BM + 4;   /* rows_s [DP][BM + 4], kernel_s [BN][BM + 4] */
+constexpr int PHI_COL_STRIDE = PHI_BN + 4;   /* cols_s [DP][BN + 4] */
+constexpr int PHI_MAX_DIM = 128;             /* larger dims take svgd_phi_generic_kernel */
+constexpr int PHI_MAX_SPLITS = 8;
+
+template <int DP>
+constexpr size_t phi_smem_bytes() {
+  return sizeof(float) * ((size_t)DP * PHI_ROW_STRIDE + (size_t)DP * PHI_COL_STRIDE +
+                          (size_t)PHI_BN * (DP + 4) + (size_t)PHI_BN * PHI_ROW_STRIDE);
+}
+
+/* Column splits: a function of n alone (never of the local rows), so sums run in the same
+ * order on any number of ranks. Small n gets more blocks to fill the device. */
+int phi_splits(long long n) {
+  const long long tiles = (n + PHI_BN - 1) / PHI_BN;
+  long long splits = 32768 / (n > 0 ? n : 1);
+  if (splits > PHI_MAX_SPLITS) splits = PHI_MAX_SPLITS;
+  if (splits > tiles) splits = tiles;
+  return splits < 1 ? 1 : (int)splits;
+}
+
+struct phi_args {
+  const float *x, *score;
+  const float *v;       /* [n, dim] v_j = s_j - x_j / h */
+  long long n, row_begin, row_end;
+  int dim, splits;
+  float h, exp2_scale;  /* K = exp2(D * exp2_scale), exp2_scale = -log2(e) / (2h) */
+  float *partial_sums;  /* [splits][rows][dim] sum_j K_ij v_j */
+  float *partial_k;     /* [splits][rows] sum_j K_ij */
+};
+
+__global__ void svgd_v_kernel(const float *x, const float *score, long long count, float h, float *v) {
+  for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < count;
+       e += (long long)gridDim.x * blockDim.x)
+    v[e] = __fsub_rn(score[e], __fdiv_rn(x[e], h));
+}
+
+/* Per 64-column tile: x of the tile is staged (cp.async) during phase 2 of the previous tile,
+ * v of the tile during its phase 1, so each copy hides behind a whole phase and a block
+ * needs one buffer of each. */
+template <int DP>
+__global__ void __launch_bounds__(PHI_THREADS, DP <= 64 ? 2 : 1)
+svgd_phi_kernel(const phi_args a) {
+  constexpr int DPT = DP / 16;                /* output coordinates per thread */
+  constexpr int V_STRIDE = DP + 4;
+  constexpr int LOAD_COLUMNS = PHI_THREADS / DP; /* columns one sweep of the block stages */
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  float *rows_s = reinterpret_cast<float *>(smem_raw);       /* [DP][BM + 4] x of the rows */
+  float *cols_s = rows_s + DP * PHI_ROW_STRIDE;              /* [DP][BN + 4] x of the columns */
+  float *v_s = cols_s + DP * PHI_COL_STRIDE;                 /* [BN][DP + 4] v of the columns */
+  float *kernel_s = v_s + PHI_BN * V_STRIDE;                 /* [BN][BM + 4] K of the tile */
+  const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
+  const long long r0 = a.row_begin + (long long)blockIdx.x * PHI_BM;
+  const int split = blockIdx.y;
+  const long long tiles = (a.n + PHI_BN - 1) / PHI_BN;
+  const long long tile_begin = tiles * split / a.splits, tile_end = tiles * (split + 1) / a.splits;
+  const int k_load = tid % DP, lead = tid / DP;  /* this thread stages coordinate k_load */
+  const bool k_valid = k_load < a.dim;
+
+  for (int f = tid; f < PHI_BM * DP; f += PHI_THREADS) {
+    const int rr = f / DP, k = f % DP;
+    const long long row = r0 + rr;
+    const bool valid = row < a.row_end && k < a.dim;
+    cp_async_f32(rows_s + k * PHI_ROW_STRIDE + rr, valid ? a.x + row * a.dim + k : a.x, valid);
+  }
+  auto stage_x = [&](long long tile) {
+#pragma unroll
+    for (int l = 0; l < PHI_BN / LOAD_COLUMNS; ++l) {
+      const int cc = lead + l * LOAD_COLUMNS;
+      const long long column = tile * PHI_BN + cc;
+      const bool valid = k_valid && column < a.n;
+      cp_async_f32(cols_s + k_load * PHI_COL_STRIDE + cc, valid ? a.x + column * a.dim + k_load : a.x, valid);
+    }
+  };
+  auto stage_v = [&](long long tile) {
+#pragma unroll
+    for (int l = 0; l < PHI_BN / LOAD_COLUMNS; ++l) {
+      const int cc = lead + l * LOAD_COLUMNS;
+      const long long column = tile * PHI_BN + cc;
+      const bool valid = k_valid && column < a.n;
+      cp_async_f32(v_s + cc * V_STRIDE + k_load, valid ? a.v + column * a.dim + k_load : a.v, valid);
+    }
+  };
+
+  float sum_kv[8][DPT], sum_k[8];
+#pragma unroll
+  for (int r = 0; r < 8; ++r) {
+    sum_k[r] = 0.0f;
+#pragma unroll
+    for (int e = 0; e < DPT; ++e) sum_kv[r][e] = 0.0f;
+  }
+
+  if (tile_begin < tile_end) stage_x(tile_begin);
+  cp_async_wait_all();
+  __syncthreads();
+
+  for (long long tile = tile_begin; tile < tile_end; ++tile) {
+    stage_v(tile); /* lands during phase 1 */
+
+    /* Phase 1: an 8 x 4 block of distances, then K into shared memory. */
+    float dist[8][4];
+#pragma unroll
+    for (int r = 0; r < 8; ++r)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) dist[r][c] = 0.0f;
+#pragma unroll 8
+    for (int k = 0; k < DP; ++k) {
+      const float4 a0 = *reinterpret_cast<const float4 *>(rows_s + k * PHI_ROW_STRIDE + ty * 8);
+      const float4 a1 = *reinterpret_cast<const float4 *>(rows_s + k * PHI_ROW_STRIDE + ty * 8 + 4);
+      const float4 b = *reinterpret_cast<const float4 *>(cols_s + k * PHI_COL_STRIDE + tx * 4);
+      const float av[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
+      const float bv[4] = {b.x, b.y, b.z, b.w};
+#pragma unroll
+      for (int r = 0; r < 8; ++r)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          const float diff = __fsub_rn(av[r], bv[c]);
+          dist[r][c] = __fmaf_rn(diff, diff, dist[r][c]);
+        }
+    }
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      const bool valid = tile * PHI_BN + tx * 4 + c < a.n;
+      float kv[8];
+#pragma unroll
+      for (int r = 0; r < 8; ++r) {
+        kv[r] = valid ? exp2f(dist[r][c] * a.exp2_scale) : 0.0f;
+        sum_k[r] += kv[r];
+      }
+      float *dst = kernel_s + (tx * 4 + c) * PHI_ROW_STRIDE + ty * 8;
+      *reinterpret_cast<float4 *>(dst) = make_float4(kv[0], kv[1], kv[2], kv[3]);
+      *reinterpret_cast<float4 *>(dst + 4) = make_float4(kv[4], kv[5], kv[6], kv[7]);
+    }
+    cp_async_wait_all();
+    __syncthreads();
+
+    if (tile + 1 < tile_end) stage_x(tile + 1); /* lands during phase 2 */
+
+    /* Phase 2: sum_kv += K[rows, tile] @ v[tile, coordinates]. */
+#pragma unroll 4
+    for (int j = 0; j < PHI_BN; ++j) {
+      const float4 k0 = *reinterpret_cast<const float4 *>(kernel_s + j * PHI_ROW_STRIDE + ty * 8);
+      const float4 k1 = *reinterpret_cast<const float4 *>(kernel_s + j * PHI_ROW_STRIDE + ty * 8 + 4);
+      const float kv[8] = {k0.x, k0.y, k0.z, k0.w, k1.x, k1.y, k1.z, k1.w};
+      float vv[DPT];
+      const float *v_row = v_s + j * V_STRIDE + tx * DPT;
+      if constexpr (DPT % 4 == 0) {
+#pragma unroll
+        for (int e = 0; e < DPT; e += 4) {
+          const float4 v4 = *reinterpret_cast<const float4 *>(v_row + e);
+          vv[e] = v4.x; vv[e + 1] = v4.y; vv[e + 2] = v4.z; vv[e + 3] = v4.w;
+        }
+      } else if constexpr (DPT == 2) {
+        const float2 v2 = *reinterpret_cast<const float2 *>(v_row);
+        vv[0] = v2.x; vv[1] = v2.y;
+      } else {
+#pragma unroll
+        for (int e = 0; e < DPT; ++e) vv[e] = v_row[e];
+      }
+#pragma unroll
+      for (int r = 0; r < 8; ++r)
+#pragma unroll
+        for (int e = 0; e < DPT; ++e) sum_kv[r][e] = __fmaf_rn(kv[r], vv[e], sum_kv[r][e]);
+    }
+    cp_async_wait_all();
+    __syncthreads();
+  }
+
+  /* sum_k: each thread holds its columns' share; add the 16 shares of a row in a fixed tree. */
+#pragma unroll
+  for (int r = 0; r < 8; ++r)
+#pragma unroll
+    for (int width = 8; width >= 1; width /= 2) sum_k[r] += __shfl_xor_sync(0xffffffffu, sum_k[r], width);
+
+  const long long rows = a.row_end - a.row_begin;
+#pragma unroll
+  for (int r = 0; r < 8; ++r) {
+    const long long row = r0 + ty * 8 + r;
+    if (row >= a.row_end) continue;
+    const long long local = (long long)split * rows + (row - a.row_begin);
+    float *out = a.partial_sums + local * a.dim;
+#pragma unroll
+    for (int e = 0; e < DPT; ++e) {
+      const int k = tx * DPT + e;
+      if (k < a.dim) out[k] = sum_kv[r][e];
+    }
+    if (tx == 0) a.partial_k[local] = sum_k[r];
+  }
+}
+
+/* Any dimension: one thread per row, straight from global memory. Correct, not fast; the
+ * tiled kernel covers dim <= PHI_MAX_DIM. Writes split 0 of the partial sums. */
+__global__ void svgd_phi_generic_kernel(const phi_args a) {
+  const long long row = a.row_begin + (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (row >= a.row_end) return;
+  const long long local = row - a.row_begin;
+  const float *x_i = a.x + row * a.dim;
+  float *out = a.partial_sums + local * a.dim;
+  for (int k = 0; k < a.dim; ++k) out[k] = 0.0f;
+  float sum_k = 0.0f;
+  for (long long j = 0; j < a.n; ++j) {
+    const float *x_j = a.x + j * a.dim, *s_j = a.score + j * a.dim;
+    float dist = 0.0f;
+    for (int k = 0; k < a.dim; ++k) {
+      const float diff = __fsub_rn(x_i[k], x_j[k]);
+      dist = __fmaf_rn(diff, diff, dist);
+    }
+    const float kernel = exp2f(dist * a.exp2_scale);
+    sum_k += kernel;
+    for (int k = 0; k < a.dim; ++k)
+      out[k] = __fmaf_rn(kernel, __fsub_rn(s_j[k], __fdiv_rn(x_j[k], a.h)), out[k]);
+  }
+  a.partial_k[local] = sum_k;
+}
+
+/* phi_i = (sum over splits of sum_kv + x_i * (sum over splits of sum_k) / h) / n, the splits
+ * added in order. */
+__global__ void svgd_phi_finish_kernel(const phi_args a, float *phi) {
+  const long long rows = a.row_end - a.row_begin;
+  const long long count = rows * a.dim;
+  const float inv_n = 1.0f / (float)a.n;
+  for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < count;
+       e += (long long)gridDim.x * blockDim.x) {
+    const long long local = e / a.dim;
+    float sum_kv = a.partial_sums[e], sum_k = a.partial_k[local];
+    for (int s = 1; s < a.splits; ++s) {
+      sum_kv += a.partial_sums[(long long)s * count + e];
+      sum_k += a.partial_k[(long long)s * rows + local];
+    }
+    const float x_ik = a.x[a.row_begin * a.dim + e];
+    phi[e] = __fmul_rn(__fadd_rn(sum_kv, __fdiv_rn(__fmul_rn(x_ik, sum_k), a.h)), inv_n);
+  }
+}
+
+/* ---------------------------------------------------------------- update, gaussian */
+
+__global__ void svgd_update_kernel(float *x, const float *phi, float *g, long long count, int kind,
+                                   float step, int first_iteration) {
+  for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < count;
+       e += (long long)gridDim.x * blockDim.x) {
+    const float phi_e = phi[e];
+    if (kind == SVGD_UPDATE_SGD) {
+      x[e] = __fadd_rn(x[e], __fmul_rn(step, phi_e));
+    } else {
+      const float phi2 = __fmul_rn(phi_e, phi_e);
+      const float g_e = first_iteration ? phi2 : __fadd_rn(__fmul_rn(0.9f, g[e]), __fmul_rn(0.1f, phi2));
+      g[e] = g_e;
+      x[e] = __fadd_rn(x[e], __fdiv_rn(__fmul_rn(step, phi_e), __fadd_rn(1e-6f, sqrtf(g_e))));
+    }
+  }
+}
+
+/* One warp per particle: grad = -(x - mean) / scale^2, logp = -1/2 sum (x - mean)^2 / scale^2
+ * with the sum in double, as targets_builtin.c. */
+__global__ void gaussian_logp_grad_kernel(builtin_params_t p, const float *x, long long n,
+                                          float *logp, float *grad) {
+  const long long row = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / 32;
+  const int lane = threadIdx.x % 32;
+  if (row >= n) return; /* whole warps leave together */
+  const float *x_i = x + row * p.dim;
+  float *g_i = grad + row * p.dim;
+  double sum = 0.0;
+  for (long long k = lane; k < p.dim; k += 32) {
+    const float centred = __fsub_rn(x_i[k], p.mean);
+    g_i[k] = __fmul_rn(-centred, p.inv_scale2);
+    sum += (double)centred * (double)centred;
+  }
+  for (int width = 16; width >= 1; width /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, width);
+  if (lane == 0) logp[row] = (float)(-0.5 * sum * (double)p.inv_scale2);
+}
+
+int grid_for(long long count, int threads) {
+  long long blocks = (count + threads - 1) / threads;
+  if (blocks > 65536) blocks = 65536;
+  return blocks < 1 ? 1 : (int)blocks;
+}
+
+template <int DP>
+int launch_phi_tiled(const phi_args &a, long long row_blocks, cudaStream_t stream) {
+  const size_t smem = phi_smem_bytes<DP>();
+  CUDA_CHECK(cudaFuncSetAttribute(svgd_phi_kernel<DP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+  dim3 grid((unsigned)row_blocks, (unsigned)a.splits);
+  svgd_phi_kernel<DP><<<grid, PHI_THREADS, smem, stream>>>(a);
+  CUDA_CHECK_LAUNCH("svgd_phi_kernel");
+  return DS_OK;
+}
+
+} /* namespace */
+
+extern "C" int svgd_launch_pair_histogram(const float *x_all, int64_t n, int64_t dim,
+                                          int64_t row_begin, int64_t row_end, int pass,
+                                          uint32_t high_bits, unsigned long long *hist_dev,
+                                          int sm_count, cudaStream_t stream) {
+  if (dim < 1 || dim > INT32_MAX || n < 0 || row_begin < 0 || row_end > n || row_begin > row_end)
+    return ds_fail(DS_ERR_INTERNAL, "svgd_launch_pair_histogram: bad sizes n=%lld dim=%lld rows [%lld, %lld)",
+                   (long long)n, (long long)dim, (long long)row_begin, (long long)row_end);
+  if (pass != SVGD_MEDIAN_PASS_HIGH && pass != SVGD_MEDIAN_PASS_LOW)
+    return ds_fail(DS_ERR_INTERNAL, "svgd_launch_pair_histogram: bad pass %d", pass);
+  if (n > HIST_MAX_N)
+    return ds_fail(DS_ERR_INPUT, "the CUDA median takes at most %lld particles, got %lld", HIST_MAX_N, (long long)n);
+  if (n < 2 || row_end == row_begin) return DS_OK;
+  pair_histogram_args a;
+  a.x = x_all;
+  a.n = (int)n;
+  a.half = (int)(n / 2);
+  a.row_begin = (int)row_begin;
+  a.row_end = (int)row_end;
+  a.dim = (int)dim;
+  a.chunks = (int)((dim + HIST_KC - 1) / HIST_KC);
+  a.col_tiles = (int)((HIST_BM - 1 + a.half + HIST_BN - 1) / HIST_BN);
+  a.row_tiles = (int)((row_end - row_begin + HIST_BM - 1) / HIST_BM);
+  a.total_tiles = (long long)a.row_tiles * a.col_tiles;
+  a.pass = pass;
+  a.high_bits = high_bits;
+  a.hist = hist_dev;
+  long long blocks = sm_count > 0 ? sm_count : 1;
+  if (blocks > a.total_tiles) blocks = a.total_tiles;
+  CUDA_CHECK(cudaFuncSetAttribute(svgd_pair_histogram_kernel,
+                                  cudaFuncAttributeMaxDynamicSharedMemorySize, (int)HIST_SMEM_BYTES));
+  svgd_pair_histogram_kernel<<<(unsigned)blocks, HIST_THREADS, HIST_SMEM_BYTES, stream>>>(a);
+  CUDA_CHECK_LAUNCH("svgd_pair_histogram_kernel");
+  return DS_OK;
+}
+
+extern "C" size_t svgd_phi_scratch_floats(int64_t n, int64_t dim, int64_t rows) {
+  const int splits = dim <= PHI_MAX_DIM ? phi_splits(n) : 1;
+  return (size_t)splits * (size_t)rows * (size_t)(dim + 1) + (size_t)n * (size_t)dim;
+}
+
+extern "C" int svgd_launch_phi(const float *x_all, const float *score_all, int64_t n, int64_t dim,
+                               int64_t row_begin, int64_t row_end, float h, float *phi,
+                               float *scratch, cudaStream_t stream) {
+  if (dim < 1 || dim > INT32_MAX || n < 1 || row_begin < 0 || row_end > n || row_begin > row_end)
+    return ds_fail(DS_ERR_INTERNAL, "svgd_launch_phi: bad sizes n=%lld dim=%lld rows [%lld, %lld)",
+                   (long long)n, (long long)dim, (long long)row_begin, (long long)row_end);
+  if (!(h > 0.0f)) return ds_fail(DS_ERR_INTERNAL, "svgd_launch_phi: bandwidth h=%g is not positive", (double)h);
+  const long long rows = row_end - row_begin;
+  if (rows == 0) return DS_OK;
+  phi_args a;
+  a.x = x_all;
+  a.score = score_all;
+  a.n = n;
+  a.row_begin = row_begin;
+  a.row_end = row_end;
+  a.dim = (int)dim;
+  a.splits = dim <= PHI_MAX_DIM ? phi_splits(n) : 1;
+  a.h = h;
+  a.exp2_scale = (float)(-1.4426950408889634 / (2.0 * (double)h));
+  a.partial_sums = scratch;
+  a.partial_k = scratch + (size_t)a.splits * (size_t)rows * (size_t)dim;
+  float *v_all = a.partial_k + (size_t)a.splits * (size_t)rows;
+  a.v = v_all;
+  svgd_v_kernel<<<grid_for(n * dim, 256), 256, 0, stream>>>(x_all, score_all, n * dim, h, v_all);
+  CUDA_CHECK_LAUNCH("svgd_v_kernel");
+  const long long row_blocks = (rows + PHI_BM - 1) / PHI_BM;
+  if (row_blocks > 0x7FFFFFFF) return ds_fail(DS_ERR_INTERNAL, "svgd_launch_phi: too many rows (%lld)", rows);
+  if (dim <= 16) {
+    DS_TRY(launch_phi_tiled<16>(a, row_blocks, stream));
+  } else if (dim <= 32) {
+    DS_TRY(launch_phi_tiled<32>(a, row_blocks, stream));
+  } else if (dim <= 64) {
+    DS_TRY(launch_phi_tiled<64>(a, row_blocks, stream));
+  } else if (dim <= PHI_MAX_DIM) {
+    DS_TRY(launch_phi_tiled<128>(a, row_blocks, stream));
+  } else {
+    svgd_phi_generic_kernel<<<(unsigned)((rows + 127) / 128), 128, 0, stream>>>(a);
+    CUDA_CHECK_LAUNCH("svgd_phi_generic_kernel");
+  }
+  svgd_phi_finish_kernel<<<grid_for(rows * dim, 256), 256, 0, stream>>>(a, phi);
+  CUDA_CHECK_LAUNCH("svgd_phi_finish_kernel");
+  return DS_OK;
+}
+
+extern "C" int svgd_launch_update(float *x, const float *phi, float *g, int64_t count, int kind,
+                                  float step, int first_iteration, cudaStream_t stream) {
+  if (count < 0 || (kind != SVGD_UPDATE_SGD && kind != SVGD_UPDATE_ADAGRAD))
+    return ds_fail(DS_ERR_INTERNAL, "svgd_launch_update: bad count %lld or kind %d", (long long)count, kind);
+  if (kind == SVGD_UPDATE_ADAGRAD && !g && count > 0)
+    return ds_fail(DS_ERR_INTERNAL, "svgd_launch_update: adagrad needs its history array");
+  if (count == 0) return DS_OK;
+  svgd_update_kernel<<<grid_for(count, 256), 256, 0, stream>>>(x, phi, g, count, kind, step, first_iteration);
+  CUDA_CHECK_LAUNCH("svgd_update_kernel");
+  return DS_OK;
+}
+
+extern "C" int gaussian_launch_logp_grad(const builtin_params_t *params, const float *x, int64_t n,
+                                         float *logp, float *grad, cudaStream_t stream) {
+  if (n < 0 || params->dim < 1 || params->kind != BUILTIN_GAUSSIAN)
+    return ds_fail(DS_ERR_INTERNAL, "gaussian_launch_logp_grad: bad sizes n=%lld dim=%lld",
+                   (long long)n, (long long)params->dim);
+  if (n == 0) return DS_OK;
+  const int threads = 256, rows_per_block = threads / 32;
+  const long long blocks = (n + rows_per_block - 1) / rows_per_block;
+  if (blocks > 0x7FFFFFFF) return ds_fail(DS_ERR_INTERNAL, "gaussian_launch_logp_grad: n=%lld too large", (long long)n);
+  gaussian_logp_grad_kernel<<<(unsigned)blocks, threads, 0, stream>>>(*params, x, n, logp, grad);
+  CUDA_CHECK_LAUNCH("gaussian_logp_grad_kernel");
+  return DS_OK;
+}

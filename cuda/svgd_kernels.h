@@ -1,0 +1,42 @@
+/* svgd_kernels.h: launchers of the SVGD kernels (svgd_kernels.cu) and of the fused built-in
+ * gradient, as plain C. Every array is device memory; every launcher checks its sizes, runs
+ * on `stream` and checks the launch. Semantics are those of backend.h. */
+#ifndef DSAMPLER_SVGD_KERNELS_H
+#define DSAMPLER_SVGD_KERNELS_H
+
+#include <cuda_runtime_api.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "targets_builtin.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Pairs of rows [row_begin, row_end) with their next floor(n/2) columns (backend.h), counted
+ * with weight 2 into hist_dev[SVGD_HIST_BINS] (added to what is there). sm_count sizes the
+ * persistent grid. */
+int svgd_launch_pair_histogram(const float *x_all, int64_t n, int64_t dim, int64_t row_begin,
+                               int64_t row_end, int pass, uint32_t high_bits,
+                               unsigned long long *hist_dev, int sm_count, cudaStream_t stream);
+
+/* Floats of device scratch svgd_launch_phi needs for these sizes. */
+size_t svgd_phi_scratch_floats(int64_t n, int64_t dim, int64_t rows);
+/* phi [row_end - row_begin, dim]; scratch of svgd_phi_scratch_floats() floats. */
+int svgd_launch_phi(const float *x_all, const float *score_all, int64_t n, int64_t dim,
+                    int64_t row_begin, int64_t row_end, float h, float *phi, float *scratch,
+                    cudaStream_t stream);
+
+/* kind: 0 sgd, 1 adagrad (svgd_update_t). */
+int svgd_launch_update(float *x, const float *phi, float *g, int64_t count, int kind, float step,
+                       int first_iteration, cudaStream_t stream);
+
+/* The built-in gaussian's logp [n] and grad [n, dim] at x [n, dim]. */
+int gaussian_launch_logp_grad(const builtin_params_t *params, const float *x, int64_t n,
+                              float *logp, float *grad, cudaStream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
