@@ -6,6 +6,8 @@
 #include "config.h"
 #include "run.h"
 #include "status.h"
+#include "summary.h"
+#include "targets_builtin.h"
 
 int main(int argc, char **argv) {
   comm_ctx_t comm;
@@ -13,6 +15,18 @@ int main(int argc, char **argv) {
   if (status != DS_OK) {
     fprintf(stderr, "dsampler: error: %s\n", ds_error_message());
     return 1;
+  }
+  /* Commands that are not a sampling run. */
+  if (argc >= 2 && strcmp(argv[1], "targets") == 0) {
+    if (comm.rank == 0) builtin_targets_print(stdout);
+    comm_free(&comm);
+    return 0;
+  }
+  if (argc >= 2 && strcmp(argv[1], "summary") == 0) {
+    status = summary_main(&comm, argc, argv);
+    if (status != DS_OK && comm.rank == 0) fprintf(stderr, "dsampler: error: %s\n", ds_error_message());
+    comm_free(&comm);
+    return status == DS_OK ? 0 : 1;
   }
   config_t cfg;
   /* Every rank parses the same arguments and so reaches the same verdict. */

@@ -93,3 +93,9 @@ int builtin_target_create(const char *name, const char *args, MPI_Comm comm, dsa
   return ds_fail(DS_ERR_INPUT, "--target: unknown target '%s' (built-ins: %s; or plugin:path/to/lib.so)",
                  name, list);
 }
+
+void builtin_targets_print(FILE *out) {
+  fprintf(out, "built-in targets (--target NAME --target-args K=V,...):\n");
+  fprintf(out, "  gaussian   N(mean, scale^2 I): mean=0, scale=1\n");
+  fprintf(out, "plugins: --target plugin:path/to/lib.so (see dsampler_target.h)\n");
+}

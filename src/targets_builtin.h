@@ -3,6 +3,8 @@
 #ifndef DSAMPLER_TARGETS_BUILTIN_H
 #define DSAMPLER_TARGETS_BUILTIN_H
 
+#include <stdio.h>
+
 #include "dsampler_target.h"
 
 #ifdef __cplusplus
@@ -26,6 +28,8 @@ int builtin_target_params(const dsampler_target *t, builtin_params_t *params);
 
 /* Creates a built-in target by name; args as for plugins ("dim=64,mean=0,scale=1"). */
 int builtin_target_create(const char *name, const char *args, MPI_Comm comm, dsampler_target *out);
+/* Prints each built-in with its parameters (`dsampler targets`). */
+void builtin_targets_print(FILE *out);
 /* Names of the built-ins, NULL-terminated. */
 extern const char *const builtin_target_names[];
 
