@@ -1,0 +1,285 @@
+/* bench_gpu.c: timings of the CUDA backend on one GPU, through backend.h as the run driver
+ * uses it: the SVGD step (score, the two exact-median histogram passes, phi, update) and the
+ * HMC iteration, each timed with CUDA events around the region, a warm-up first, the median
+ * of several repeats reported. Also phi's accuracy against a float64 direct sum. Prints one
+ * table. Exits 77 without a GPU. */
+#include <cuda_runtime_api.h>
+#include <curand.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "backend_cuda.h"
+#include "comm_cuda.h"
+#include "cuda_check.h"
+#include "median.h"
+#include "status.h"
+#include "targets_builtin.h"
+
+#define BENCH_TRY(call)                                                                      \
+  do {                                                                                       \
+    int bench_status_ = (call);                                                              \
+    if (bench_status_ != DS_OK) {                                                            \
+      fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #call, ds_error_message()); \
+      exit(1);                                                                               \
+    }                                                                                        \
+  } while (0)
+
+enum { DIM = 64 };
+
+static backend_t *gpu;
+static cudaStream_t stream;
+static cudaEvent_t marks[8];
+
+static int compare_floats(const void *a, const void *b) {
+  float x = *(const float *)a, y = *(const float *)b;
+  return (x > y) - (x < y);
+}
+static float median_of(float *values, int count) {
+  qsort(values, (size_t)count, sizeof *values, compare_floats);
+  return values[count / 2];
+}
+
+static int fill_normal(curandGenerator_t generator, float *dev, size_t count, float stddev) {
+  CURAND_CHECK(curandGenerateNormal(generator, dev, count, 0.0f, stddev));
+  return DS_OK;
+}
+
+static int record(int mark) {
+  CUDA_CHECK(cudaEventRecord(marks[mark], stream));
+  return DS_OK;
+}
+static float between(int from, int to) {
+  float ms = 0.0f;
+  BENCH_TRY(cudaEventSynchronize(marks[to]) == cudaSuccess ? DS_OK : ds_fail(DS_ERR_GPU, "event"));
+  BENCH_TRY(cudaEventElapsedTime(&ms, marks[from], marks[to]) == cudaSuccess ? DS_OK : ds_fail(DS_ERR_GPU, "elapsed"));
+  return ms;
+}
+
+/* One median pass and where it puts the rank (one rank holds every row). */
+static void median_pass(const float *x, int64_t n, int pass, uint32_t *high, uint64_t *rank_in_bin, uint32_t *bin,
+                        uint64_t *hist) {
+  memset(hist, 0, SVGD_HIST_BINS * sizeof *hist);
+  BENCH_TRY(gpu->svgd_pair_histogram(gpu, x, n, DIM, 0, n, pass, *high, hist));
+  if (pass == SVGD_MEDIAN_PASS_HIGH || *high == 0) hist[0] += (uint64_t)n;
+  uint64_t next = 0;
+  if (median_locate(hist, *rank_in_bin, bin, &next) != 0) BENCH_TRY(ds_fail(DS_ERR_INTERNAL, "median_locate"));
+  *rank_in_bin = next;
+  if (pass == SVGD_MEDIAN_PASS_HIGH) *high = *bin;
+}
+
+typedef struct svgd_row {
+  int64_t n;
+  float step_ms, pass1_ms, pass2_ms, phi_ms, rest_ms;
+} svgd_row_t;
+
+static svgd_row_t bench_svgd(curandGenerator_t generator, const dsampler_target *target, int64_t n, int repeats) {
+  const size_t count = (size_t)n * DIM;
+  float *x, *score, *logp, *phi;
+  BENCH_TRY(gpu->alloc(gpu, (void **)&x, count * sizeof(float)));
+  BENCH_TRY(gpu->alloc(gpu, (void **)&score, count * sizeof(float)));
+  BENCH_TRY(gpu->alloc(gpu, (void **)&phi, count * sizeof(float)));
+  BENCH_TRY(gpu->alloc(gpu, (void **)&logp, (size_t)n * sizeof(float)));
+  BENCH_TRY(fill_normal(generator, x, count, 1.0f));
+  uint64_t *hist = malloc(SVGD_HIST_BINS * sizeof *hist);
+  float *step_ms = calloc((size_t)repeats, sizeof(float)), *pass1 = calloc((size_t)repeats, sizeof(float));
+  float *pass2 = calloc((size_t)repeats, sizeof(float)), *phi_ms = calloc((size_t)repeats, sizeof(float));
+  float *rest = calloc((size_t)repeats, sizeof(float));
+  if (!hist || !step_ms || !pass1 || !pass2 || !phi_ms || !rest) exit(1);
+  for (int r = -1; r < repeats; ++r) { /* r = -1: warm-up */
+    BENCH_TRY(record(0));
+    BENCH_TRY(gpu->logp_grad(gpu, target, x, n, logp, score));
+    BENCH_TRY(record(1));
+    uint32_t high = 0, bin = 0;
+    uint64_t rank = ((uint64_t)n * (uint64_t)n - 1) / 2;
+    median_pass(x, n, SVGD_MEDIAN_PASS_HIGH, &high, &rank, &bin, hist);
+    BENCH_TRY(record(2));
+    median_pass(x, n, SVGD_MEDIAN_PASS_LOW, &high, &rank, &bin, hist);
+    BENCH_TRY(record(3));
+    uint32_t bits = (high << 16) | bin;
+    float median;
+    memcpy(&median, &bits, sizeof median);
+    if (median < 1e-5f) median = 1e-5f;
+    const float h = median / fmaxf(logf((float)n), 1.0f);
+    BENCH_TRY(gpu->svgd_phi(gpu, x, score, n, DIM, 0, n, h, phi));
+    BENCH_TRY(record(4));
+    BENCH_TRY(gpu->svgd_update(gpu, x, phi, NULL, (int64_t)count, SVGD_UPDATE_SGD, 0.01f, 0));
+    BENCH_TRY(record(5));
+    if (r < 0) {
+      BENCH_TRY(gpu->synchronize(gpu));
+      continue;
+    }
+    step_ms[r] = between(0, 5);
+    pass1[r] = between(1, 2);
+    pass2[r] = between(2, 3);
+    phi_ms[r] = between(3, 4);
+    rest[r] = between(0, 1) + between(4, 5);
+  }
+  svgd_row_t row = {n, median_of(step_ms, repeats), median_of(pass1, repeats), median_of(pass2, repeats),
+                    median_of(phi_ms, repeats), median_of(rest, repeats)};
+  free(hist); free(step_ms); free(pass1); free(pass2); free(phi_ms); free(rest);
+  gpu->release(gpu, x); gpu->release(gpu, score); gpu->release(gpu, phi); gpu->release(gpu, logp);
+  return row;
+}
+
+typedef struct hmc_row {
+  int64_t chains;
+  float iteration_ms;
+  double accept_rate, gbytes_per_s;
+} hmc_row_t;
+
+static hmc_row_t bench_hmc(curandGenerator_t generator, const dsampler_target *target, int64_t chains, int repeats) {
+  const size_t count = (size_t)chains * DIM;
+  float *q, *grad, *inv_metric, *logp, *step, *accept_prob, *energy;
+  uint8_t *diverging, *accepted;
+  BENCH_TRY(gpu->alloc(gpu, (void **)&q, count * sizeof(float)));
+  BENCH_TRY(gpu->alloc(gpu, (void **)&grad, count * sizeof(float)));
+  BENCH_TRY(gpu->alloc(gpu, (void **)&inv_metric, count * sizeof(float)));
+  BENCH_TRY(gpu->alloc(gpu, (void **)&logp, (size_t)chains * sizeof(float)));
+  BENCH_TRY(gpu->alloc(gpu, (void **)&step, (size_t)chains * sizeof(float)));
+  BENCH_TRY(gpu->alloc(gpu, (void **)&accept_prob, (size_t)chains * sizeof(float)));
+  BENCH_TRY(gpu->alloc(gpu, (void **)&energy, (size_t)chains * sizeof(float)));
+  BENCH_TRY(gpu->alloc(gpu, (void **)&diverging, (size_t)chains));
+  BENCH_TRY(gpu->alloc(gpu, (void **)&accepted, (size_t)chains));
+  BENCH_TRY(fill_normal(generator, q, count, 1.0f));
+  float *ones = malloc(count * sizeof(float));
+  uint8_t *flags = malloc((size_t)chains);
+  if (!ones || !flags) exit(1);
+  for (size_t e = 0; e < count; ++e) ones[e] = 1.0f;
+  BENCH_TRY(gpu->upload(gpu, inv_metric, ones, count * sizeof(float)));
+  for (int64_t c = 0; c < chains; ++c) ones[c] = 0.1f;
+  BENCH_TRY(gpu->upload(gpu, step, ones, (size_t)chains * sizeof(float)));
+  BENCH_TRY(gpu->logp_grad(gpu, target, q, chains, logp, grad));
+  hmc_batch_t batch = {.n_chains = chains, .chain_begin = 0, .dim = DIM, .seed = 2024, .iteration = 0,
+                       .n_leapfrog = 10, .q = q, .logp = logp, .grad = grad, .step_size = step,
+                       .inv_metric = inv_metric, .accept_prob = accept_prob, .energy = energy,
+                       .diverging = diverging, .accepted = accepted};
+  float *ms = calloc((size_t)repeats, sizeof(float));
+  if (!ms) exit(1);
+  for (int r = -3; r < repeats; ++r) {
+    batch.iteration = (uint32_t)(r + 3);
+    BENCH_TRY(record(0));
+    BENCH_TRY(gpu->hmc_transition(gpu, target, &batch));
+    BENCH_TRY(record(1));
+    if (r >= 0) ms[r] = between(0, 1);
+  }
+  BENCH_TRY(gpu->download(gpu, flags, accepted, (size_t)chains));
+  int64_t n_accepted = 0;
+  for (int64_t c = 0; c < chains; ++c) n_accepted += flags[c];
+  hmc_row_t row = {chains, median_of(ms, repeats), (double)n_accepted / (double)chains, 0.0};
+  /* Bytes that must move: q and the metric read, step size and logp read; on accept q, grad
+   * and logp written; four outputs per chain. */
+  double bytes = (double)chains * (2.0 * DIM * 4 + 8 + 10) + (double)n_accepted * (2.0 * DIM * 4 + 4);
+  row.gbytes_per_s = bytes / (row.iteration_ms * 1e-3) / 1e9;
+  free(ms); free(ones); free(flags);
+  gpu->release(gpu, q); gpu->release(gpu, grad); gpu->release(gpu, inv_metric); gpu->release(gpu, logp);
+  gpu->release(gpu, step); gpu->release(gpu, accept_prob); gpu->release(gpu, energy);
+  gpu->release(gpu, diverging); gpu->release(gpu, accepted);
+  return row;
+}
+
+/* ||phi - phi_f64|| / ||phi_f64|| at a small n, the float64 sum straight from the definition. */
+static double phi_accuracy(const dsampler_target *target, int64_t n) {
+  const size_t count = (size_t)n * DIM;
+  float *x = malloc(count * sizeof *x), *s = malloc(count * sizeof *s), *logp = malloc((size_t)n * sizeof *logp);
+  float *phi = malloc(count * sizeof *phi);
+  double *ref = calloc(count, sizeof *ref);
+  if (!x || !s || !logp || !phi || !ref) exit(1);
+  uint64_t state = 12345;
+  for (size_t e = 0; e < count; ++e) { /* Box-Muller from an LCG: seeded, not zeros */
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    double u = ((double)(state >> 11) + 0.5) * 0x1p-53;
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    double v = ((double)(state >> 11) + 0.5) * 0x1p-53;
+    x[e] = (float)(sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v));
+  }
+  backend_t *cpu = NULL;
+  BENCH_TRY(backend_cpu_create(&cpu));
+  BENCH_TRY(cpu->logp_grad(cpu, target, x, n, logp, s));
+  backend_destroy(cpu);
+  float *x_dev, *s_dev, *phi_dev;
+  BENCH_TRY(gpu->alloc(gpu, (void **)&x_dev, count * sizeof(float)));
+  BENCH_TRY(gpu->alloc(gpu, (void **)&s_dev, count * sizeof(float)));
+  BENCH_TRY(gpu->alloc(gpu, (void **)&phi_dev, count * sizeof(float)));
+  BENCH_TRY(gpu->upload(gpu, x_dev, x, count * sizeof(float)));
+  BENCH_TRY(gpu->upload(gpu, s_dev, s, count * sizeof(float)));
+  const float h = 1.7f;
+  BENCH_TRY(gpu->svgd_phi(gpu, x_dev, s_dev, n, DIM, 0, n, h, phi_dev));
+  BENCH_TRY(gpu->download(gpu, phi, phi_dev, count * sizeof(float)));
+#pragma omp parallel for schedule(dynamic, 8)
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      double dist = 0.0;
+      for (int k = 0; k < DIM; ++k) {
+        double diff = (double)x[i * DIM + k] - (double)x[j * DIM + k];
+        dist += diff * diff;
+      }
+      double kernel = exp(-dist / (2.0 * (double)h));
+      for (int k = 0; k < DIM; ++k)
+        ref[i * DIM + k] += kernel * ((double)s[j * DIM + k] + ((double)x[i * DIM + k] - (double)x[j * DIM + k]) / (double)h);
+    }
+    for (int k = 0; k < DIM; ++k) ref[i * DIM + k] /= (double)n;
+  }
+  double num = 0.0, den = 0.0;
+  for (size_t e = 0; e < count; ++e) {
+    num += ((double)phi[e] - ref[e]) * ((double)phi[e] - ref[e]);
+    den += ref[e] * ref[e];
+  }
+  free(x); free(s); free(logp); free(phi); free(ref);
+  gpu->release(gpu, x_dev); gpu->release(gpu, s_dev); gpu->release(gpu, phi_dev);
+  return sqrt(num / den);
+}
+
+static int run(void) {
+  struct cudaDeviceProp prop;
+  CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  BENCH_TRY(backend_cuda_create(0, &gpu));
+  stream = (cudaStream_t)gpu->stream;
+  for (int m = 0; m < 8; ++m) CUDA_CHECK(cudaEventCreate(&marks[m]));
+  curandGenerator_t generator;
+  CURAND_CHECK(curandCreateGenerator(&generator, CURAND_RNG_PSEUDO_PHILOX4_32_10));
+  CURAND_CHECK(curandSetPseudoRandomGeneratorSeed(generator, 20261129ull));
+  CURAND_CHECK(curandSetStream(generator, stream));
+  dsampler_target target;
+  BENCH_TRY(builtin_target_create("gaussian", "dim=64", MPI_COMM_NULL, &target));
+
+  const int64_t svgd_sizes[] = {4096, 32768, 65536, 262144};
+  svgd_row_t svgd[4];
+  for (int c = 0; c < 4; ++c) svgd[c] = bench_svgd(generator, &target, svgd_sizes[c], svgd_sizes[c] >= 262144 ? 3 : 9);
+  const int64_t hmc_sizes[] = {2048, 1048576};
+  hmc_row_t hmc[2];
+  for (int c = 0; c < 2; ++c) hmc[c] = bench_hmc(generator, &target, hmc_sizes[c], 21);
+  const double accuracy = phi_accuracy(&target, 2048);
+
+  printf("\n%s, %d SMs; d=64, fp32; CUDA events, median of repeats after a warm-up\n", prop.name,
+         prop.multiProcessorCount);
+  printf("| SVGD N  | step ms | median pass 1 ms | median pass 2 ms | phi ms | score+update ms | phi Gpair/s |\n");
+  printf("|---------|---------|------------------|------------------|--------|-----------------|-------------|\n");
+  for (int c = 0; c < 4; ++c)
+    printf("| %7lld | %7.3f | %16.3f | %16.3f | %6.3f | %15.3f | %11.1f |\n", (long long)svgd[c].n, svgd[c].step_ms,
+           svgd[c].pass1_ms, svgd[c].pass2_ms, svgd[c].phi_ms, svgd[c].rest_ms,
+           (double)svgd[c].n * (double)svgd[c].n / (svgd[c].phi_ms * 1e-3) / 1e9);
+  printf("| HMC chains | iteration ms (L=10, eps=0.1) | accept rate | GB/s moved |\n");
+  printf("|------------|------------------------------|-------------|------------|\n");
+  for (int c = 0; c < 2; ++c)
+    printf("| %10lld | %28.4f | %11.3f | %10.0f |\n", (long long)hmc[c].chains, hmc[c].iteration_ms,
+           hmc[c].accept_rate, hmc[c].gbytes_per_s);
+  printf("phi accuracy at N=2048, d=64: ||phi - phi_f64|| / ||phi_f64|| = %.3e\n", accuracy);
+
+  CURAND_CHECK(curandDestroyGenerator(generator));
+  for (int m = 0; m < 8; ++m) CUDA_CHECK(cudaEventDestroy(marks[m]));
+  if (target.destroy) target.destroy(target.self);
+  backend_destroy(gpu);
+  return DS_OK;
+}
+
+int main(void) {
+  if (comm_cuda_device_count() == 0) {
+    printf("no CUDA device: skipped\n");
+    return 77;
+  }
+  BENCH_TRY(run());
+  return 0;
+}

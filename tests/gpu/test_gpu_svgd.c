@@ -1,0 +1,296 @@
+/* test_gpu_svgd.c: the CUDA backend's SVGD entries against the CPU backend (the reference
+ * implementation) through backend.h: median histograms bin for bin (so the medians agree
+ * bitwise), phi and one update step within stated tolerances, phi against a float64 direct
+ * sum, and phi of a row range equal bitwise to the same rows of a full launch (what makes
+ * results independent of the rank count). Exits 77 without a GPU. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "backend_cuda.h"
+#include "comm_cuda.h"
+#include "gpu_test.h"
+#include "median.h"
+#include "targets_builtin.h"
+
+static backend_t *cpu, *gpu;
+
+static float *device_copy(const float *host, int64_t floats) {
+  void *dev = NULL;
+  GPU_TRY(gpu->alloc(gpu, &dev, (size_t)floats * sizeof(float)));
+  GPU_TRY(gpu->upload(gpu, dev, host, (size_t)floats * sizeof(float)));
+  return dev;
+}
+
+static uint64_t pair_total(int64_t n, int64_t rows_begin, int64_t rows_end) {
+  uint64_t total = 0;
+  for (int64_t i = rows_begin; i < rows_end; ++i)
+    total += (uint64_t)((n % 2 == 0 && i >= n / 2) ? n / 2 - 1 : n / 2);
+  return 2 * total;
+}
+
+/* One pass on both backends over rows [row_begin, row_end): bins must agree exactly. */
+static void check_pass(const char *label, const float *x, const float *x_dev, int64_t n, int64_t dim,
+                       int64_t row_begin, int64_t row_end, int pass, uint32_t high) {
+  uint64_t *hist_cpu = calloc(SVGD_HIST_BINS, sizeof *hist_cpu);
+  uint64_t *hist_gpu = calloc(SVGD_HIST_BINS, sizeof *hist_gpu);
+  if (!hist_cpu || !hist_gpu) exit(1);
+  GPU_TRY(cpu->svgd_pair_histogram(cpu, x, n, dim, row_begin, row_end, pass, high, hist_cpu));
+  GPU_TRY(gpu->svgd_pair_histogram(gpu, x_dev, n, dim, row_begin, row_end, pass, high, hist_gpu));
+  int64_t differing = 0;
+  uint64_t total_gpu = 0;
+  for (int bin = 0; bin < SVGD_HIST_BINS; ++bin) {
+    differing += hist_cpu[bin] != hist_gpu[bin];
+    total_gpu += hist_gpu[bin];
+  }
+  /* Exact: tolerance 0 bins. */
+  GPU_EXPECT(differing == 0, "%s pass %d: %lld bins differ from the CPU", label, pass, (long long)differing);
+  if (pass == SVGD_MEDIAN_PASS_HIGH)
+    GPU_EXPECT(total_gpu == pair_total(n, row_begin, row_end), "%s: %llu counts, expected %llu", label,
+               (unsigned long long)total_gpu, (unsigned long long)pair_total(n, row_begin, row_end));
+  printf("  %-34s rows [%lld, %lld) pass %d: %lld differing bins, %llu counts\n", label, (long long)row_begin,
+         (long long)row_end, pass, (long long)differing, (unsigned long long)total_gpu);
+  free(hist_cpu);
+  free(hist_gpu);
+}
+
+/* The exact median through one backend's histograms (one rank), as median.c computes it. */
+static float backend_median(backend_t *b, const float *x, int64_t n, int64_t dim, uint32_t *high_out) {
+  uint64_t *hist = test_malloc(SVGD_HIST_BINS * sizeof *hist);
+  uint64_t rank = ((uint64_t)n * (uint64_t)n - 1) / 2, rank_in_bin = rank;
+  uint32_t high = 0, low = 0;
+  for (int pass = SVGD_MEDIAN_PASS_HIGH; pass <= SVGD_MEDIAN_PASS_LOW; ++pass) {
+    memset(hist, 0, SVGD_HIST_BINS * sizeof *hist);
+    GPU_TRY(b->svgd_pair_histogram(b, x, n, dim, 0, n, pass, high, hist));
+    if (pass == SVGD_MEDIAN_PASS_HIGH || high == 0) hist[0] += (uint64_t)n;
+    uint32_t bin = 0;
+    uint64_t next = 0;
+    if (median_locate(hist, rank_in_bin, &bin, &next) != 0) {
+      fprintf(stderr, "FAIL: median_locate found too few counts\n");
+      exit(1);
+    }
+    if (pass == SVGD_MEDIAN_PASS_HIGH) high = bin; else low = bin;
+    rank_in_bin = next;
+  }
+  free(hist);
+  if (high_out) *high_out = high;
+  uint32_t bits = (high << 16) | low;
+  float median;
+  memcpy(&median, &bits, sizeof median);
+  return median;
+}
+
+static void check_median_case(const char *label, const float *x, int64_t n, int64_t dim) {
+  float *x_dev = device_copy(x, n * dim);
+  uint32_t high = 0;
+  float median_cpu = n >= 1 ? backend_median(cpu, x, n, dim, &high) : 0.0f;
+  float median_gpu = n >= 1 ? backend_median(gpu, x_dev, n, dim, NULL) : 0.0f;
+  check_pass(label, x, x_dev, n, dim, 0, n, SVGD_MEDIAN_PASS_HIGH, 0);
+  check_pass(label, x, x_dev, n, dim, 0, n, SVGD_MEDIAN_PASS_LOW, high);
+  /* Exact: the same bits. */
+  GPU_EXPECT(memcmp(&median_cpu, &median_gpu, sizeof median_cpu) == 0, "%s: median gpu %.9g cpu %.9g", label,
+             (double)median_gpu, (double)median_cpu);
+  printf("  %-34s median gpu %.9g cpu %.9g\n", label, (double)median_gpu, (double)median_cpu);
+  gpu->release(gpu, x_dev);
+}
+
+static void test_medians(void) {
+  printf("median histograms, GPU vs CPU (exact):\n");
+  const int64_t sizes[][2] = {{2, 64}, {3, 64}, {7, 64}, {4096, 64}, {4097, 64}, {1000, 5}, {999, 200}, {300, 1}};
+  for (size_t c = 0; c < sizeof sizes / sizeof sizes[0]; ++c) {
+    int64_t n = sizes[c][0], dim = sizes[c][1];
+    float *x = test_malloc((size_t)(n * dim) * sizeof *x);
+    test_fill_normal(x, n * dim, 1.0, 1000 + c);
+    char label[64];
+    snprintf(label, sizeof label, "normal n=%lld d=%lld", (long long)n, (long long)dim);
+    check_median_case(label, x, n, dim);
+    free(x);
+  }
+  { /* Identical particles: every distance is 0, so 16-bit shared counters wrap many times. */
+    const int64_t n = 3001, dim = 8;
+    float *x = test_malloc((size_t)(n * dim) * sizeof *x);
+    float row[8];
+    test_fill_normal(row, dim, 1.0, 77);
+    for (int64_t i = 0; i < n; ++i) memcpy(x + i * dim, row, sizeof row);
+    check_median_case("identical n=3001 d=8", x, n, dim);
+    free(x);
+  }
+  { /* Two alternating points: two distinct distances, wraps in both halves of a word. */
+    const int64_t n = 4096, dim = 16;
+    float *x = test_malloc((size_t)(n * dim) * sizeof *x);
+    float rows[2][16];
+    test_fill_normal(&rows[0][0], 2 * dim, 1.0, 78);
+    for (int64_t i = 0; i < n; ++i) memcpy(x + i * dim, rows[i % 2], sizeof rows[0]);
+    check_median_case("two points n=4096 d=16", x, n, dim);
+    free(x);
+  }
+  { /* Rows split as 3 ranks would hold them, and row ranges of a large n at both ends. */
+    const int64_t n = 4096, dim = 64;
+    float *x = test_malloc((size_t)(n * dim) * sizeof *x);
+    test_fill_normal(x, n * dim, 1.0, 79);
+    float *x_dev = device_copy(x, n * dim);
+    for (int r = 0; r < 3; ++r)
+      check_pass("rank share of 3, n=4096", x, x_dev, n, dim, r * n / 3, (r + 1) * n / 3, SVGD_MEDIAN_PASS_HIGH, 0);
+    gpu->release(gpu, x_dev);
+    free(x);
+  }
+  {
+    const int64_t n = 65536, dim = 64;
+    float *x = test_malloc((size_t)(n * dim) * sizeof *x);
+    test_fill_normal(x, n * dim, 1.0, 80);
+    float *x_dev = device_copy(x, n * dim);
+    uint32_t high = 0;
+    float median = backend_median(gpu, x_dev, n, dim, &high);
+    printf("  n=65536 d=64 GPU median %.9g (high bin 0x%04x)\n", (double)median, high);
+    check_pass("n=65536 d=64", x, x_dev, n, dim, 0, 512, SVGD_MEDIAN_PASS_HIGH, 0);
+    check_pass("n=65536 d=64", x, x_dev, n, dim, 0, 512, SVGD_MEDIAN_PASS_LOW, high);
+    check_pass("n=65536 d=64", x, x_dev, n, dim, n - 700, n, SVGD_MEDIAN_PASS_HIGH, 0);
+    check_pass("n=65536 d=64", x, x_dev, n, dim, n - 700, n, SVGD_MEDIAN_PASS_LOW, high);
+    gpu->release(gpu, x_dev);
+    free(x);
+  }
+}
+
+/* phi in float64, straight from the definition, for rows [row_begin, row_end). */
+static void phi_reference(const float *x, const float *s, int64_t n, int64_t dim, int64_t row_begin,
+                          int64_t row_end, double h, double *phi) {
+#pragma omp parallel for schedule(dynamic, 4)
+  for (int64_t i = row_begin; i < row_end; ++i) {
+    double *out = phi + (i - row_begin) * dim;
+    for (int64_t k = 0; k < dim; ++k) out[k] = 0.0;
+    for (int64_t j = 0; j < n; ++j) {
+      double dist = 0.0;
+      for (int64_t k = 0; k < dim; ++k) {
+        double diff = (double)x[i * dim + k] - (double)x[j * dim + k];
+        dist += diff * diff;
+      }
+      double kernel = exp(-dist / (2.0 * h));
+      for (int64_t k = 0; k < dim; ++k)
+        out[k] += kernel * ((double)s[j * dim + k] + ((double)x[i * dim + k] - (double)x[j * dim + k]) / h);
+    }
+    for (int64_t k = 0; k < dim; ++k) out[k] /= (double)n;
+  }
+}
+
+static void test_phi_case(int64_t n, int64_t dim, int64_t check_rows, int with_reference) {
+  char args[64];
+  snprintf(args, sizeof args, "dim=%lld,mean=0.25,scale=1.5", (long long)dim);
+  dsampler_target target;
+  GPU_TRY(builtin_target_create("gaussian", args, MPI_COMM_NULL, &target));
+  const int64_t count = n * dim, rows = check_rows < n ? check_rows : n;
+  float *x = test_malloc((size_t)count * sizeof *x), *s = test_malloc((size_t)count * sizeof *s);
+  float *logp = test_malloc((size_t)n * sizeof *logp), *s_gpu = test_malloc((size_t)count * sizeof *s_gpu);
+  float *logp_gpu = test_malloc((size_t)n * sizeof *logp_gpu);
+  test_fill_normal(x, count, 1.2, 5000 + (uint64_t)n * 131 + (uint64_t)dim);
+  GPU_TRY(cpu->logp_grad(cpu, &target, x, n, logp, s));
+
+  float *x_dev = device_copy(x, count), *s_dev = NULL, *logp_dev = NULL, *phi_dev = NULL, *g_dev = NULL;
+  GPU_TRY(gpu->alloc(gpu, (void **)&s_dev, (size_t)count * sizeof(float)));
+  GPU_TRY(gpu->alloc(gpu, (void **)&logp_dev, (size_t)n * sizeof(float)));
+  GPU_TRY(gpu->alloc(gpu, (void **)&phi_dev, (size_t)count * sizeof(float)));
+  GPU_TRY(gpu->alloc(gpu, (void **)&g_dev, (size_t)count * sizeof(float)));
+  GPU_TRY(gpu->logp_grad(gpu, &target, x_dev, n, logp_dev, s_dev));
+  GPU_TRY(gpu->download(gpu, s_gpu, s_dev, (size_t)count * sizeof(float)));
+  GPU_TRY(gpu->download(gpu, logp_gpu, logp_dev, (size_t)n * sizeof(float)));
+  /* The gaussian's gradient is the same float operations on both: exact. Its logp sums in
+   * double in another order: rounded to float, within 1e-6 relative. */
+  GPU_EXPECT(memcmp(s, s_gpu, (size_t)count * sizeof *s) == 0, "n=%lld d=%lld: gaussian gradient differs", (long long)n, (long long)dim);
+  double logp_err = test_rel_err(logp_gpu, logp, n);
+  GPU_EXPECT(logp_err <= 1e-6, "gaussian logp rel err %.3g > 1e-6", logp_err);
+
+  float median = n >= 2 ? backend_median(gpu, x_dev, n, dim, NULL) : 0.0f;
+  if (median < 1e-5f) median = 1e-5f;
+  const float h = median / fmaxf(logf((float)n), 1.0f);
+
+  float *phi_cpu = test_malloc((size_t)(rows * dim) * sizeof *phi_cpu);
+  float *phi_gpu = test_malloc((size_t)count * sizeof *phi_gpu);
+  GPU_TRY(cpu->svgd_phi(cpu, x, s, n, dim, 0, rows, h, phi_cpu));
+  GPU_TRY(gpu->svgd_phi(gpu, x_dev, s_dev, n, dim, 0, n, h, phi_dev));
+  GPU_TRY(gpu->download(gpu, phi_gpu, phi_dev, (size_t)count * sizeof(float)));
+  double phi_err = test_rel_err(phi_gpu, phi_cpu, rows * dim);
+  /* float32 sums over n terms in different orders and exp vs exp2: 1e-5 relative. */
+  GPU_EXPECT(phi_err <= 1e-5, "n=%lld d=%lld: phi rel err vs CPU %.3g > 1e-5", (long long)n, (long long)dim, phi_err);
+  double ref_err = -1.0;
+  if (with_reference) {
+    double *ref = test_malloc((size_t)(rows * dim) * sizeof *ref);
+    float *ref_f = test_malloc((size_t)(rows * dim) * sizeof *ref_f);
+    phi_reference(x, s, n, dim, 0, rows, (double)h, ref);
+    double num = 0.0, den = 0.0;
+    for (int64_t e = 0; e < rows * dim; ++e) {
+      num += ((double)phi_gpu[e] - ref[e]) * ((double)phi_gpu[e] - ref[e]);
+      den += ref[e] * ref[e];
+    }
+    ref_err = sqrt(num / den);
+    /* float32 against float64: 1e-5 relative. */
+    GPU_EXPECT(ref_err <= 1e-5, "n=%lld d=%lld: phi rel err vs float64 %.3g > 1e-5", (long long)n, (long long)dim, ref_err);
+    free(ref);
+    free(ref_f);
+  }
+
+  /* A row range alone gives bitwise the rows of the full launch. */
+  if (n >= 8) {
+    const int64_t r0 = n / 3, r1 = n - n / 5;
+    float *phi_part = test_malloc((size_t)((r1 - r0) * dim) * sizeof *phi_part);
+    GPU_TRY(gpu->svgd_phi(gpu, x_dev, s_dev, n, dim, r0, r1, h, phi_dev));
+    GPU_TRY(gpu->download(gpu, phi_part, phi_dev, (size_t)((r1 - r0) * dim) * sizeof(float)));
+    GPU_EXPECT(memcmp(phi_part, phi_gpu + r0 * dim, (size_t)((r1 - r0) * dim) * sizeof(float)) == 0,
+               "n=%lld d=%lld: phi of rows [%lld, %lld) differs from the full launch", (long long)n,
+               (long long)dim, (long long)r0, (long long)r1);
+    GPU_TRY(gpu->upload(gpu, phi_dev, phi_gpu, (size_t)count * sizeof(float)));
+    free(phi_part);
+  }
+
+  /* One step, sgd then two adagrad steps, on the checked rows. */
+  float *x_cpu = test_malloc((size_t)(rows * dim) * sizeof *x_cpu), *x_gpu = test_malloc((size_t)(rows * dim) * sizeof *x_gpu);
+  float *g_cpu = test_malloc((size_t)(rows * dim) * sizeof *g_cpu);
+  double step_err[3];
+  for (int variant = 0; variant < 3; ++variant) {
+    svgd_update_t kind = variant == 0 ? SVGD_UPDATE_SGD : SVGD_UPDATE_ADAGRAD;
+    int first = variant == 1;
+    if (variant <= 1) {
+      memcpy(x_cpu, x, (size_t)(rows * dim) * sizeof *x_cpu);
+      GPU_TRY(gpu->upload(gpu, x_dev, x, (size_t)(rows * dim) * sizeof(float)));
+    }
+    GPU_TRY(cpu->svgd_update(cpu, x_cpu, phi_cpu, g_cpu, rows * dim, kind, 0.1f, first));
+    GPU_TRY(gpu->svgd_update(gpu, x_dev, phi_dev, g_dev, rows * dim, kind, 0.1f, first));
+    GPU_TRY(gpu->download(gpu, x_gpu, x_dev, (size_t)(rows * dim) * sizeof(float)));
+    step_err[variant] = test_rel_err(x_gpu, x_cpu, rows * dim);
+    /* The step ||x_gpu - x_cpu|| / ||x_cpu||: 1e-5. */
+    GPU_EXPECT(step_err[variant] <= 1e-5, "n=%lld d=%lld: step %d rel err %.3g > 1e-5", (long long)n, (long long)dim,
+               variant, step_err[variant]);
+  }
+  printf("  n=%-6lld d=%-4lld rows %-6lld h=%-10.5g phi vs cpu %.2e  vs f64 %s%.2e  step sgd %.2e adagrad %.2e %.2e\n",
+         (long long)n, (long long)dim, (long long)rows, (double)h, phi_err, ref_err < 0 ? "(n/a) " : "", ref_err < 0 ? 0.0 : ref_err,
+         step_err[0], step_err[1], step_err[2]);
+
+  free(x_cpu); free(x_gpu); free(g_cpu); free(phi_cpu); free(phi_gpu);
+  free(x); free(s); free(logp); free(s_gpu); free(logp_gpu);
+  gpu->release(gpu, x_dev); gpu->release(gpu, s_dev); gpu->release(gpu, logp_dev);
+  gpu->release(gpu, phi_dev); gpu->release(gpu, g_dev);
+  if (target.destroy) target.destroy(target.self);
+}
+
+int main(void) {
+  if (comm_cuda_device_count() == 0) {
+    printf("no CUDA device: skipped\n");
+    return GPU_TEST_SKIP;
+  }
+  GPU_TRY(backend_cpu_create(&cpu));
+  GPU_TRY(backend_cuda_create(0, &gpu));
+  test_medians();
+  printf("phi and one step, GPU vs CPU (tolerance 1e-5 relative):\n");
+  test_phi_case(1, 64, 1, 1);
+  test_phi_case(7, 64, 7, 1);
+  test_phi_case(4096, 64, 4096, 1);
+  test_phi_case(65536, 64, 512, 1);
+  test_phi_case(1000, 3, 1000, 1);
+  test_phi_case(1000, 30, 1000, 1);
+  test_phi_case(1000, 100, 1000, 1);
+  test_phi_case(300, 200, 300, 1);
+  backend_destroy(gpu);
+  backend_destroy(cpu);
+  printf("%s: %d failure(s)\n", gpu_test_failures ? "FAILED" : "passed", gpu_test_failures);
+  return gpu_test_failures ? 1 : 0;
+}
