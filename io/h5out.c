@@ -64,6 +64,8 @@ static int write_library_attrs(h5out_t *f, hid_t object) {
   return DS_OK;
 }
 
+static int writer_setup(h5out_t *f);
+
 int h5out_create(h5out_t **out, MPI_Comm comm, const char *path, const h5out_attr_t *attrs, int n_attrs) {
   *out = NULL;
   h5out_t *f = calloc(1, sizeof *f);
@@ -94,15 +96,7 @@ int h5out_create(h5out_t **out, MPI_Comm comm, const char *path, const h5out_att
     return ds_fail(DS_ERR_IO, "--out %s: cannot create the file (does its directory exist and is it writable?)", path);
   }
   *out = f;
-  f->xfer = H5Pcreate(H5P_DATASET_XFER);
-  H5_CHECK(f->xfer);
-  H5_CHECK(H5Pset_dxpl_mpio(f->xfer, H5FD_MPIO_COLLECTIVE));
-  /* Booleans as h5py and netCDF readers expect: an int8 enum {FALSE = 0, TRUE = 1}. */
-  f->bool_type = H5Tenum_create(H5T_NATIVE_INT8);
-  H5_CHECK(f->bool_type);
-  int8_t false_value = 0, true_value = 1;
-  H5_CHECK(H5Tenum_insert(f->bool_type, "FALSE", &false_value));
-  H5_CHECK(H5Tenum_insert(f->bool_type, "TRUE", &true_value));
+  DS_TRY(writer_setup(f));
 
   hid_t root = H5Gopen2(f->file, "/", H5P_DEFAULT);
   H5_CHECK(root);
@@ -257,6 +251,127 @@ int h5out_write(h5out_t *f, int group_id, int64_t total_draws, int64_t chain_beg
     H5Sclose(mem_space);
     H5Sclose(file_space);
   }
+  return DS_OK;
+}
+
+static hid_t open_parallel_rdwr(MPI_Comm comm, const char *path) {
+  hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+  H5Pset_fapl_mpio(fapl, comm, MPI_INFO_NULL);
+  H5Pset_all_coll_metadata_ops(fapl, 1);
+  H5Pset_coll_metadata_write(fapl, 1);
+  hid_t file;
+  H5E_BEGIN_TRY { file = H5Fopen(path, H5F_ACC_RDWR, fapl); }
+  H5E_END_TRY;
+  H5Pclose(fapl);
+  return file;
+}
+
+/* The transfer property list and the boolean type: an int8 enum {FALSE = 0, TRUE = 1}, as
+ * h5py and netCDF readers expect. */
+static int writer_setup(h5out_t *f) {
+  f->xfer = H5Pcreate(H5P_DATASET_XFER);
+  H5_CHECK(f->xfer);
+  H5_CHECK(H5Pset_dxpl_mpio(f->xfer, H5FD_MPIO_COLLECTIVE));
+  f->bool_type = H5Tenum_create(H5T_NATIVE_INT8);
+  H5_CHECK(f->bool_type);
+  int8_t false_value = 0, true_value = 1;
+  H5_CHECK(H5Tenum_insert(f->bool_type, "FALSE", &false_value));
+  H5_CHECK(H5Tenum_insert(f->bool_type, "TRUE", &true_value));
+  return DS_OK;
+}
+
+int h5out_open(h5out_t **out, MPI_Comm comm, const char *path) {
+  *out = NULL;
+  h5out_t *f = calloc(1, sizeof *f);
+  if (!f) return DS_FAIL_ALLOC("the output writer", sizeof *f);
+  f->comm = comm;
+  f->xfer = f->bool_type = H5I_INVALID_HID;
+  MPI_Comm_rank(comm, &f->rank);
+  snprintf(f->path, sizeof f->path, "%s", path);
+  f->file = open_parallel_rdwr(comm, path);
+  if (f->file < 0) {
+    free(f);
+    return ds_fail(DS_ERR_INPUT, "output %s: cannot open for appending (missing or damaged)", path);
+  }
+  *out = f;
+  return writer_setup(f);
+}
+
+int h5out_read_attr(h5out_t *f, const char *key, char *value, size_t size) {
+  hid_t type = H5Tcopy(H5T_C_S1);
+  H5Tset_size(type, H5T_VARIABLE);
+  char *text = NULL;
+  int ok;
+  H5E_BEGIN_TRY {
+    hid_t attr = H5Aopen_by_name(f->file, "/", key, H5P_DEFAULT, H5P_DEFAULT);
+    ok = attr >= 0 && H5Aread(attr, type, &text) >= 0;
+    if (attr >= 0) H5Aclose(attr);
+  }
+  H5E_END_TRY;
+  H5Tclose(type);
+  if (!ok || !text) return ds_fail(DS_ERR_INPUT, "output %s: no attribute %s", f->path, key);
+  snprintf(value, size, "%s", text);
+  H5free_memory(text);
+  return DS_OK;
+}
+
+int h5out_open_group(h5out_t *f, const char *name, int64_t n_chains, int64_t dim, const h5out_var_t *vars,
+                     int n_vars, int64_t keep_draws, int *group_id) {
+  if (f->n_groups >= H5OUT_MAX_GROUPS || n_vars > H5OUT_MAX_VARS)
+    return ds_fail(DS_ERR_INTERNAL, "h5out: too many groups or variables");
+  h5out_group_t *g = &f->groups[f->n_groups];
+  memset(g, 0, sizeof *g);
+  g->n_chains = n_chains;
+  g->dim = dim;
+  g->dim_scale = g->chain_scale = g->draw_scale = H5I_INVALID_HID;
+  H5E_BEGIN_TRY { g->group = H5Gopen2(f->file, name, H5P_DEFAULT); }
+  H5E_END_TRY;
+  if (g->group < 0) return ds_fail(DS_ERR_INPUT, "output %s: no group %s", f->path, name);
+  f->n_groups++; /* closed by h5out_close from here on */
+  H5E_BEGIN_TRY {
+    g->chain_scale = H5Dopen2(g->group, "chain", H5P_DEFAULT);
+    g->draw_scale = H5Dopen2(g->group, "draw", H5P_DEFAULT);
+  }
+  H5E_END_TRY;
+  if (g->chain_scale < 0 || g->draw_scale < 0)
+    return ds_fail(DS_ERR_INPUT, "output %s: group %s lacks its chain or draw coordinate", f->path, name);
+  for (int v = 0; v < n_vars; ++v) {
+    g->vars[v] = vars[v];
+    H5E_BEGIN_TRY { g->datasets[v] = H5Dopen2(g->group, vars[v].name, H5P_DEFAULT); }
+    H5E_END_TRY;
+    g->n_vars = v + 1;
+    if (g->datasets[v] < 0) return ds_fail(DS_ERR_INPUT, "output %s: no variable %s/%s", f->path, name, vars[v].name);
+    hid_t space = H5Dget_space(g->datasets[v]);
+    hsize_t dims[3] = {0, 0, 0};
+    int rank = H5Sget_simple_extent_ndims(space);
+    if (rank >= 1 && rank <= 3) H5Sget_simple_extent_dims(space, dims, NULL);
+    H5Sclose(space);
+    const int want_rank = vars[v].has_dim ? 3 : 2;
+    if (rank != want_rank || dims[0] != (hsize_t)n_chains || (want_rank == 3 && dims[2] != (hsize_t)dim))
+      return ds_fail(DS_ERR_INPUT, "output %s: %s/%s does not have %lld chains%s of this run: another run's file?",
+                     f->path, name, vars[v].name, (long long)n_chains, want_rank == 3 ? " and its dimension" : "");
+    if (dims[1] < (hsize_t)keep_draws)
+      return ds_fail(DS_ERR_INPUT, "output %s: %s/%s holds %llu draws, the checkpoint counts %lld", f->path, name,
+                     vars[v].name, (unsigned long long)dims[1], (long long)keep_draws);
+    if (vars[v].has_dim && g->dim_scale < 0) {
+      char dim_name[256];
+      snprintf(dim_name, sizeof dim_name, "%s_dim_0", vars[v].name);
+      H5E_BEGIN_TRY { g->dim_scale = H5Dopen2(g->group, dim_name, H5P_DEFAULT); }
+      H5E_END_TRY;
+    }
+    /* Draws past the checkpoint are dropped: the resumed run writes them again. */
+    dims[1] = (hsize_t)keep_draws;
+    H5_CHECK(H5Dset_extent(g->datasets[v], dims));
+  }
+  hsize_t draws = (hsize_t)keep_draws;
+  H5_CHECK(H5Dset_extent(g->draw_scale, &draws));
+  g->n_draws = keep_draws;
+  *group_id = f->n_groups - 1;
+  return DS_OK;
+}
+
+int h5out_flush(h5out_t *f) {
+  H5_CHECK(H5Fflush(f->file, H5F_SCOPE_GLOBAL));
   return DS_OK;
 }
 

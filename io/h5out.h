@@ -35,6 +35,16 @@ int h5out_add_group(h5out_t *f, const char *name, int64_t n_chains, int64_t dim,
  * and draws [draw_begin, +draw_count). */
 int h5out_write(h5out_t *f, int group_id, int64_t total_draws, int64_t chain_begin,
                 int64_t chain_count, int64_t draw_begin, int64_t draw_count, const void *const *data);
+/* Opens an existing output file for appending (resume). Collective. */
+int h5out_open(h5out_t **out, MPI_Comm comm, const char *path);
+/* Opens group `name` of an opened file: its variables must exist with n_chains chains (and the
+ * trailing axis dim); the group is truncated to `keep_draws` draws, which it must hold. */
+int h5out_open_group(h5out_t *f, const char *name, int64_t n_chains, int64_t dim, const h5out_var_t *vars,
+                     int n_vars, int64_t keep_draws, int *group_id);
+/* Reads root attribute `key` (a string) into value; DS_ERR_INPUT when absent. Collective. */
+int h5out_read_attr(h5out_t *f, const char *key, char *value, size_t size);
+/* Makes everything written so far durable. Collective. */
+int h5out_flush(h5out_t *f);
 /* Flushes and closes; f is freed whatever the result. */
 int h5out_close(h5out_t *f);
 

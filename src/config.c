@@ -46,6 +46,10 @@ static const option_spec_t option_table[] = {
     {"backend", STR(backend), FOR_BOTH, "B", "auto (default), cpu or cuda"},
     {"comm", STR(comm), FOR_BOTH, "C", "auto (default), nccl or mpi"},
     {"config", STR(config_file), FOR_BOTH, "FILE", "read options from an INI file (key = value)"},
+    {"checkpoint-every", NUM(OPT_INT, checkpoint_every), FOR_BOTH, "N",
+     "checkpoint every N iterations (default 0: only when stopped by a signal)"},
+    {"checkpoint-dir", STR(checkpoint_dir), FOR_BOTH, "DIR", "where checkpoints go (default: OUT with .ckpt)"},
+    {"keep", NUM(OPT_INT, keep), FOR_BOTH, "K", "newest checkpoints kept (default 2)"},
     {"quiet", NUM(OPT_FLAG, quiet), FOR_BOTH, NULL, "no progress output"},
 };
 #define OPTION_COUNT ((int)(sizeof option_table / sizeof option_table[0]))
@@ -71,6 +75,11 @@ static void config_defaults(config_t *cfg, algorithm_t algorithm) {
   strcpy(cfg->out, "run.h5");
   strcpy(cfg->backend, "auto");
   strcpy(cfg->comm, "auto");
+  cfg->keep = 2;
+}
+
+algorithm_t config_algorithm_from_name(const char *name) {
+  return strcmp(name, "hmc") == 0 ? ALGO_HMC : strcmp(name, "svgd") == 0 ? ALGO_SVGD : ALGO_NONE;
 }
 
 static const option_spec_t *find_option(const char *name) {
@@ -209,20 +218,28 @@ static int config_validate(config_t *cfg) {
   if (strcmp(cfg->comm, "auto") != 0 && strcmp(cfg->comm, "mpi") != 0 && strcmp(cfg->comm, "nccl") != 0)
     return ds_fail(DS_ERR_INPUT, "--comm: expected auto, nccl or mpi, got '%s'", cfg->comm);
   if (!cfg->out[0]) return ds_fail(DS_ERR_INPUT, "--out: expected a file name");
+  if (cfg->checkpoint_every < 0)
+    return ds_fail(DS_ERR_INPUT, "--checkpoint-every: expected >= 0, got %lld", (long long)cfg->checkpoint_every);
+  if (cfg->keep < 1) return ds_fail(DS_ERR_INPUT, "--keep: expected >= 1, got %lld", (long long)cfg->keep);
+  if (!cfg->checkpoint_dir[0]) {
+    size_t length = strlen(cfg->out);
+    if (length > 3 && strcmp(cfg->out + length - 3, ".h5") == 0) length -= 3;
+    if (length + 6 >= sizeof cfg->checkpoint_dir) return ds_fail(DS_ERR_INPUT, "--out: the name is too long");
+    memcpy(cfg->checkpoint_dir, cfg->out, length);
+    strcpy(cfg->checkpoint_dir + length, ".ckpt");
+  }
   return DS_OK;
 }
 
-int config_parse(config_t *cfg, int argc, char **argv, FILE *help_out) {
-  if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "help") == 0) {
-    config_defaults(cfg, ALGO_NONE);
-    print_help(help_out, ALGO_NONE);
-    return argc < 2 ? ds_fail(DS_ERR_INPUT, "no command given (hmc or svgd)") : DS_HELP;
-  }
-  algorithm_t algorithm = strcmp(argv[1], "hmc") == 0 ? ALGO_HMC : strcmp(argv[1], "svgd") == 0 ? ALGO_SVGD : ALGO_NONE;
-  if (algorithm == ALGO_NONE)
-    return ds_fail(DS_ERR_INPUT, "unknown command '%s' (expected hmc or svgd; see dsampler --help)", argv[1]);
-  config_defaults(cfg, algorithm);
+/* Applies argv[skip + 1 ..] (argv[skip] stands in for the program name) in two passes: a
+ * --config file first, then the command line over it. With `resume`, options that would
+ * change the answer are refused. */
+static int apply_command_line(config_t *cfg, int argc, char **argv, int skip, int resume, FILE *help_out) {
+  const algorithm_t algorithm = cfg->algorithm;
   const int mask = algorithm == ALGO_HMC ? FOR_HMC : FOR_SVGD;
+  static const char *const resume_allowed[] = {"draws", "iters", "checkpoint-every", "checkpoint-dir", "keep",
+                                               "comm", "quiet", NULL};
+  const char *command = resume ? "resume" : argv[1];
 
   struct option long_options[OPTION_COUNT + 2];
   int n_long = 0;
@@ -235,25 +252,33 @@ int config_parse(config_t *cfg, int argc, char **argv, FILE *help_out) {
   long_options[n_long++] = (struct option){"help", no_argument, NULL, 'h'};
   long_options[n_long] = (struct option){NULL, 0, NULL, 0};
 
-  /* Two passes: the --config file first, then the command line over it. */
   for (int pass = 0; pass < 2; ++pass) {
-    optind = 0; /* glibc: 0 restarts the scan; the command stands in for the program name */
+    optind = 0; /* glibc: 0 restarts the scan */
     opterr = 0;
     int c;
-    while ((c = getopt_long(argc - 1, argv + 1, "+h", long_options, NULL)) != -1) {
+    while ((c = getopt_long(argc - skip, argv + skip, "+h", long_options, NULL)) != -1) {
       if (c == 'h') {
         print_help(help_out, algorithm);
         return DS_HELP;
       }
       if (c == '?' || c == ':') {
-        const char *bad = argv[optind];
+        const char *bad = argv[skip + optind - 1];
         if (optopt && optopt >= 1000)
           return ds_fail(DS_ERR_INPUT, "--%s: needs a value", option_table[optopt - 1000].name);
         return ds_fail(DS_ERR_INPUT, "unknown option '%s' for dsampler %s (see dsampler %s --help)",
-                       bad ? bad : "?", argv[1], argv[1]);
+                       bad ? bad : "?", command, config_algorithm_name(algorithm));
       }
       const option_spec_t *spec = &option_table[c - 1000];
       const int is_config = strcmp(spec->name, "config") == 0;
+      if (resume && pass == 1) {
+        int allowed = 0;
+        for (const char *const *a = resume_allowed; *a; ++a) allowed |= strcmp(*a, spec->name) == 0;
+        if (!allowed)
+          return ds_fail(DS_ERR_INPUT,
+                         "resume: --%s would change the answer; a resumed run keeps the checkpoint's settings "
+                         "(allowed: --draws, --iters, --checkpoint-every, --checkpoint-dir, --keep, --comm, --quiet)",
+                         spec->name);
+      }
       if (pass == 0 && is_config) {
         DS_TRY(config_set(cfg, spec, optarg, "--config"));
         DS_TRY(config_read_file(cfg, cfg->config_file));
@@ -261,11 +286,44 @@ int config_parse(config_t *cfg, int argc, char **argv, FILE *help_out) {
         char where[80];
         snprintf(where, sizeof where, "--%s", spec->name);
         DS_TRY(config_set(cfg, spec, optarg, where));
+        cfg->given |= (uint64_t)1 << (c - 1000);
       }
     }
-    if (optind < argc - 1)
-      return ds_fail(DS_ERR_INPUT, "unexpected argument '%s' (options start with --)", argv[optind + 1]);
+    if (optind < argc - skip)
+      return ds_fail(DS_ERR_INPUT, "unexpected argument '%s' (options start with --)", argv[skip + optind]);
   }
+  return DS_OK;
+}
+
+int config_parse_resume(config_t *cfg, algorithm_t algorithm, const char *checkpoint_config, int argc, char **argv,
+                        FILE *help_out) {
+  config_defaults(cfg, algorithm);
+  ini_context_t ctx = {cfg, "(checkpoint)", DS_OK};
+  int rc = ini_parse_string(checkpoint_config, config_ini_entry, &ctx);
+  if (ctx.status != DS_OK) return ctx.status;
+  if (rc != 0) return ds_fail(DS_ERR_INPUT, "resume: the checkpoint's configuration does not parse (line %d)", rc);
+  const config_t saved = *cfg;
+  DS_TRY(apply_command_line(cfg, argc, argv, 2, 1, help_out));
+  if (cfg->algorithm == ALGO_HMC && cfg->draws < saved.draws)
+    return ds_fail(DS_ERR_INPUT, "resume: --draws %lld is fewer than the run's %lld", (long long)cfg->draws,
+                   (long long)saved.draws);
+  if (cfg->algorithm == ALGO_SVGD && cfg->iters < saved.iters)
+    return ds_fail(DS_ERR_INPUT, "resume: --iters %lld is fewer than the run's %lld", (long long)cfg->iters,
+                   (long long)saved.iters);
+  return config_validate(cfg);
+}
+
+int config_parse(config_t *cfg, int argc, char **argv, FILE *help_out) {
+  if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "help") == 0) {
+    config_defaults(cfg, ALGO_NONE);
+    print_help(help_out, ALGO_NONE);
+    return argc < 2 ? ds_fail(DS_ERR_INPUT, "no command given (hmc or svgd)") : DS_HELP;
+  }
+  algorithm_t algorithm = config_algorithm_from_name(argv[1]);
+  if (algorithm == ALGO_NONE)
+    return ds_fail(DS_ERR_INPUT, "unknown command '%s' (expected hmc or svgd; see dsampler --help)", argv[1]);
+  config_defaults(cfg, algorithm);
+  DS_TRY(apply_command_line(cfg, argc, argv, 1, 0, help_out));
   return config_validate(cfg);
 }
 

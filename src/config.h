@@ -33,12 +33,24 @@ typedef struct config {
   char comm[16];       /* auto | nccl | mpi */
   char config_file[CONFIG_PATH_MAX];
   int quiet;
+  int64_t checkpoint_every;  /* iterations between checkpoints; 0: only on a signal */
+  char checkpoint_dir[CONFIG_PATH_MAX]; /* default: the output's name with .ckpt */
+  int64_t keep;              /* checkpoints kept */
+  uint64_t given;            /* bit i: option i of the table was on the command line */
 } config_t;
 
 /* Parses `dsampler <hmc|svgd> [options]` (argv[0] is the program, argv[1] the command) and
  * validates the result. Returns DS_OK, DS_HELP after printing help to `help_out` (may be NULL
  * on ranks that print nothing), or DS_ERR_INPUT with a message naming the input. */
 int config_parse(config_t *cfg, int argc, char **argv, FILE *help_out);
+
+/* Parses `dsampler resume WHERE [options]` over a checkpoint's configuration (INI text of
+ * config_write_ini) for `algorithm`. Options that only extend the run or change where and how
+ * it reports are allowed (--draws, --iters, --checkpoint-every, --checkpoint-dir, --keep,
+ * --comm, --quiet); any other would change the answer and is refused. */
+int config_parse_resume(config_t *cfg, algorithm_t algorithm, const char *checkpoint_config, int argc, char **argv,
+                        FILE *help_out);
+algorithm_t config_algorithm_from_name(const char *name);
 
 /* Writes "key = value" lines of every option that applies to the algorithm; the same text
  * a --config file takes. */

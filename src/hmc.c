@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "run.h"
+#include "signals.h"
 #include "status.h"
 
 /* Host memory for buffered draws, per rank, before a collective write. */
@@ -165,6 +166,87 @@ static int hmc_init_state(run_ctx_t *run, hmc_batch_t *m, int64_t rows, int64_t 
   return comm_agree(run->comm, status);
 }
 
+/* The state a checkpoint carries: per-chain arrays and the progress totals. */
+typedef struct hmc_saved {
+  float *q, *logp, *grad, *step_size, *inv_metric; /* host, this rank's rows */
+  double divergences;
+} hmc_saved_t;
+
+static int hmc_checkpoint_arrays(hmc_saved_t *saved, int64_t dim, ckpt_array_t arrays[5]) {
+  arrays[0] = (ckpt_array_t){"q", CKPT_FLOAT32, dim, saved->q};
+  arrays[1] = (ckpt_array_t){"logp", CKPT_FLOAT32, 1, saved->logp};
+  arrays[2] = (ckpt_array_t){"grad", CKPT_FLOAT32, dim, saved->grad};
+  arrays[3] = (ckpt_array_t){"step_size", CKPT_FLOAT32, 1, saved->step_size};
+  arrays[4] = (ckpt_array_t){"inv_metric", CKPT_FLOAT32, dim, saved->inv_metric};
+  return 5;
+}
+
+static int hmc_saved_alloc(hmc_saved_t *saved, int64_t rows, int64_t dim) {
+  size_t mat = (size_t)(rows * dim + 1) * sizeof(float), vec = (size_t)(rows + 1) * sizeof(float);
+  saved->q = malloc(mat);
+  saved->grad = malloc(mat);
+  saved->inv_metric = malloc(mat);
+  saved->logp = malloc(vec);
+  saved->step_size = malloc(vec);
+  if (!saved->q || !saved->grad || !saved->inv_metric || !saved->logp || !saved->step_size)
+    return DS_FAIL_ALLOC("checkpoint buffers", 3 * mat);
+  return DS_OK;
+}
+
+static void hmc_saved_free(hmc_saved_t *saved) {
+  free(saved->q); free(saved->grad); free(saved->inv_metric); free(saved->logp); free(saved->step_size);
+}
+
+/* Backend state <-> host copies. */
+static int hmc_state_transfer(backend_t *b, hmc_batch_t *m, hmc_saved_t *saved, int64_t rows, int64_t dim, int upload) {
+  size_t mat = (size_t)(rows * dim) * sizeof(float), vec = (size_t)rows * sizeof(float);
+  if (upload) {
+    DS_TRY(b->upload(b, m->q, saved->q, mat));
+    DS_TRY(b->upload(b, m->logp, saved->logp, vec));
+    DS_TRY(b->upload(b, m->grad, saved->grad, mat));
+    DS_TRY(b->upload(b, (void *)m->step_size, saved->step_size, vec));
+    DS_TRY(b->upload(b, (void *)m->inv_metric, saved->inv_metric, mat));
+  } else {
+    DS_TRY(b->download(b, saved->q, m->q, mat));
+    DS_TRY(b->download(b, saved->logp, m->logp, vec));
+    DS_TRY(b->download(b, saved->grad, m->grad, mat));
+    DS_TRY(b->download(b, saved->step_size, m->step_size, vec));
+    DS_TRY(b->download(b, saved->inv_metric, m->inv_metric, mat));
+  }
+  return DS_OK;
+}
+
+static const h5out_var_t hmc_posterior_vars_template[] = {{"x", H5OUT_FLOAT32, 1}};
+static const h5out_var_t hmc_stats_vars[] = {{"lp", H5OUT_FLOAT32, 0},        {"acceptance_rate", H5OUT_FLOAT32, 0},
+                                             {"step_size", H5OUT_FLOAT32, 0}, {"diverging", H5OUT_BOOL, 0},
+                                             {"energy", H5OUT_FLOAT32, 0},    {"n_steps", H5OUT_INT32, 0}};
+
+/* Creates the output (fresh run) or reopens it truncated to the checkpoint's draws (resume). */
+static int hmc_open_output(run_ctx_t *run, h5out_t **out, int *g_posterior, int *g_stats) {
+  const int64_t chains = config_items(run->cfg), dim = run->target->dim;
+  h5out_var_t posterior[1] = {hmc_posterior_vars_template[0]};
+  posterior[0].name = run->target->var_name;
+  if (!run->resume_path) {
+    DS_TRY(run_open_output(run, out));
+    int status = h5out_add_group(*out, "posterior", chains, dim, posterior, 1, g_posterior);
+    if (status == DS_OK) status = h5out_add_group(*out, "sample_stats", chains, dim, hmc_stats_vars, 6, g_stats);
+    return comm_agree(run->comm, status);
+  }
+  int status = comm_agree(run->comm, h5out_open(out, run->comm->world, run->cfg->out));
+  if (status != DS_OK) return status;
+  char target[256] = "";
+  status = h5out_read_attr(*out, "config_target", target, sizeof target);
+  if (status == DS_OK && strcmp(target, run->cfg->target) != 0)
+    status = ds_fail(DS_ERR_INPUT, "output %s was written for target '%s', the checkpoint is for '%s'", run->cfg->out,
+                     target, run->cfg->target);
+  if (status == DS_OK)
+    status = h5out_open_group(*out, "posterior", chains, dim, posterior, 1, run->resume_meta->draws_written, g_posterior);
+  if (status == DS_OK)
+    status = h5out_open_group(*out, "sample_stats", chains, dim, hmc_stats_vars, 6, run->resume_meta->draws_written,
+                              g_stats);
+  return comm_agree(run->comm, status);
+}
+
 int hmc_run(run_ctx_t *run) {
   backend_t *b = run->backend;
   const config_t *cfg = run->cfg;
@@ -177,35 +259,48 @@ int hmc_run(run_ctx_t *run) {
   memset(&m, 0, sizeof m);
   hmc_draw_buffer_t d;
   memset(&d, 0, sizeof d);
+  hmc_saved_t saved;
+  memset(&saved, 0, sizeof saved);
+  ckpt_array_t arrays[5];
+  ckpt_global_t globals[1] = {{"divergences", 1, &saved.divergences}};
   float *q_host = malloc((size_t)(rows * dim + 1) * sizeof *q_host);
   int status = hmc_state_alloc(b, &m, rows, dim);
   if (status == DS_OK) status = draw_buffer_alloc(&d, rows, dim, cfg->draws);
+  if (status == DS_OK) status = hmc_saved_alloc(&saved, rows, dim);
+  const int n_arrays = hmc_checkpoint_arrays(&saved, dim, arrays); /* after the allocation */
   if (status == DS_OK && !q_host) status = DS_FAIL_ALLOC("a draw", (size_t)(rows * dim) * sizeof(float));
   status = comm_agree(run->comm, status);
-  if (status == DS_OK) status = hmc_init_state(run, &m, rows, dim);
+  if (status == DS_OK) status = comm_agree(run->comm, run_check_checkpoint_dir(run));
+
+  int64_t first_iteration = 0;
+  if (status == DS_OK && run->resume_path) {
+    status = comm_agree(run->comm, run_check_resume_meta(run));
+    if (status == DS_OK) {
+      status = ckpt_read(run->comm->world, run->resume_path, arrays, n_arrays, globals, 1, run->item_begin,
+                         run->item_end, config_items(cfg));
+      status = comm_agree(run->comm, status == DS_OK ? DS_OK : DS_ERR_CHECKPOINT);
+    }
+    if (status == DS_OK) status = comm_agree(run->comm, hmc_state_transfer(b, &m, &saved, rows, dim, 1));
+    first_iteration = run->resume_meta->iteration;
+    d.first_draw = run->resume_meta->draws_written;
+  } else if (status == DS_OK) {
+    status = hmc_init_state(run, &m, rows, dim);
+  }
 
   h5out_t *out = NULL;
   int g_posterior = -1, g_stats = -1;
-  if (status == DS_OK) status = run_open_output(run, &out);
-  if (status == DS_OK) {
-    const h5out_var_t posterior[] = {{run->target->var_name, H5OUT_FLOAT32, 1}};
-    const h5out_var_t stats[] = {{"lp", H5OUT_FLOAT32, 0},        {"acceptance_rate", H5OUT_FLOAT32, 0},
-                                 {"step_size", H5OUT_FLOAT32, 0}, {"diverging", H5OUT_BOOL, 0},
-                                 {"energy", H5OUT_FLOAT32, 0},    {"n_steps", H5OUT_INT32, 0}};
-    status = h5out_add_group(out, "posterior", config_items(cfg), dim, posterior, 1, &g_posterior);
-    if (status == DS_OK)
-      status = h5out_add_group(out, "sample_stats", config_items(cfg), dim, stats, 6, &g_stats);
-    status = comm_agree(run->comm, status);
-  }
+  if (status == DS_OK) status = hmc_open_output(run, &out, &g_posterior, &g_stats);
 
   m.n_chains = rows;
   m.chain_begin = run->item_begin;
   m.dim = dim;
   m.seed = cfg->seed;
   m.n_leapfrog = (int)cfg->steps;
-  double divergences = 0;
+  double divergences = saved.divergences;
   progress_init(&run->progress, run->comm->rank == 0 && !cfg->quiet, total_iterations);
-  for (int64_t it = 0; it < total_iterations && status == DS_OK; ++it) {
+  run->progress.phase_first = first_iteration;
+  int stopped = 0;
+  for (int64_t it = first_iteration; it < total_iterations && status == DS_OK; ++it) {
     const int sampling = it >= cfg->warmup;
     if (it == cfg->warmup) progress_phase(&run->progress, it);
     m.iteration = (uint32_t)it;
@@ -217,24 +312,44 @@ int hmc_run(run_ctx_t *run) {
     if (status != DS_OK) break;
     if (sampling && (d.count == d.capacity || it + 1 == total_iterations))
       status = comm_agree(run->comm, flush_draws(run, out, g_posterior, g_stats, &d, rows, dim));
-    /* Progress statistics over all chains: every rank takes part. */
-    double sums[2] = {0, 0};
+    /* Progress statistics over all chains, and any stop signal: every rank takes part. */
+    double sums[3] = {0, 0, signals_pending() != 0};
     for (int64_t c = 0; c < rows; ++c) {
       sums[0] += d.it_accept[c];
       sums[1] += d.it_diverging[c];
     }
-    if (status == DS_OK) status = comm_allreduce_sum_double(run->comm, sums, 2);
+    if (status == DS_OK) status = comm_allreduce_sum_double(run->comm, sums, 3);
     if (status != DS_OK) break;
     divergences += sums[1];
     char detail[160];
     snprintf(detail, sizeof detail, "accept %.3f  step %.3g  divergences %.0f",
              sums[0] / (double)config_items(cfg), cfg->step_size, divergences);
     progress_update(&run->progress, sampling ? "sampling" : "warmup", it + 1, detail);
+
+    const int64_t completed = it + 1;
+    const int stop = sums[2] > 0 && completed < total_iterations;
+    const int scheduled = cfg->checkpoint_every > 0 &&
+                          (completed % cfg->checkpoint_every == 0 || completed == total_iterations);
+    if (stop || scheduled) {
+      /* The output must hold every draw the checkpoint counts, durably, before it exists. */
+      if (d.count > 0) status = comm_agree(run->comm, flush_draws(run, out, g_posterior, g_stats, &d, rows, dim));
+      if (status == DS_OK) status = comm_agree(run->comm, h5out_flush(out));
+      ckpt_meta_t meta;
+      if (status == DS_OK) status = run_checkpoint_meta(run, completed, d.first_draw, &meta);
+      if (status == DS_OK) status = comm_agree(run->comm, hmc_state_transfer(b, &m, &saved, rows, dim, 0));
+      saved.divergences = divergences;
+      if (status == DS_OK) status = run_write_checkpoint(run, &meta, arrays, n_arrays, globals, 1, stop);
+      if (status == DS_OK && stop) {
+        stopped = 1;
+        break;
+      }
+    }
   }
   if (out) {
     int close_status = comm_agree(run->comm, h5out_close(out));
     if (status == DS_OK) status = close_status;
   }
+  if (status == DS_OK && stopped) status = DS_INTERRUPTED;
   if (status == DS_OK) {
     char what[CONFIG_PATH_MAX + 256];
     snprintf(what, sizeof what, "hmc: %lld draws of %lld chains written to %s (%.0f divergences)",
@@ -243,6 +358,7 @@ int hmc_run(run_ctx_t *run) {
   }
   hmc_state_free(b, &m);
   draw_buffer_free(&d);
+  hmc_saved_free(&saved);
   free(q_host);
   return status;
 }

@@ -9,6 +9,7 @@
 
 #include "h5init.h"
 #include "rng.h"
+#include "signals.h"
 #include "status.h"
 #include "target.h"
 
@@ -70,11 +71,69 @@ int run_open_output(run_ctx_t *run, h5out_t **out) {
   return comm_agree(run->comm, status);
 }
 
-int run_main(comm_ctx_t *comm, const config_t *cfg) {
+int run_stop_requested(run_ctx_t *run, int *stop) {
+  int mine = signals_pending() != 0, any = 0;
+  MPI_CHECK(MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_MAX, run->comm->world));
+  *stop = any;
+  return DS_OK;
+}
+
+int run_check_checkpoint_dir(run_ctx_t *run) {
+  if (run->resume_path || !ckpt_dir_has_checkpoints(run->comm->world, run->cfg->checkpoint_dir)) return DS_OK;
+  return ds_fail(DS_ERR_INPUT,
+                 "--checkpoint-dir %s already holds checkpoints: continue that run with `dsampler resume %s`, "
+                 "or give another --checkpoint-dir (or remove them)",
+                 run->cfg->checkpoint_dir, run->cfg->checkpoint_dir);
+}
+
+int run_checkpoint_meta(run_ctx_t *run, int64_t iteration, int64_t draws_written, ckpt_meta_t *meta) {
+  memset(meta, 0, sizeof *meta);
+  snprintf(meta->algorithm, sizeof meta->algorithm, "%s", config_algorithm_name(run->cfg->algorithm));
+  meta->iteration = iteration;
+  meta->draws_written = draws_written;
+  meta->n_items = config_items(run->cfg);
+  meta->dim = run->target->dim;
+  meta->seed = run->cfg->seed;
+  snprintf(meta->target, sizeof meta->target, "%s", run->cfg->target);
+  FILE *text = fmemopen(meta->config, sizeof meta->config - 1, "w");
+  if (!text) return ds_fail(DS_ERR_INTERNAL, "cannot format the configuration");
+  config_write_ini(run->cfg, text);
+  fclose(text);
+  return DS_OK;
+}
+
+int run_write_checkpoint(run_ctx_t *run, const ckpt_meta_t *meta, const ckpt_array_t *arrays, int n_arrays,
+                         const ckpt_global_t *globals, int n_globals, int stopping) {
+  int status = ckpt_write(run->comm->world, run->cfg->checkpoint_dir, meta, arrays, n_arrays, globals, n_globals,
+                          run->item_begin, run->item_end, (int)run->cfg->keep);
+  status = comm_agree(run->comm, status);
+  if (status == DS_OK && stopping && run->comm->rank == 0) {
+    if (run->progress.printed_inline) fprintf(stderr, "\n");
+    fprintf(stderr, "dsampler: stopped by a signal after iteration %lld; checkpoint %s/ckpt-%lld.h5; continue with "
+                    "`dsampler resume %s`\n",
+            (long long)meta->iteration, run->cfg->checkpoint_dir, (long long)meta->iteration, run->cfg->checkpoint_dir);
+  }
+  return status;
+}
+
+int run_check_resume_meta(run_ctx_t *run) {
+  const ckpt_meta_t *m = run->resume_meta;
+  if (strcmp(m->algorithm, config_algorithm_name(run->cfg->algorithm)) != 0 || m->n_items != config_items(run->cfg) ||
+      m->dim != run->target->dim || m->seed != run->cfg->seed || strcmp(m->target, run->cfg->target) != 0)
+    return ds_fail(DS_ERR_CHECKPOINT, "checkpoint %s: its metadata (%s, %s, %lld items of dim %lld) disagree with "
+                                      "its own configuration: damaged?",
+                   run->resume_path, m->algorithm, m->target, (long long)m->n_items, (long long)m->dim);
+  return DS_OK;
+}
+
+int run_main(comm_ctx_t *comm, const config_t *cfg, const char *resume_path, const ckpt_meta_t *resume_meta) {
   run_ctx_t run;
   memset(&run, 0, sizeof run);
   run.comm = comm;
   run.cfg = cfg;
+  run.resume_path = resume_path;
+  run.resume_meta = resume_meta;
+  signals_install();
 
   /* One device per rank: the local rank picks it, whatever CUDA_VISIBLE_DEVICES says. */
   backend_t *backend = NULL;
@@ -94,6 +153,9 @@ int run_main(comm_ctx_t *comm, const config_t *cfg) {
     run.backend = backend;
     run.target = &target.target;
     comm_partition(config_items(cfg), comm->size, comm->rank, &run.item_begin, &run.item_end);
+    if (comm->rank == 0 && !cfg->quiet && resume_path)
+      printf("dsampler %s: resuming from %s after iteration %lld\n", DSAMPLER_VERSION, resume_path,
+             (long long)resume_meta->iteration);
     if (comm->rank == 0 && !cfg->quiet) {
       printf("dsampler %s: %s, target %s (dim %lld), %lld %s on %d rank%s, backend %s, transport %s\n",
              DSAMPLER_VERSION, config_algorithm_name(cfg->algorithm), target.target.name,

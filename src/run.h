@@ -4,6 +4,7 @@
 #define DSAMPLER_RUN_H
 
 #include "backend.h"
+#include "ckpt.h"
 #include "comm.h"
 #include "config.h"
 #include "dsampler_target.h"
@@ -17,10 +18,27 @@ typedef struct run_ctx {
   const dsampler_target *target;
   progress_t progress;
   int64_t item_begin, item_end; /* this rank's global items */
+  const char *resume_path;      /* the checkpoint to continue from, or NULL */
+  const ckpt_meta_t *resume_meta;
 } run_ctx_t;
 
-/* Runs the configured algorithm end to end. Collective. */
-int run_main(comm_ctx_t *comm, const config_t *cfg);
+/* Runs the configured algorithm end to end, or continues it from a checkpoint (resume_path
+ * and resume_meta, else NULL). Returns DS_INTERRUPTED after a checkpoint when a stop signal
+ * arrived, DS_ERR_CHECKPOINT when the checkpoint proved unusable before anything was written.
+ * Collective. */
+int run_main(comm_ctx_t *comm, const config_t *cfg, const char *resume_path, const ckpt_meta_t *resume_meta);
+
+/* Collective: 1 when any rank received a stop signal. */
+int run_stop_requested(run_ctx_t *run, int *stop);
+/* Collective: refuses a fresh run whose checkpoint directory holds checkpoints already. */
+int run_check_checkpoint_dir(run_ctx_t *run);
+/* Fills the metadata every checkpoint of this run carries. */
+int run_checkpoint_meta(run_ctx_t *run, int64_t iteration, int64_t draws_written, ckpt_meta_t *meta);
+/* Writes a checkpoint; rank 0 says where when the run is stopping. Collective. */
+int run_write_checkpoint(run_ctx_t *run, const ckpt_meta_t *meta, const ckpt_array_t *arrays, int n_arrays,
+                         const ckpt_global_t *globals, int n_globals, int stopping);
+/* Checks a checkpoint's metadata against this run; DS_ERR_CHECKPOINT when it does not fit. */
+int run_check_resume_meta(run_ctx_t *run);
 
 /* Starting positions of this rank's items into host x_local [rows, dim]: from --init, or
  * uniform on (-2, 2] keyed by global item id. Non-finite values are an input error on every

@@ -16,6 +16,7 @@ enum {
   DS_ERR_MEMORY = 6,
   DS_ERR_TARGET = 7,    /* the target's log density or gradient failed */
   DS_ERR_INTERNAL = 8,
+  DS_ERR_CHECKPOINT = 9, /* a checkpoint that cannot be used; resume tries an older one */
   DS_HELP = 64,         /* --help was asked for: not an error */
   DS_INTERRUPTED = 75   /* stopped by a signal after a checkpoint: resumable */
 };

@@ -122,34 +122,79 @@ static int svgd_write_output(run_ctx_t *run, svgd_state_t *s) {
   return status;
 }
 
+/* A checkpoint holds this rank's particles and, for adagrad, their gradient history. */
+static int svgd_checkpoint(run_ctx_t *run, svgd_state_t *s, int64_t completed, int adagrad, int stopping,
+                           float *x_host, float *history_host) {
+  backend_t *b = run->backend;
+  const int64_t dim = run->target->dim, rows = run->item_end - run->item_begin;
+  const size_t bytes = (size_t)(rows * dim) * sizeof(float);
+  int status = b->download(b, x_host, s->x_all + run->item_begin * dim, bytes);
+  if (status == DS_OK && adagrad) status = b->download(b, history_host, s->history, bytes);
+  status = comm_agree(run->comm, status);
+  ckpt_meta_t meta;
+  if (status == DS_OK) status = run_checkpoint_meta(run, completed, 0, &meta);
+  const ckpt_array_t arrays[2] = {{"x", CKPT_FLOAT32, dim, x_host}, {"history", CKPT_FLOAT32, dim, history_host}};
+  if (status == DS_OK) status = run_write_checkpoint(run, &meta, arrays, adagrad ? 2 : 1, NULL, 0, stopping);
+  return status;
+}
+
 int svgd_run(run_ctx_t *run) {
   backend_t *b = run->backend;
   const config_t *cfg = run->cfg;
   const int64_t n = config_items(cfg), dim = run->target->dim;
   const int64_t rows = run->item_end - run->item_begin;
+  const int adagrad = strcmp(cfg->update, "adagrad") == 0;
   if (n >= ((int64_t)1 << 32))
     return ds_fail(DS_ERR_INPUT, "--particles: at most 2^32 - 1 particles (the median counts N^2 pairs)");
 
   svgd_state_t s;
-  int status = svgd_state_alloc(b, &s, n, rows, dim, strcmp(cfg->update, "adagrad") == 0);
-  float *x_init = malloc((size_t)(rows * dim + 1) * sizeof *x_init);
-  if (status == DS_OK && !x_init) status = DS_FAIL_ALLOC("initial particles", (size_t)(rows * dim) * sizeof(float));
+  int status = svgd_state_alloc(b, &s, n, rows, dim, adagrad);
+  const size_t bytes = (size_t)(rows * dim) * sizeof(float);
+  float *x_host = malloc(bytes + sizeof(float)), *history_host = malloc(bytes + sizeof(float));
+  if (status == DS_OK && (!x_host || !history_host)) status = DS_FAIL_ALLOC("particle buffers", 2 * bytes);
   status = comm_agree(run->comm, status);
-  if (status == DS_OK) status = run_initial_positions(run, n, x_init);
+  if (status == DS_OK) status = comm_agree(run->comm, run_check_checkpoint_dir(run));
+
+  int64_t first_iteration = 0;
+  if (status == DS_OK && run->resume_path) {
+    status = comm_agree(run->comm, run_check_resume_meta(run));
+    const ckpt_array_t arrays[2] = {{"x", CKPT_FLOAT32, dim, x_host}, {"history", CKPT_FLOAT32, dim, history_host}};
+    if (status == DS_OK) {
+      status = ckpt_read(run->comm->world, run->resume_path, arrays, adagrad ? 2 : 1, NULL, 0, run->item_begin,
+                         run->item_end, n);
+      status = comm_agree(run->comm, status == DS_OK ? DS_OK : DS_ERR_CHECKPOINT);
+    }
+    if (status == DS_OK && adagrad) status = comm_agree(run->comm, b->upload(b, s.history, history_host, bytes));
+    first_iteration = run->resume_meta->iteration;
+  } else if (status == DS_OK) {
+    status = run_initial_positions(run, n, x_host);
+  }
   if (status == DS_OK)
-    status = comm_agree(run->comm, b->upload(b, s.x_all + run->item_begin * dim, x_init,
-                                             (size_t)(rows * dim) * sizeof(float)));
-  free(x_init);
+    status = comm_agree(run->comm, b->upload(b, s.x_all + run->item_begin * dim, x_host, bytes));
 
   progress_init(&run->progress, run->comm->rank == 0 && !cfg->quiet, cfg->iters);
-  for (int64_t it = 0; it < cfg->iters && status == DS_OK; ++it) {
+  run->progress.phase_first = first_iteration;
+  int stopped = 0;
+  for (int64_t it = first_iteration; it < cfg->iters && status == DS_OK; ++it) {
     float h = 0.0f;
     status = svgd_step(run, &s, it, &h);
+    int stop = 0;
+    if (status == DS_OK) status = run_stop_requested(run, &stop);
+    if (status != DS_OK) break;
     char detail[96];
     snprintf(detail, sizeof detail, "h %.4g", (double)h);
-    if (status == DS_OK) progress_update(&run->progress, "svgd", it + 1, detail);
+    progress_update(&run->progress, "svgd", it + 1, detail);
+    const int64_t completed = it + 1;
+    stop = stop && completed < cfg->iters;
+    const int scheduled = cfg->checkpoint_every > 0 && (completed % cfg->checkpoint_every == 0 || completed == cfg->iters);
+    if (stop || scheduled) status = svgd_checkpoint(run, &s, completed, adagrad, stop, x_host, history_host);
+    if (status == DS_OK && stop) {
+      stopped = 1;
+      break;
+    }
   }
-  if (status == DS_OK) status = svgd_write_output(run, &s);
+  if (status == DS_OK && !stopped) status = svgd_write_output(run, &s);
+  if (status == DS_OK && stopped) status = DS_INTERRUPTED;
   if (status == DS_OK) {
     char what[CONFIG_PATH_MAX + 256];
     snprintf(what, sizeof what, "svgd: %lld iterations of %lld particles written to %s",
@@ -157,5 +202,7 @@ int svgd_run(run_ctx_t *run) {
     progress_finish(&run->progress, what);
   }
   svgd_state_free(b, &s);
+  free(x_host);
+  free(history_host);
   return status;
 }

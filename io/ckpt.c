@@ -1,0 +1,403 @@
+/* ckpt.c: writing, listing and reading checkpoints (see ckpt.h). */
+#include "ckpt.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <hdf5.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "comm.h"
+#include "h5out.h"
+#include "status.h"
+
+/* FNV-1a over a row's global index and bytes; rows' hashes are summed (mod 2^64), so the
+ * checksum does not depend on how rows are split over ranks. */
+static uint64_t row_hash(int64_t row, const void *bytes, size_t size) {
+  uint64_t hash = 1469598103934665603ull;
+  const unsigned char *index = (const unsigned char *)&row;
+  for (size_t i = 0; i < sizeof row; ++i) hash = (hash ^ index[i]) * 1099511628211ull;
+  const unsigned char *p = bytes;
+  for (size_t i = 0; i < size; ++i) hash = (hash ^ p[i]) * 1099511628211ull;
+  return hash;
+}
+
+static size_t dtype_size(ckpt_dtype_t dtype) { return dtype == CKPT_FLOAT64 ? 8 : 4; }
+static hid_t dtype_memory(ckpt_dtype_t dtype) { return dtype == CKPT_FLOAT64 ? H5T_NATIVE_DOUBLE : H5T_NATIVE_FLOAT; }
+static hid_t dtype_file(ckpt_dtype_t dtype) { return dtype == CKPT_FLOAT64 ? H5T_IEEE_F64LE : H5T_IEEE_F32LE; }
+
+static int local_checksum(MPI_Comm comm, const ckpt_array_t *a, int64_t row_begin, int64_t row_end, uint64_t *sum) {
+  uint64_t local = 0;
+  size_t row_bytes = (size_t)a->width * dtype_size(a->dtype);
+  for (int64_t r = row_begin; r < row_end; ++r)
+    local += row_hash(r, (const char *)a->local + (size_t)(r - row_begin) * row_bytes, row_bytes);
+  MPI_CHECK(MPI_Allreduce(&local, sum, 1, MPI_UINT64_T, MPI_SUM, comm));
+  return DS_OK;
+}
+
+static int write_attr(hid_t object, const char *name, hid_t type, const void *value) {
+  hid_t space = H5Screate(H5S_SCALAR);
+  H5_CHECK(space);
+  hid_t attr = H5Acreate2(object, name, type, space, H5P_DEFAULT, H5P_DEFAULT);
+  H5_CHECK(attr);
+  H5_CHECK(H5Awrite(attr, type, value));
+  H5Aclose(attr);
+  H5Sclose(space);
+  return DS_OK;
+}
+
+static int write_string(hid_t object, const char *name, const char *value) {
+  hid_t type = H5Tcopy(H5T_C_S1);
+  H5_CHECK(type);
+  H5_CHECK(H5Tset_size(type, H5T_VARIABLE));
+  int status = write_attr(object, name, type, &value);
+  H5Tclose(type);
+  return status;
+}
+
+static int read_attr(hid_t object, const char *name, hid_t type, void *value) {
+  int ok;
+  H5E_BEGIN_TRY {
+    hid_t attr = H5Aopen(object, name, H5P_DEFAULT);
+    ok = attr >= 0 && H5Aread(attr, type, value) >= 0;
+    if (attr >= 0) H5Aclose(attr);
+  }
+  H5E_END_TRY;
+  return ok ? DS_OK : DS_ERR_IO;
+}
+
+static int read_string(hid_t object, const char *name, char *out, size_t size) {
+  hid_t type = H5Tcopy(H5T_C_S1);
+  H5Tset_size(type, H5T_VARIABLE);
+  char *value = NULL;
+  int status = read_attr(object, name, type, &value);
+  H5Tclose(type);
+  if (status == DS_OK && value) {
+    snprintf(out, size, "%s", value);
+    H5free_memory(value);
+  }
+  return status;
+}
+
+static hid_t open_parallel(MPI_Comm comm, const char *path, int create) {
+  hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+  H5Pset_fapl_mpio(fapl, comm, MPI_INFO_NULL);
+  H5Pset_all_coll_metadata_ops(fapl, 1);
+  H5Pset_coll_metadata_write(fapl, 1);
+  hid_t file;
+  H5E_BEGIN_TRY {
+    file = create ? H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, fapl) : H5Fopen(path, H5F_ACC_RDONLY, fapl);
+  }
+  H5E_END_TRY;
+  H5Pclose(fapl);
+  return file;
+}
+
+/* Selects this rank's rows [row_begin, row_end) of a [n, width] dataset, or none. */
+static int select_rows(hid_t file_space, hid_t *mem_space, int64_t row_begin, int64_t row_end, int64_t width) {
+  hsize_t elements = (hsize_t)((row_end - row_begin) * width);
+  hsize_t one = 1;
+  *mem_space = H5Screate_simple(1, elements ? &elements : &one, NULL);
+  H5_CHECK(*mem_space);
+  if (elements) {
+    hsize_t start[2] = {(hsize_t)row_begin, 0}, count[2] = {(hsize_t)(row_end - row_begin), (hsize_t)width};
+    H5_CHECK(H5Sselect_hyperslab(file_space, H5S_SELECT_SET, start, NULL, count, NULL));
+  } else {
+    H5_CHECK(H5Sselect_none(file_space));
+    H5_CHECK(H5Sselect_none(*mem_space));
+  }
+  return DS_OK;
+}
+
+static int write_contents(MPI_Comm comm, int rank, hid_t file, const ckpt_meta_t *meta, const ckpt_array_t *arrays,
+                          int n_arrays, const ckpt_global_t *globals, int n_globals, int64_t row_begin,
+                          int64_t row_end) {
+  const int version = CKPT_FORMAT_VERSION;
+  DS_TRY(write_attr(file, "format_version", H5T_NATIVE_INT, &version));
+  DS_TRY(write_string(file, "algorithm", meta->algorithm));
+  DS_TRY(write_attr(file, "iteration", H5T_NATIVE_INT64, &meta->iteration));
+  DS_TRY(write_attr(file, "draws_written", H5T_NATIVE_INT64, &meta->draws_written));
+  DS_TRY(write_attr(file, "n_items", H5T_NATIVE_INT64, &meta->n_items));
+  DS_TRY(write_attr(file, "dim", H5T_NATIVE_INT64, &meta->dim));
+  DS_TRY(write_attr(file, "seed", H5T_NATIVE_UINT64, &meta->seed));
+  DS_TRY(write_string(file, "target", meta->target));
+  DS_TRY(write_string(file, "config", meta->config));
+  hid_t xfer = H5Pcreate(H5P_DATASET_XFER);
+  H5_CHECK(xfer);
+  H5_CHECK(H5Pset_dxpl_mpio(xfer, H5FD_MPIO_COLLECTIVE));
+  int status = DS_OK;
+  for (int a = 0; a < n_arrays && status == DS_OK; ++a) {
+    uint64_t checksum = 0;
+    status = local_checksum(comm, &arrays[a], row_begin, row_end, &checksum);
+    if (status != DS_OK) break;
+    hsize_t dims[2] = {(hsize_t)meta->n_items, (hsize_t)arrays[a].width};
+    hid_t space = H5Screate_simple(2, dims, NULL), mem_space = H5I_INVALID_HID;
+    hid_t dataset = H5Dcreate2(file, arrays[a].name, dtype_file(arrays[a].dtype), space, H5P_DEFAULT, H5P_DEFAULT,
+                               H5P_DEFAULT);
+    if (space < 0 || dataset < 0) status = h5_fail(__FILE__, __LINE__, "H5Dcreate2(checkpoint array)");
+    if (status == DS_OK) status = select_rows(space, &mem_space, row_begin, row_end, arrays[a].width);
+    double placeholder = 0;
+    if (status == DS_OK &&
+        H5Dwrite(dataset, dtype_memory(arrays[a].dtype), mem_space, space, xfer,
+                 row_end > row_begin ? arrays[a].local : &placeholder) < 0)
+      status = h5_fail(__FILE__, __LINE__, "H5Dwrite(checkpoint array)");
+    if (status == DS_OK) status = write_attr(dataset, "checksum", H5T_NATIVE_UINT64, &checksum);
+    if (mem_space >= 0) H5Sclose(mem_space);
+    if (dataset >= 0) H5Dclose(dataset);
+    if (space >= 0) H5Sclose(space);
+  }
+  for (int g = 0; g < n_globals && status == DS_OK; ++g) {
+    uint64_t checksum = row_hash(0, globals[g].values, (size_t)globals[g].count * sizeof(double));
+    hsize_t count = (hsize_t)globals[g].count;
+    hid_t space = H5Screate_simple(1, &count, NULL), mem_space = H5Screate_simple(1, &count, NULL);
+    hid_t dataset = H5Dcreate2(file, globals[g].name, H5T_IEEE_F64LE, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    if (space < 0 || mem_space < 0 || dataset < 0) status = h5_fail(__FILE__, __LINE__, "H5Dcreate2(checkpoint global)");
+    if (status == DS_OK && rank != 0) {
+      H5Sselect_none(space);
+      H5Sselect_none(mem_space);
+    }
+    if (status == DS_OK && H5Dwrite(dataset, H5T_NATIVE_DOUBLE, mem_space, space, xfer, globals[g].values) < 0)
+      status = h5_fail(__FILE__, __LINE__, "H5Dwrite(checkpoint global)");
+    if (status == DS_OK) status = write_attr(dataset, "checksum", H5T_NATIVE_UINT64, &checksum);
+    if (dataset >= 0) H5Dclose(dataset);
+    if (mem_space >= 0) H5Sclose(mem_space);
+    if (space >= 0) H5Sclose(space);
+  }
+  H5Pclose(xfer);
+  return status;
+}
+
+static int sync_path(const char *path, int directory) {
+  int fd = open(path, directory ? O_RDONLY | O_DIRECTORY : O_RDONLY);
+  if (fd < 0) return -1;
+  int rc = fsync(fd);
+  close(fd);
+  return rc;
+}
+
+/* Iteration number of a file named ckpt-<n>.h5, or -1. */
+static long long checkpoint_number(const char *name) {
+  long long number;
+  int used = 0;
+  if (sscanf(name, "ckpt-%lld.h5%n", &number, &used) == 1 && name[used] == '\0') return number;
+  return -1;
+}
+
+typedef struct { long long number; char name[256]; } entry_t;
+
+static int compare_newest_first(const void *a, const void *b) {
+  long long x = ((const entry_t *)a)->number, y = ((const entry_t *)b)->number;
+  return (x < y) - (x > y);
+}
+
+/* Rank 0: the directory's checkpoints, newest first. */
+static int scan_dir(const char *dir, entry_t *entries, int max, int *count) {
+  *count = 0;
+  DIR *d = opendir(dir);
+  if (!d) return ds_fail(DS_ERR_INPUT, "checkpoint directory %s: cannot open: %s", dir, strerror(errno));
+  struct dirent *e;
+  int n = 0;
+  entry_t *all = NULL;
+  while ((e = readdir(d)) != NULL) {
+    long long number = checkpoint_number(e->d_name);
+    if (number < 0) continue;
+    entry_t *grown = realloc(all, (size_t)(n + 1) * sizeof *all);
+    if (!grown) break;
+    all = grown;
+    all[n].number = number;
+    snprintf(all[n].name, sizeof all[n].name, "%s", e->d_name);
+    n++;
+  }
+  closedir(d);
+  if (n > 0) qsort(all, (size_t)n, sizeof *all, compare_newest_first);
+  for (int i = 0; i < n && i < max; ++i) entries[i] = all[i];
+  *count = n < max ? n : max;
+  free(all);
+  return DS_OK;
+}
+
+int ckpt_write(MPI_Comm comm, const char *dir, const ckpt_meta_t *meta, const ckpt_array_t *arrays, int n_arrays,
+               const ckpt_global_t *globals, int n_globals, int64_t row_begin, int64_t row_end, int keep) {
+  int rank;
+  MPI_Comm_rank(comm, &rank);
+  int status = DS_OK;
+  if (rank == 0 && mkdir(dir, 0777) != 0 && errno != EEXIST)
+    status = ds_fail(DS_ERR_IO, "--checkpoint-dir %s: cannot create: %s", dir, strerror(errno));
+  MPI_CHECK(MPI_Bcast(&status, 1, MPI_INT, 0, comm));
+  if (status != DS_OK) return rank == 0 ? status : ds_fail(status, "--checkpoint-dir %s: cannot create", dir);
+  char tmp[4300], final_path[4200];
+  snprintf(final_path, sizeof final_path, "%s/ckpt-%lld.h5", dir, (long long)meta->iteration);
+  snprintf(tmp, sizeof tmp, "%s.tmp", final_path);
+  hid_t file = open_parallel(comm, tmp, 1);
+  if (file < 0) return ds_fail(DS_ERR_IO, "checkpoint %s: cannot create", tmp);
+  status = write_contents(comm, rank, file, meta, arrays, n_arrays, globals, n_globals, row_begin, row_end);
+  if (H5Fclose(file) < 0 && status == DS_OK) status = ds_fail(DS_ERR_IO, "checkpoint %s: closing failed", tmp);
+  /* Every rank's part is on disk before the rename makes the checkpoint visible. */
+  int worst = status;
+  MPI_CHECK(MPI_Allreduce(&status, &worst, 1, MPI_INT, MPI_MAX, comm));
+  if (worst != DS_OK) return status != DS_OK ? status : ds_fail(worst, "checkpoint %s: another rank failed to write", tmp);
+  /* Fault injection for tests: a pause with the complete .tmp on disk, not yet renamed. */
+  const char *delay = getenv("DSAMPLER_FAULT_CHECKPOINT_DELAY");
+  if (delay) sleep((unsigned)atoi(delay));
+  if (rank == 0) {
+    if (sync_path(tmp, 0) != 0 || rename(tmp, final_path) != 0 || sync_path(dir, 1) != 0)
+      status = ds_fail(DS_ERR_IO, "checkpoint %s: rename or sync failed: %s", final_path, strerror(errno));
+    entry_t entries[CKPT_LIST_MAX];
+    int count = 0;
+    if (status == DS_OK && keep > 0 && scan_dir(dir, entries, CKPT_LIST_MAX, &count) == DS_OK) {
+      for (int i = keep; i < count; ++i) {
+        char old[4400];
+        snprintf(old, sizeof old, "%s/%s", dir, entries[i].name);
+        unlink(old);
+      }
+    }
+  }
+  MPI_CHECK(MPI_Bcast(&status, 1, MPI_INT, 0, comm));
+  if (status != DS_OK && rank != 0) return ds_fail(status, "checkpoint %s: rank 0 could not rename it", final_path);
+  return status;
+}
+
+int ckpt_dir_has_checkpoints(MPI_Comm comm, const char *dir) {
+  int rank, found = 0;
+  MPI_Comm_rank(comm, &rank);
+  if (rank == 0) {
+    entry_t entries[1];
+    int count = 0;
+    DIR *d = opendir(dir);
+    if (d) {
+      closedir(d);
+      if (scan_dir(dir, entries, 1, &count) == DS_OK) found = count > 0;
+    }
+  }
+  MPI_Bcast(&found, 1, MPI_INT, 0, comm);
+  return found;
+}
+
+int ckpt_list(MPI_Comm comm, const char *where, char paths[][4096], int *count) {
+  int rank;
+  MPI_Comm_rank(comm, &rank);
+  struct { int status, count; char message[1024]; } head = {DS_OK, 0, ""};
+  if (rank == 0) {
+    struct stat st;
+    if (stat(where, &st) != 0) {
+      head.status = ds_fail(DS_ERR_INPUT, "resume %s: no such file or directory", where);
+    } else if (S_ISDIR(st.st_mode)) {
+      entry_t entries[CKPT_LIST_MAX];
+      head.status = scan_dir(where, entries, CKPT_LIST_MAX, &head.count);
+      for (int i = 0; i < head.count; ++i) snprintf(paths[i], 4096, "%s/%s", where, entries[i].name);
+      if (head.status == DS_OK && head.count == 0)
+        head.status = ds_fail(DS_ERR_INPUT, "resume %s: the directory holds no checkpoint (ckpt-<iteration>.h5)", where);
+    } else {
+      snprintf(paths[0], 4096, "%s", where);
+      head.count = 1;
+    }
+    if (head.status != DS_OK) snprintf(head.message, sizeof head.message, "%s", ds_error_message());
+  }
+  MPI_CHECK(MPI_Bcast(&head, (int)sizeof head, MPI_BYTE, 0, comm));
+  if (head.status != DS_OK) {
+    ds_error_set_message(head.message);
+    return head.status;
+  }
+  for (int i = 0; i < head.count; ++i) MPI_CHECK(MPI_Bcast(paths[i], 4096, MPI_CHAR, 0, comm));
+  *count = head.count;
+  return DS_OK;
+}
+
+int ckpt_read_meta(MPI_Comm comm, const char *path, ckpt_meta_t *meta) {
+  memset(meta, 0, sizeof *meta);
+  hid_t file = open_parallel(comm, path, 0);
+  if (file < 0) return ds_fail(DS_ERR_INPUT, "checkpoint %s: not a readable HDF5 file (truncated or damaged?)", path);
+  int version = 0, status = DS_OK;
+  if (read_attr(file, "format_version", H5T_NATIVE_INT, &version) != DS_OK)
+    status = ds_fail(DS_ERR_INPUT, "checkpoint %s: no format_version: not a dsampler checkpoint", path);
+  else if (version != CKPT_FORMAT_VERSION)
+    status = ds_fail(DS_ERR_INPUT, "checkpoint %s: format version %d, this dsampler reads version %d", path, version,
+                     CKPT_FORMAT_VERSION);
+  if (status == DS_OK &&
+      (read_string(file, "algorithm", meta->algorithm, sizeof meta->algorithm) != DS_OK ||
+       read_attr(file, "iteration", H5T_NATIVE_INT64, &meta->iteration) != DS_OK ||
+       read_attr(file, "draws_written", H5T_NATIVE_INT64, &meta->draws_written) != DS_OK ||
+       read_attr(file, "n_items", H5T_NATIVE_INT64, &meta->n_items) != DS_OK ||
+       read_attr(file, "dim", H5T_NATIVE_INT64, &meta->dim) != DS_OK ||
+       read_attr(file, "seed", H5T_NATIVE_UINT64, &meta->seed) != DS_OK ||
+       read_string(file, "target", meta->target, sizeof meta->target) != DS_OK ||
+       read_string(file, "config", meta->config, sizeof meta->config) != DS_OK))
+    status = ds_fail(DS_ERR_INPUT, "checkpoint %s: metadata missing or unreadable", path);
+  H5Fclose(file);
+  return status;
+}
+
+int ckpt_read(MPI_Comm comm, const char *path, const ckpt_array_t *arrays, int n_arrays, ckpt_global_t *globals,
+              int n_globals, int64_t row_begin, int64_t row_end, int64_t n_items) {
+  hid_t file = open_parallel(comm, path, 0);
+  if (file < 0) return ds_fail(DS_ERR_INPUT, "checkpoint %s: not a readable HDF5 file", path);
+  hid_t xfer = H5Pcreate(H5P_DATASET_XFER);
+  H5Pset_dxpl_mpio(xfer, H5FD_MPIO_COLLECTIVE);
+  int status = DS_OK;
+  for (int a = 0; a < n_arrays && status == DS_OK; ++a) {
+    hid_t dataset, space = H5I_INVALID_HID, mem_space = H5I_INVALID_HID;
+    H5E_BEGIN_TRY { dataset = H5Dopen2(file, arrays[a].name, H5P_DEFAULT); }
+    H5E_END_TRY;
+    hsize_t dims[2] = {0, 0};
+    if (dataset >= 0) {
+      space = H5Dget_space(dataset);
+      if (H5Sget_simple_extent_ndims(space) == 2) H5Sget_simple_extent_dims(space, dims, NULL);
+    }
+    if (dataset < 0 || dims[0] != (hsize_t)n_items || dims[1] != (hsize_t)arrays[a].width) {
+      status = ds_fail(DS_ERR_INPUT, "checkpoint %s: array '%s' missing or not [%lld, %lld]", path, arrays[a].name,
+                       (long long)n_items, (long long)arrays[a].width);
+    } else {
+      double placeholder;
+      status = select_rows(space, &mem_space, row_begin, row_end, arrays[a].width);
+      herr_t rc = -1;
+      if (status == DS_OK) {
+        H5E_BEGIN_TRY {
+          rc = H5Dread(dataset, dtype_memory(arrays[a].dtype), mem_space, space, xfer,
+                       row_end > row_begin ? arrays[a].local : &placeholder);
+        }
+        H5E_END_TRY;
+      }
+      uint64_t stored = 0, computed = 0;
+      if (status == DS_OK && rc < 0) status = ds_fail(DS_ERR_INPUT, "checkpoint %s: reading '%s' failed", path, arrays[a].name);
+      /* Every rank takes part in the checksum's allreduce, whatever happened before. */
+      int local = status;
+      MPI_Allreduce(&local, &status, 1, MPI_INT, MPI_MAX, comm);
+      if (status == DS_OK && read_attr(dataset, "checksum", H5T_NATIVE_UINT64, &stored) != DS_OK)
+        status = ds_fail(DS_ERR_INPUT, "checkpoint %s: array '%s' has no checksum", path, arrays[a].name);
+      if (status == DS_OK) status = local_checksum(comm, &arrays[a], row_begin, row_end, &computed);
+      if (status == DS_OK && stored != computed)
+        status = ds_fail(DS_ERR_INPUT, "checkpoint %s: array '%s' fails its checksum (the file is damaged)", path,
+                         arrays[a].name);
+    }
+    if (mem_space >= 0) H5Sclose(mem_space);
+    if (space >= 0) H5Sclose(space);
+    if (dataset >= 0) H5Dclose(dataset);
+  }
+  for (int g = 0; g < n_globals && status == DS_OK; ++g) {
+    hid_t dataset;
+    H5E_BEGIN_TRY { dataset = H5Dopen2(file, globals[g].name, H5P_DEFAULT); }
+    H5E_END_TRY;
+    uint64_t stored = 0;
+    int ok = dataset >= 0;
+    if (ok) {
+      hid_t space = H5Dget_space(dataset);
+      ok = H5Sget_simple_extent_npoints(space) == globals[g].count;
+      H5Sclose(space);
+    }
+    if (ok) {
+      H5E_BEGIN_TRY { ok = H5Dread(dataset, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, xfer, globals[g].values) >= 0; }
+      H5E_END_TRY;
+    }
+    ok = ok && read_attr(dataset, "checksum", H5T_NATIVE_UINT64, &stored) == DS_OK &&
+         stored == row_hash(0, globals[g].values, (size_t)globals[g].count * sizeof(double));
+    if (!ok) status = ds_fail(DS_ERR_INPUT, "checkpoint %s: value '%s' missing, misshapen or damaged", path, globals[g].name);
+    if (dataset >= 0) H5Dclose(dataset);
+  }
+  H5Pclose(xfer);
+  H5Fclose(file);
+  return status;
+}
