@@ -125,6 +125,7 @@ static int write_contents(MPI_Comm comm, int rank, hid_t file, const ckpt_meta_t
   DS_TRY(write_attr(file, "dim", H5T_NATIVE_INT64, &meta->dim));
   DS_TRY(write_attr(file, "seed", H5T_NATIVE_UINT64, &meta->seed));
   DS_TRY(write_string(file, "target", meta->target));
+  DS_TRY(write_string(file, "run_id", meta->run_id));
   DS_TRY(write_string(file, "config", meta->config));
   hid_t xfer = H5Pcreate(H5P_DATASET_XFER);
   H5_CHECK(xfer);
@@ -235,14 +236,14 @@ int ckpt_write(MPI_Comm comm, const char *dir, const ckpt_meta_t *meta, const ck
   hid_t file = open_parallel(comm, tmp, 1);
   if (file < 0) return ds_fail(DS_ERR_IO, "checkpoint %s: cannot create", tmp);
   status = write_contents(comm, rank, file, meta, arrays, n_arrays, globals, n_globals, row_begin, row_end);
+  /* Fault injection for tests: a pause in the middle of writing, the .tmp not yet closed. */
+  const char *delay = getenv("DSAMPLER_FAULT_CHECKPOINT_DELAY");
+  if (delay) sleep((unsigned)atoi(delay));
   if (H5Fclose(file) < 0 && status == DS_OK) status = ds_fail(DS_ERR_IO, "checkpoint %s: closing failed", tmp);
   /* Every rank's part is on disk before the rename makes the checkpoint visible. */
   int worst = status;
   MPI_CHECK(MPI_Allreduce(&status, &worst, 1, MPI_INT, MPI_MAX, comm));
   if (worst != DS_OK) return status != DS_OK ? status : ds_fail(worst, "checkpoint %s: another rank failed to write", tmp);
-  /* Fault injection for tests: a pause with the complete .tmp on disk, not yet renamed. */
-  const char *delay = getenv("DSAMPLER_FAULT_CHECKPOINT_DELAY");
-  if (delay) sleep((unsigned)atoi(delay));
   if (rank == 0) {
     if (sync_path(tmp, 0) != 0 || rename(tmp, final_path) != 0 || sync_path(dir, 1) != 0)
       status = ds_fail(DS_ERR_IO, "checkpoint %s: rename or sync failed: %s", final_path, strerror(errno));
@@ -325,6 +326,7 @@ int ckpt_read_meta(MPI_Comm comm, const char *path, ckpt_meta_t *meta) {
        read_attr(file, "dim", H5T_NATIVE_INT64, &meta->dim) != DS_OK ||
        read_attr(file, "seed", H5T_NATIVE_UINT64, &meta->seed) != DS_OK ||
        read_string(file, "target", meta->target, sizeof meta->target) != DS_OK ||
+       read_string(file, "run_id", meta->run_id, sizeof meta->run_id) != DS_OK ||
        read_string(file, "config", meta->config, sizeof meta->config) != DS_OK))
     status = ds_fail(DS_ERR_INPUT, "checkpoint %s: metadata missing or unreadable", path);
   H5Fclose(file);

@@ -36,6 +36,7 @@ typedef struct ckpt_meta {
   int64_t n_items, dim;
   uint64_t seed;
   char target[256];
+  char run_id[64];        /* also in the output file's root attributes: pairs the two */
   char config[CKPT_CONFIG_MAX]; /* the run's options as INI text */
 } ckpt_meta_t;
 

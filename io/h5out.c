@@ -366,6 +366,9 @@ int h5out_open_group(h5out_t *f, const char *name, int64_t n_chains, int64_t dim
   hsize_t draws = (hsize_t)keep_draws;
   H5_CHECK(H5Dset_extent(g->draw_scale, &draws));
   g->n_draws = keep_draws;
+  /* Shrinking fills the kept part of edge chunks' cut-off tail; flush those chunks now, or a
+   * rank's cached copy can land later over draws another rank writes into the same chunk. */
+  H5_CHECK(H5Fflush(f->file, H5F_SCOPE_GLOBAL));
   *group_id = f->n_groups - 1;
   return DS_OK;
 }

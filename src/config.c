@@ -28,7 +28,7 @@ typedef struct option_spec {
 #define NUM(kind, field) kind, offsetof(config_t, field), 0
 
 static const option_spec_t option_table[] = {
-    {"target", STR(target), FOR_BOTH, "NAME", "target density: gaussian, or plugin:path/to/lib.so"},
+    {"target", STR(target), FOR_BOTH, "NAME", "target density: a built-in (dsampler targets lists them) or plugin:path/to/lib.so"},
     {"target-args", STR(target_args), FOR_BOTH, "K=V,...", "target parameters, e.g. mean=1,scale=2"},
     {"dim", NUM(OPT_INT, dim), FOR_BOTH, "D", "dimension of the target"},
     {"chains", NUM(OPT_INT, chains), FOR_HMC, "N", "number of chains (default 4)"},
@@ -42,6 +42,7 @@ static const option_spec_t option_table[] = {
     {"bandwidth", STR(bandwidth), FOR_SVGD, "H", "median (default) or a fixed positive bandwidth"},
     {"seed", NUM(OPT_UINT, seed), FOR_BOTH, "S", "random seed (default 0)"},
     {"init", STR(init), FOR_BOTH, "FILE.h5", "start from dataset x [N, dim] of this file"},
+    {"data", STR(data), FOR_BOTH, "FILE.h5", "the target's dataset: X [n, D] and y [n] (logistic)"},
     {"out", STR(out), FOR_BOTH, "FILE.h5", "output file (default run.h5)"},
     {"backend", STR(backend), FOR_BOTH, "B", "auto (default), cpu or cuda"},
     {"comm", STR(comm), FOR_BOTH, "C", "auto (default), nccl or mpi"},
@@ -191,8 +192,7 @@ static void print_help(FILE *out, algorithm_t algorithm) {
 static int config_validate(config_t *cfg) {
   const int hmc = cfg->algorithm == ALGO_HMC;
   if (cfg->dim < 0) return ds_fail(DS_ERR_INPUT, "--dim: expected a positive integer, got %lld", (long long)cfg->dim);
-  if (cfg->dim == 0 && strncmp(cfg->target, "plugin:", 7) != 0)
-    return ds_fail(DS_ERR_INPUT, "--dim: expected a positive integer; the %s target needs one", cfg->target);
+  /* --dim 0 (absent) is for the target to judge: some take their dimension from data. */
   if (hmc && cfg->chains <= 0)
     return ds_fail(DS_ERR_INPUT, "--chains: expected a positive integer, got %lld", (long long)cfg->chains);
   if (!hmc && cfg->particles <= 0)

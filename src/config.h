@@ -28,6 +28,7 @@ typedef struct config {
   char bandwidth[64];  /* SVGD: median | a positive number */
   double bandwidth_value; /* > 0 when fixed */
   char init[CONFIG_PATH_MAX];
+  char data[CONFIG_PATH_MAX]; /* the target's dataset (--data), passed to it as data=FILE */
   char out[CONFIG_PATH_MAX];
   char backend[16];    /* auto | cpu | cuda */
   char comm[16];       /* auto | nccl | mpi */

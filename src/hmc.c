@@ -232,13 +232,7 @@ static int hmc_open_output(run_ctx_t *run, h5out_t **out, int *g_posterior, int 
     if (status == DS_OK) status = h5out_add_group(*out, "sample_stats", chains, dim, hmc_stats_vars, 6, g_stats);
     return comm_agree(run->comm, status);
   }
-  int status = comm_agree(run->comm, h5out_open(out, run->comm->world, run->cfg->out));
-  if (status != DS_OK) return status;
-  char target[256] = "";
-  status = h5out_read_attr(*out, "config_target", target, sizeof target);
-  if (status == DS_OK && strcmp(target, run->cfg->target) != 0)
-    status = ds_fail(DS_ERR_INPUT, "output %s was written for target '%s', the checkpoint is for '%s'", run->cfg->out,
-                     target, run->cfg->target);
+  int status = run_reopen_output(run, out);
   if (status == DS_OK)
     status = h5out_open_group(*out, "posterior", chains, dim, posterior, 1, run->resume_meta->draws_written, g_posterior);
   if (status == DS_OK)

@@ -6,6 +6,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "h5init.h"
 #include "rng.h"
@@ -66,6 +68,9 @@ int run_open_output(run_ctx_t *run, h5out_t **out) {
   snprintf(ranks, sizeof ranks, "%d", run->comm->size);
   add_attr(list, "ranks", ranks);
   add_attr(list, "backend_used", run->backend->name);
+  list->attrs[list->count].key = "run_id";
+  list->attrs[list->count].value = run->run_id;
+  list->count++;
   int status = h5out_create(out, run->comm->world, run->cfg->out, list->attrs, list->count);
   free(list);
   return comm_agree(run->comm, status);
@@ -95,6 +100,7 @@ int run_checkpoint_meta(run_ctx_t *run, int64_t iteration, int64_t draws_written
   meta->dim = run->target->dim;
   meta->seed = run->cfg->seed;
   snprintf(meta->target, sizeof meta->target, "%s", run->cfg->target);
+  snprintf(meta->run_id, sizeof meta->run_id, "%s", run->run_id);
   FILE *text = fmemopen(meta->config, sizeof meta->config - 1, "w");
   if (!text) return ds_fail(DS_ERR_INTERNAL, "cannot format the configuration");
   config_write_ini(run->cfg, text);
@@ -116,6 +122,18 @@ int run_write_checkpoint(run_ctx_t *run, const ckpt_meta_t *meta, const ckpt_arr
   return status;
 }
 
+int run_reopen_output(run_ctx_t *run, h5out_t **out) {
+  int status = comm_agree(run->comm, h5out_open(out, run->comm->world, run->cfg->out));
+  if (status != DS_OK) return status;
+  char run_id[64] = "";
+  status = h5out_read_attr(*out, "run_id", run_id, sizeof run_id);
+  if (status == DS_OK && strcmp(run_id, run->run_id) != 0)
+    status = ds_fail(DS_ERR_INPUT, "output %s belongs to another run than checkpoint %s (run ids %s and %s): was it "
+                                   "overwritten? Refusing to append to it",
+                     run->cfg->out, run->resume_path, run_id, run->run_id);
+  return comm_agree(run->comm, status);
+}
+
 int run_check_resume_meta(run_ctx_t *run) {
   const ckpt_meta_t *m = run->resume_meta;
   if (strcmp(m->algorithm, config_algorithm_name(run->cfg->algorithm)) != 0 || m->n_items != config_items(run->cfg) ||
@@ -133,6 +151,16 @@ int run_main(comm_ctx_t *comm, const config_t *cfg, const char *resume_path, con
   run.cfg = cfg;
   run.resume_path = resume_path;
   run.resume_meta = resume_meta;
+  if (resume_meta) {
+    snprintf(run.run_id, sizeof run.run_id, "%s", resume_meta->run_id);
+  } else {
+    /* Rank 0's clock and process id name the run; every rank uses its id. */
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    snprintf(run.run_id, sizeof run.run_id, "%016llx-%08x", (unsigned long long)now.tv_sec * 1000000000ull + (unsigned long long)now.tv_nsec,
+             (unsigned)getpid());
+    MPI_Bcast(run.run_id, sizeof run.run_id, MPI_CHAR, 0, comm->world);
+  }
   signals_install();
 
   /* One device per rank: the local rank picks it, whatever CUDA_VISIBLE_DEVICES says. */
@@ -148,7 +176,7 @@ int run_main(comm_ctx_t *comm, const config_t *cfg, const char *resume_path, con
 
   target_handle_t target;
   memset(&target, 0, sizeof target);
-  if (status == DS_OK) status = comm_agree(comm, target_open(cfg->target, cfg->target_args, cfg->dim, comm->world, &target));
+  if (status == DS_OK) status = comm_agree(comm, target_open(cfg->target, cfg->target_args, cfg->data, cfg->dim, comm->world, &target));
   if (status == DS_OK) {
     run.backend = backend;
     run.target = &target.target;

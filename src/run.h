@@ -20,6 +20,7 @@ typedef struct run_ctx {
   int64_t item_begin, item_end; /* this rank's global items */
   const char *resume_path;      /* the checkpoint to continue from, or NULL */
   const ckpt_meta_t *resume_meta;
+  char run_id[64];              /* made at a fresh start, kept across resumes */
 } run_ctx_t;
 
 /* Runs the configured algorithm end to end, or continues it from a checkpoint (resume_path
@@ -37,6 +38,8 @@ int run_checkpoint_meta(run_ctx_t *run, int64_t iteration, int64_t draws_written
 /* Writes a checkpoint; rank 0 says where when the run is stopping. Collective. */
 int run_write_checkpoint(run_ctx_t *run, const ckpt_meta_t *meta, const ckpt_array_t *arrays, int n_arrays,
                          const ckpt_global_t *globals, int n_globals, int stopping);
+/* Reopens the output of a resumed run, checking it belongs to the checkpoint's run. */
+int run_reopen_output(run_ctx_t *run, h5out_t **out);
 /* Checks a checkpoint's metadata against this run; DS_ERR_CHECKPOINT when it does not fit. */
 int run_check_resume_meta(run_ctx_t *run);
 

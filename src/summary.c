@@ -1,11 +1,613 @@
-/* summary.c: the `summary` command. */
+/* summary.c: the `summary` command. Reads the posterior of a run.h5 with collective parallel
+ * HDF5, the parameters (the trailing axis of each variable) split over the ranks as items are
+ * everywhere else, computes diagnostics.c's columns per parameter, and gathers them on rank 0,
+ * which prints an aligned table (and, with --csv, the same columns at full precision). Nothing
+ * printed depends on the rank count: each parameter is computed whole by one rank. */
 #include "summary.h"
 
+#include <errno.h>
+#include <hdf5.h>
+#include <hdf5_hl.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "diagnostics.h"
+#include "h5out.h"
 #include "status.h"
 
+/* Draws read per rank and round, in doubles (128 MiB): a round covers as many parameters as
+ * fit, so memory stays bounded whatever the number of chains and parameters. */
+#define SUMMARY_READ_VALUES ((int64_t)1 << 24)
+/* Vehtari et al. (2021): trust R-hat below 1.01 and ESS above 400. */
+#define SUMMARY_RHAT_WARN 1.01
+#define SUMMARY_ESS_WARN 400.0
+#define SUMMARY_MAX_VARS 256
+#define SUMMARY_NAME_LEN 256
+
+typedef struct summary_var {
+  char name[SUMMARY_NAME_LEN];
+  int has_dim;       /* [chain, draw, dim] rather than [chain, draw] */
+  int64_t n_params;  /* dim, or 1 */
+} summary_var_t;
+
+typedef struct summary_result {
+  int64_t chains, draws;
+  int64_t divergent;    /* -1: the file records none (no sample_stats/diverging) */
+  int n_vars;
+  summary_var_t vars[SUMMARY_MAX_VARS];
+  int64_t n_rows;
+  double *stats;        /* rank 0: [n_rows][DIAG_N_STATS] */
+} summary_result_t;
+
+typedef struct summary_options {
+  const char *path;
+  const char *csv_path;
+  const char *var_name;
+  int max_rows;
+} summary_options_t;
+
+/* --- reading the file (collective) -------------------------------------------------------- */
+
+static void format_shape(char *buf, size_t size, int ndims, const hsize_t *dims) {
+  int used = snprintf(buf, size, "[");
+  for (int d = 0; d < ndims && used < (int)size; ++d)
+    used += snprintf(buf + used, size - (size_t)used, "%s%llu", d ? ", " : "", (unsigned long long)dims[d]);
+  if (used < (int)size) snprintf(buf + used, size - (size_t)used, "]");
+}
+
+typedef struct {
+  summary_result_t *result;
+  hid_t group;
+  int status;
+  const char *path;
+} list_context_t;
+
+/* H5Literate callback: every dataset of /posterior that is not a coordinate is a variable. */
+static herr_t list_variable(hid_t group, const char *name, const H5L_info_t *info, void *data) {
+  (void)info;
+  list_context_t *ctx = data;
+  hid_t dataset;
+  H5E_BEGIN_TRY { dataset = H5Oopen(group, name, H5P_DEFAULT); }
+  H5E_END_TRY;
+  if (dataset < 0) return 0;
+  if (H5Iget_type(dataset) != H5I_DATASET) {
+    H5Oclose(dataset);
+    return 0;
+  }
+  hid_t space = H5Dget_space(dataset);
+  int ndims = H5Sget_simple_extent_ndims(space);
+  int is_scale = H5DSis_scale(dataset) > 0;
+  H5Sclose(space);
+  H5Oclose(dataset);
+  if (is_scale || ndims < 2) return 0; /* coordinates: chain, draw, x_dim_0 */
+  if (ctx->result->n_vars == SUMMARY_MAX_VARS) {
+    ctx->status = ds_fail(DS_ERR_INPUT, "summary %s: more than %d posterior variables; pick one with --var",
+                          ctx->path, SUMMARY_MAX_VARS);
+    return 1;
+  }
+  summary_var_t *var = &ctx->result->vars[ctx->result->n_vars++];
+  snprintf(var->name, sizeof var->name, "%s", name);
+  return 0;
+}
+
+/* Lists the variables, in creation order where the file tracks it, else by name. */
+static int list_variables(hid_t posterior, const char *path, summary_result_t *result) {
+  list_context_t ctx = {result, posterior, DS_OK, path};
+  herr_t rc;
+  H5E_BEGIN_TRY { rc = H5Literate(posterior, H5_INDEX_CRT_ORDER, H5_ITER_INC, NULL, list_variable, &ctx); }
+  H5E_END_TRY;
+  if (rc < 0 && ctx.status == DS_OK) {
+    result->n_vars = 0;
+    rc = H5Literate(posterior, H5_INDEX_NAME, H5_ITER_INC, NULL, list_variable, &ctx);
+    if (rc < 0 && ctx.status == DS_OK) return h5_fail(__FILE__, __LINE__, "H5Literate(posterior)");
+  }
+  return ctx.status;
+}
+
+/* Checks one variable's shape and type against [chain, draw(, dim)] and the other variables. */
+static int check_variable(hid_t posterior, const char *path, summary_result_t *result, summary_var_t *var) {
+  hid_t dataset;
+  H5E_BEGIN_TRY { dataset = H5Dopen2(posterior, var->name, H5P_DEFAULT); }
+  H5E_END_TRY;
+  if (dataset < 0) return ds_fail(DS_ERR_INPUT, "summary %s: no variable posterior/%s", path, var->name);
+  hid_t space = H5Dget_space(dataset);
+  hid_t type = H5Dget_type(dataset);
+  int ndims = H5Sget_simple_extent_ndims(space);
+  hsize_t dims[H5S_MAX_RANK] = {0};
+  if (ndims > 0) H5Sget_simple_extent_dims(space, dims, NULL);
+  H5T_class_t type_class = H5Tget_class(type);
+  H5Tclose(type);
+  H5Sclose(space);
+  H5Dclose(dataset);
+  char shape[160];
+  format_shape(shape, sizeof shape, ndims, dims);
+  if (ndims != 2 && ndims != 3)
+    return ds_fail(DS_ERR_INPUT, "summary %s: posterior/%s has shape %s; expected [chain, draw] or [chain, draw, dim]",
+                   path, var->name, shape);
+  if (type_class != H5T_FLOAT && type_class != H5T_INTEGER)
+    return ds_fail(DS_ERR_INPUT, "summary %s: posterior/%s does not hold numbers", path, var->name);
+  if (dims[0] == 0 || dims[1] == 0)
+    return ds_fail(DS_ERR_INPUT, "summary %s: posterior/%s has shape %s: no draws", path, var->name, shape);
+  if (result->chains == 0) {
+    result->chains = (int64_t)dims[0];
+    result->draws = (int64_t)dims[1];
+  } else if ((int64_t)dims[0] != result->chains || (int64_t)dims[1] != result->draws) {
+    return ds_fail(DS_ERR_INPUT,
+                   "summary %s: posterior/%s has shape %s, but posterior/%s has %lld chains x %lld draws",
+                   path, var->name, shape, result->vars[0].name, (long long)result->chains, (long long)result->draws);
+  }
+  var->has_dim = ndims == 3;
+  var->n_params = ndims == 3 ? (int64_t)dims[2] : 1;
+  return DS_OK;
+}
+
+static int open_file(comm_ctx_t *comm, const char *path, hid_t *file) {
+  *file = H5I_INVALID_HID;
+  /* A plain open first, for the system's reason when the file cannot be read at all. */
+  FILE *probe = fopen(path, "rb");
+  if (!probe) return ds_fail(DS_ERR_INPUT, "summary %s: cannot open: %s", path, strerror(errno));
+  fclose(probe);
+  hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+  H5_CHECK(fapl);
+  H5_CHECK(H5Pset_fapl_mpio(fapl, comm->world, MPI_INFO_NULL));
+  H5E_BEGIN_TRY { *file = H5Fopen(path, H5F_ACC_RDONLY, fapl); }
+  H5E_END_TRY;
+  H5Pclose(fapl);
+  if (*file < 0) return ds_fail(DS_ERR_INPUT, "summary %s: not an HDF5 file (or a damaged one)", path);
+  return DS_OK;
+}
+
+/* Finds the variables to summarise and checks their shapes; every rank reaches the same
+ * verdict from the same metadata. */
+static int inspect_posterior(hid_t file, const summary_options_t *options, summary_result_t *result) {
+  const char *path = options->path;
+  htri_t exists;
+  H5E_BEGIN_TRY { exists = H5Lexists(file, "posterior", H5P_DEFAULT); }
+  H5E_END_TRY;
+  if (exists <= 0)
+    return ds_fail(DS_ERR_INPUT, "summary %s: no group 'posterior' (expected posterior/<variable> with shape "
+                   "[chain, draw, dim], as dsampler hmc writes)", path);
+  hid_t posterior = H5Gopen2(file, "posterior", H5P_DEFAULT);
+  if (posterior < 0) return ds_fail(DS_ERR_INPUT, "summary %s: 'posterior' is not a group", path);
+  int status = list_variables(posterior, path, result);
+  if (status == DS_OK && options->var_name) {
+    int found = -1;
+    for (int v = 0; v < result->n_vars; ++v)
+      if (strcmp(result->vars[v].name, options->var_name) == 0) found = v;
+    if (found < 0) {
+      char names[512] = "";
+      for (int v = 0, used = 0; v < result->n_vars && used < (int)sizeof names; ++v)
+        used += snprintf(names + used, sizeof names - (size_t)used, "%s%s", v ? ", " : "", result->vars[v].name);
+      status = ds_fail(DS_ERR_INPUT, "summary %s: no variable posterior/%s (variables: %s)", path,
+                       options->var_name, result->n_vars ? names : "none");
+    } else {
+      result->vars[0] = result->vars[found];
+      result->n_vars = 1;
+    }
+  }
+  if (status == DS_OK && result->n_vars == 0)
+    status = ds_fail(DS_ERR_INPUT, "summary %s: group posterior holds no variables of shape [chain, draw(, dim)]", path);
+  for (int v = 0; status == DS_OK && v < result->n_vars; ++v)
+    status = check_variable(posterior, path, result, &result->vars[v]);
+  H5Gclose(posterior);
+  result->n_rows = 0;
+  for (int v = 0; status == DS_OK && v < result->n_vars; ++v) result->n_rows += result->vars[v].n_params;
+  return status;
+}
+
+/* One collective read of parameters [param_begin, +param_count) of a variable into
+ * values[chain][draw][param_count] (param_count may be 0: the rank selects nothing). For a
+ * [chain, draw] variable only the first two entries of start and count are used. */
+static int read_params(hid_t dataset, int64_t chains, int64_t draws, int64_t param_begin, int64_t param_count,
+                       double *values) {
+  int status = DS_OK;
+  hid_t file_space = H5Dget_space(dataset);
+  hsize_t elements = (hsize_t)(chains * draws * param_count);
+  hsize_t mem_elements = elements ? elements : 1;
+  hid_t mem_space = H5Screate_simple(1, &mem_elements, NULL);
+  hid_t xfer = H5Pcreate(H5P_DATASET_XFER);
+  if (file_space < 0 || mem_space < 0 || xfer < 0) status = h5_fail(__FILE__, __LINE__, "H5Dget_space/H5Screate/H5Pcreate");
+  if (status == DS_OK) {
+    hsize_t start[3] = {0, 0, (hsize_t)param_begin};
+    hsize_t count[3] = {(hsize_t)chains, (hsize_t)draws, (hsize_t)param_count};
+    herr_t rc = elements ? H5Sselect_hyperslab(file_space, H5S_SELECT_SET, start, NULL, count, NULL)
+                         : H5Sselect_none(file_space);
+    if (rc >= 0 && !elements) rc = H5Sselect_none(mem_space);
+    if (rc < 0) status = h5_fail(__FILE__, __LINE__, "H5Sselect_hyperslab/H5Sselect_none");
+  }
+  if (status == DS_OK && H5Pset_dxpl_mpio(xfer, H5FD_MPIO_COLLECTIVE) < 0)
+    status = h5_fail(__FILE__, __LINE__, "H5Pset_dxpl_mpio");
+  if (status == DS_OK && H5Dread(dataset, H5T_NATIVE_DOUBLE, mem_space, file_space, xfer, values) < 0)
+    status = h5_fail(__FILE__, __LINE__, "H5Dread(posterior)");
+  if (xfer >= 0) H5Pclose(xfer);
+  if (mem_space >= 0) H5Sclose(mem_space);
+  if (file_space >= 0) H5Sclose(file_space);
+  return status;
+}
+
+/* Summarises this rank's share of one variable's parameters into stats_local
+ * [param_end - param_begin][DIAG_N_STATS]. Every rank makes the same number of collective
+ * reads, ranks past their share reading nothing. */
+static int summarize_variable(comm_ctx_t *comm, hid_t posterior, const summary_var_t *var, int64_t chains,
+                              int64_t draws, diag_workspace_t *ws, double *stats_local) {
+  int64_t param_begin, param_end;
+  comm_partition(var->n_params, comm->size, comm->rank, &param_begin, &param_end);
+  int64_t per_param = chains * draws;
+  int64_t batch = SUMMARY_READ_VALUES / per_param;
+  if (batch < 1) batch = 1;
+  int64_t largest_share = (var->n_params + comm->size - 1) / comm->size;
+  int64_t rounds = (largest_share + batch - 1) / batch;
+  int64_t local = param_end - param_begin;
+  int64_t buffer_params = local < batch ? local : batch;
+
+  int status = DS_OK;
+  hid_t dataset = H5Dopen2(posterior, var->name, H5P_DEFAULT);
+  if (dataset < 0) status = h5_fail(__FILE__, __LINE__, "H5Dopen2(posterior variable)");
+  double placeholder = 0.0;
+  double *values = buffer_params > 0 ? malloc((size_t)(per_param * buffer_params) * sizeof(double)) : &placeholder;
+  double *one = buffer_params > 0 ? malloc((size_t)per_param * sizeof(double)) : &placeholder;
+  if (status == DS_OK && (!values || !one))
+    status = DS_FAIL_ALLOC("posterior draws", (size_t)(per_param * (buffer_params + 1)) * sizeof(double));
+  status = comm_agree(comm, status);
+
+  for (int64_t round = 0; round < rounds && status == DS_OK; ++round) {
+    int64_t first = param_begin + round * batch;
+    int64_t count = first < param_end ? (param_end - first < batch ? param_end - first : batch) : 0;
+    if (!var->has_dim) first = 0;
+    status = comm_agree(comm, read_params(dataset, chains, draws, first, count, values));
+    for (int64_t j = 0; j < count && status == DS_OK; ++j) {
+      for (int64_t i = 0; i < per_param; ++i) one[i] = values[i * count + j];
+      diag_stats_t stats;
+      diag_summarize(ws, one, &stats);
+      memcpy(stats_local + (first - param_begin + j) * DIAG_N_STATS, &stats, sizeof stats);
+    }
+  }
+  if (buffer_params > 0) {
+    free(one);
+    free(values);
+  }
+  if (dataset >= 0) H5Dclose(dataset);
+  return status;
+}
+
+/* Sum of sample_stats/diverging, each rank reading its chains; -1 when there is none. */
+static int count_divergent(comm_ctx_t *comm, hid_t file, int64_t *divergent) {
+  *divergent = -1;
+  htri_t exists;
+  H5E_BEGIN_TRY {
+    exists = H5Lexists(file, "sample_stats", H5P_DEFAULT);
+    if (exists > 0) exists = H5Lexists(file, "sample_stats/diverging", H5P_DEFAULT);
+  }
+  H5E_END_TRY;
+  if (exists <= 0) return DS_OK;
+  hid_t dataset = H5Dopen2(file, "sample_stats/diverging", H5P_DEFAULT);
+  H5_CHECK(dataset);
+  hid_t file_space = H5Dget_space(dataset);
+  int ndims = H5Sget_simple_extent_ndims(file_space);
+  hsize_t dims[H5S_MAX_RANK] = {0};
+  if (ndims > 0) H5Sget_simple_extent_dims(file_space, dims, NULL);
+  hid_t file_type = H5Dget_type(dataset);
+  H5T_class_t type_class = H5Tget_class(file_type);
+  int status = DS_OK;
+  if (ndims != 2 || !(type_class == H5T_ENUM || type_class == H5T_INTEGER || type_class == H5T_FLOAT))
+    status = ds_fail(DS_ERR_INPUT, "summary: sample_stats/diverging must be booleans of shape [chain, draw]");
+  /* Booleans are stored as an integer enum: read them raw in their native integer type. */
+  hid_t mem_type = type_class == H5T_FLOAT ? H5Tcopy(H5T_NATIVE_DOUBLE) : H5Tget_native_type(file_type, H5T_DIR_ASCEND);
+  size_t element_size = mem_type >= 0 ? H5Tget_size(mem_type) : 0;
+  int64_t chain_begin = 0, chain_end = 0;
+  if (status == DS_OK) comm_partition((int64_t)dims[0], comm->size, comm->rank, &chain_begin, &chain_end);
+  hsize_t elements = (hsize_t)(chain_end - chain_begin) * dims[1];
+  unsigned char *buffer = malloc((size_t)(elements ? elements : 1) * (element_size ? element_size : 1));
+  if (status == DS_OK && (mem_type < 0 || !buffer)) status = DS_FAIL_ALLOC("sample_stats/diverging", elements);
+  if (status == DS_OK) {
+    hsize_t start[2] = {(hsize_t)chain_begin, 0}, count[2] = {(hsize_t)(chain_end - chain_begin), dims[1]};
+    hsize_t mem_elements = elements ? elements : 1;
+    hid_t mem_space = H5Screate_simple(1, &mem_elements, NULL);
+    hid_t xfer = H5Pcreate(H5P_DATASET_XFER);
+    herr_t rc = elements ? H5Sselect_hyperslab(file_space, H5S_SELECT_SET, start, NULL, count, NULL)
+                         : H5Sselect_none(file_space);
+    if (rc >= 0 && !elements) rc = H5Sselect_none(mem_space);
+    if (rc >= 0) rc = H5Pset_dxpl_mpio(xfer, H5FD_MPIO_COLLECTIVE);
+    if (rc >= 0) rc = H5Dread(dataset, mem_type, mem_space, file_space, xfer, buffer);
+    if (rc < 0) status = h5_fail(__FILE__, __LINE__, "H5Dread(sample_stats/diverging)");
+    H5Pclose(xfer);
+    H5Sclose(mem_space);
+  }
+  uint64_t count_local = 0;
+  for (hsize_t i = 0; status == DS_OK && i < elements; ++i) {
+    const unsigned char *element = buffer + i * element_size;
+    if (type_class == H5T_FLOAT) {
+      double value;
+      memcpy(&value, element, sizeof value);
+      count_local += value != 0.0;
+    } else {
+      int nonzero = 0;
+      for (size_t b = 0; b < element_size; ++b) nonzero |= element[b];
+      count_local += nonzero != 0;
+    }
+  }
+  free(buffer);
+  if (mem_type >= 0) H5Tclose(mem_type);
+  H5Tclose(file_type);
+  H5Sclose(file_space);
+  H5Dclose(dataset);
+  status = comm_agree(comm, status);
+  if (status != DS_OK) return status;
+  DS_TRY(comm_allreduce_sum_u64(comm, &count_local, 1));
+  *divergent = (int64_t)count_local;
+  return DS_OK;
+}
+
+/* Reads and summarises the file; on return rank 0 holds every row's stats. Collective. */
+static int summary_compute(comm_ctx_t *comm, const summary_options_t *options, summary_result_t *result) {
+  memset(result, 0, sizeof *result);
+  result->divergent = -1;
+  hid_t file;
+  int status = comm_agree(comm, open_file(comm, options->path, &file));
+  if (status != DS_OK) return status;
+  status = comm_agree(comm, inspect_posterior(file, options, result));
+  diag_workspace_t *ws = NULL;
+  if (status == DS_OK) status = comm_agree(comm, diag_workspace_create(&ws, result->chains, result->draws));
+  hid_t posterior = H5I_INVALID_HID;
+  if (status == DS_OK) {
+    posterior = H5Gopen2(file, "posterior", H5P_DEFAULT);
+    status = comm_agree(comm, posterior < 0 ? h5_fail(__FILE__, __LINE__, "H5Gopen2(posterior)") : DS_OK);
+  }
+  if (status == DS_OK && comm->rank == 0) {
+    result->stats = malloc((size_t)result->n_rows * DIAG_N_STATS * sizeof(double));
+    if (!result->stats) status = DS_FAIL_ALLOC("summary table", (size_t)result->n_rows * DIAG_N_STATS * sizeof(double));
+  }
+  if (status == DS_OK) status = comm_agree(comm, status);
+  int *counts = NULL, *displs = NULL;
+  if (status == DS_OK) {
+    counts = malloc((size_t)comm->size * sizeof(int));
+    displs = malloc((size_t)comm->size * sizeof(int));
+    status = comm_agree(comm, counts && displs ? DS_OK : DS_FAIL_ALLOC("gather counts", 2 * sizeof(int) * comm->size));
+  }
+  int64_t row_offset = 0;
+  for (int v = 0; v < result->n_vars && status == DS_OK; ++v) {
+    const summary_var_t *var = &result->vars[v];
+    if ((int64_t)var->n_params * DIAG_N_STATS > INT32_MAX) {
+      status = comm_agree(comm, ds_fail(DS_ERR_INPUT, "summary %s: posterior/%s has too many parameters (%lld)",
+                                        options->path, var->name, (long long)var->n_params));
+      break;
+    }
+    int64_t begin, end;
+    comm_partition(var->n_params, comm->size, comm->rank, &begin, &end);
+    double *stats_local = malloc((size_t)((end - begin) > 0 ? end - begin : 1) * DIAG_N_STATS * sizeof(double));
+    status = comm_agree(comm, stats_local ? DS_OK : DS_FAIL_ALLOC("summary rows", (size_t)(end - begin) * 80));
+    if (status == DS_OK)
+      status = summarize_variable(comm, posterior, var, result->chains, result->draws, ws, stats_local);
+    if (status == DS_OK) {
+      for (int r = 0; r < comm->size; ++r) {
+        int64_t rb, re;
+        comm_partition(var->n_params, comm->size, r, &rb, &re);
+        counts[r] = (int)((re - rb) * DIAG_N_STATS);
+        displs[r] = (int)(rb * DIAG_N_STATS);
+      }
+      int rc = MPI_Gatherv(stats_local, (int)((end - begin) * DIAG_N_STATS), MPI_DOUBLE,
+                           comm->rank == 0 ? result->stats + row_offset * DIAG_N_STATS : NULL, counts, displs,
+                           MPI_DOUBLE, 0, comm->world);
+      if (rc != MPI_SUCCESS) status = comm_mpi_fail(rc, __FILE__, __LINE__, "MPI_Gatherv(summary rows)");
+    }
+    free(stats_local);
+    row_offset += var->n_params;
+  }
+  free(counts);
+  free(displs);
+  if (status == DS_OK) status = count_divergent(comm, file, &result->divergent);
+  diag_workspace_free(ws);
+  if (posterior >= 0) H5Gclose(posterior);
+  H5Fclose(file);
+  if (status != DS_OK) {
+    free(result->stats);
+    result->stats = NULL;
+  }
+  return status;
+}
+
+/* --- printing (rank 0) -------------------------------------------------------------------- */
+
+static void row_name(const summary_result_t *result, int64_t row, char *buf, size_t size) {
+  for (int v = 0; v < result->n_vars; ++v) {
+    if (row < result->vars[v].n_params) {
+      if (result->vars[v].has_dim)
+        snprintf(buf, size, "%s[%lld]", result->vars[v].name, (long long)row);
+      else
+        snprintf(buf, size, "%s", result->vars[v].name);
+      return;
+    }
+    row -= result->vars[v].n_params;
+  }
+  snprintf(buf, size, "?");
+}
+
+/* NaN always as "nan" (printf may write "-nan"). */
+static void format_number(char *buf, size_t size, const char *format, double value) {
+  if (isnan(value))
+    snprintf(buf, size, "nan");
+  else if (isinf(value))
+    snprintf(buf, size, value > 0 ? "inf" : "-inf");
+  else
+    snprintf(buf, size, format, value);
+}
+
+/* Table formats: 4 significant digits for location and scale, 3 for MCSE, whole ESS. */
+static const char *const table_formats[DIAG_N_STATS] = {"%.4g", "%.4g", "%.3g", "%.3g", "%.4g",
+                                                        "%.4g", "%.4g", "%.0f", "%.0f", "%.3f"};
+
+static void print_table(const summary_result_t *result, const char *path, FILE *out, int max_rows) {
+  int64_t shown = max_rows > 0 && result->n_rows > max_rows ? max_rows : result->n_rows;
+  int64_t total_draws = result->chains * result->draws;
+  fprintf(out, "%s: %lld chains x %lld draws (%lld draws)", path, (long long)result->chains,
+          (long long)result->draws, (long long)total_draws);
+  if (result->divergent >= 0)
+    fprintf(out, ", %lld divergent (%.2f%%)\n", (long long)result->divergent,
+            100.0 * (double)result->divergent / (double)total_draws);
+  else
+    fprintf(out, ", divergences not recorded\n");
+
+  enum { CELL = 32 };
+  int width[DIAG_N_STATS + 1];
+  width[0] = 0;
+  for (int c = 0; c < DIAG_N_STATS; ++c) width[c + 1] = (int)strlen(diag_stat_names[c]);
+  char cell[CELL];
+  for (int64_t row = 0; row < shown; ++row) {
+    row_name(result, row, cell, sizeof cell);
+    if ((int)strlen(cell) > width[0]) width[0] = (int)strlen(cell);
+    for (int c = 0; c < DIAG_N_STATS; ++c) {
+      format_number(cell, sizeof cell, table_formats[c], result->stats[row * DIAG_N_STATS + c]);
+      if ((int)strlen(cell) > width[c + 1]) width[c + 1] = (int)strlen(cell);
+    }
+  }
+  fprintf(out, "%-*s", width[0], "");
+  for (int c = 0; c < DIAG_N_STATS; ++c) fprintf(out, "  %*s", width[c + 1], diag_stat_names[c]);
+  fputc('\n', out);
+  for (int64_t row = 0; row < shown; ++row) {
+    row_name(result, row, cell, sizeof cell);
+    fprintf(out, "%-*s", width[0], cell);
+    for (int c = 0; c < DIAG_N_STATS; ++c) {
+      format_number(cell, sizeof cell, table_formats[c], result->stats[row * DIAG_N_STATS + c]);
+      fprintf(out, "  %*s", width[c + 1], cell);
+    }
+    fputc('\n', out);
+  }
+  if (shown < result->n_rows)
+    fprintf(out, "... %lld more; dsampler summary %s for all\n", (long long)(result->n_rows - shown), path);
+
+  /* Over every row, also those not shown. NaN (too few draws or chains) warns of nothing. */
+  int64_t high_rhat = 0, low_ess = 0;
+  for (int64_t row = 0; row < result->n_rows; ++row) {
+    const double *s = result->stats + row * DIAG_N_STATS;
+    const diag_stats_t *stats = (const diag_stats_t *)s;
+    high_rhat += stats->r_hat > SUMMARY_RHAT_WARN;
+    low_ess += stats->ess_bulk < SUMMARY_ESS_WARN || stats->ess_tail < SUMMARY_ESS_WARN;
+  }
+  if (high_rhat)
+    fprintf(out, "warning: r_hat > %.2f for %lld of %lld parameters: the chains disagree; do not trust them yet\n",
+            SUMMARY_RHAT_WARN, (long long)high_rhat, (long long)result->n_rows);
+  if (low_ess)
+    fprintf(out, "warning: ess_bulk or ess_tail < %.0f for %lld of %lld parameters: too few effective draws\n",
+            SUMMARY_ESS_WARN, (long long)low_ess, (long long)result->n_rows);
+  if (result->draws < 4)
+    fprintf(out, "note: fewer than 4 draws per chain: no MCSE, ESS or R-hat\n");
+  else if (result->chains < 2)
+    fprintf(out, "note: one chain: no R-hat\n");
+}
+
+static int write_csv(const summary_result_t *result, FILE *csv) {
+  fprintf(csv, "variable");
+  for (int c = 0; c < DIAG_N_STATS; ++c) fprintf(csv, ",%s", diag_stat_names[c]);
+  fputc('\n', csv);
+  char cell[64];
+  for (int64_t row = 0; row < result->n_rows; ++row) {
+    row_name(result, row, cell, sizeof cell);
+    fprintf(csv, "%s", cell);
+    for (int c = 0; c < DIAG_N_STATS; ++c) {
+      format_number(cell, sizeof cell, "%.17g", result->stats[row * DIAG_N_STATS + c]);
+      fprintf(csv, ",%s", cell);
+    }
+    fputc('\n', csv);
+  }
+  return ferror(csv) ? DS_ERR_IO : DS_OK;
+}
+
+/* --- the command -------------------------------------------------------------------------- */
+
+static int summary_run(comm_ctx_t *comm, const summary_options_t *options, FILE *out) {
+  /* Rank 0 opens the CSV before the work, so a bad path fails at once. */
+  FILE *csv = NULL;
+  int status = DS_OK;
+  if (options->csv_path && comm->rank == 0) {
+    csv = fopen(options->csv_path, "w");
+    if (!csv) status = ds_fail(DS_ERR_INPUT, "summary --csv %s: %s", options->csv_path, strerror(errno));
+  }
+  status = comm_agree(comm, status);
+  summary_result_t *result = NULL;
+  if (status == DS_OK) {
+    result = calloc(1, sizeof *result);
+    status = comm_agree(comm, result ? DS_OK : DS_FAIL_ALLOC("summary", sizeof *result));
+  }
+  if (status == DS_OK) status = summary_compute(comm, options, result);
+  if (status == DS_OK && comm->rank == 0) {
+    if (out) {
+      print_table(result, options->path, out, options->max_rows);
+      fflush(out);
+    }
+    if (csv) {
+      int csv_status = write_csv(result, csv);
+      if (fclose(csv) != 0) csv_status = DS_ERR_IO;
+      csv = NULL;
+      if (csv_status != DS_OK) status = ds_fail(DS_ERR_IO, "summary --csv %s: write failed", options->csv_path);
+    }
+  }
+  if (csv) fclose(csv);
+  if (result) free(result->stats);
+  free(result);
+  return comm_agree(comm, status);
+}
+
+int summary_print_file(comm_ctx_t *comm, const char *path, FILE *out, int max_rows) {
+  summary_options_t options = {path, NULL, NULL, max_rows};
+  return summary_run(comm, &options, out);
+}
+
+static void print_usage(FILE *out) {
+  fprintf(out,
+          "usage: dsampler summary FILE.h5 [options]\n\n"
+          "Per parameter of the posterior: mean, sd, MCSE of the mean and of the sd, the 5%%, 50%%\n"
+          "and 95%% quantiles, bulk and tail ESS and rank-normalised split R-hat, as ArviZ computes\n"
+          "them; and the number of divergent transitions. Runs on any number of MPI ranks.\n\n"
+          "options:\n"
+          "  %-20s %s\n  %-20s %s\n  %-20s %s\n  %-20s %s\n",
+          "--csv FILE", "also write the table as CSV, full precision", "--var NAME",
+          "only posterior variable NAME (default: all)", "--max-rows N", "print at most N rows (default: all)",
+          "--help", "this text");
+}
+
 int summary_main(comm_ctx_t *comm, int argc, char **argv) {
-  (void)comm;
-  (void)argc;
-  (void)argv;
-  return ds_fail(DS_ERR_INPUT, "summary: not available in this version");
+  summary_options_t options = {NULL, NULL, NULL, 0};
+  for (int i = 2; i < argc; ++i) {
+    const char *arg = argv[i];
+    const char *names[3] = {"--csv", "--var", "--max-rows"};
+    int which = -1;
+    const char *value = NULL;
+    for (int k = 0; k < 3; ++k) {
+      size_t len = strlen(names[k]);
+      if (strncmp(arg, names[k], len) == 0 && (arg[len] == '\0' || arg[len] == '=')) {
+        which = k;
+        if (arg[len] == '=') {
+          value = arg + len + 1;
+        } else if (i + 1 < argc) {
+          value = argv[++i];
+        } else {
+          return ds_fail(DS_ERR_INPUT, "summary: %s needs a value (see dsampler summary --help)", names[k]);
+        }
+      }
+    }
+    if (which == 0) {
+      options.csv_path = value;
+    } else if (which == 1) {
+      options.var_name = value;
+    } else if (which == 2) {
+      char *end = NULL;
+      long rows = strtol(value, &end, 10);
+      if (!*value || *end || rows < 0 || rows > INT32_MAX)
+        return ds_fail(DS_ERR_INPUT, "summary: --max-rows %s: expected a whole number >= 0", value);
+      options.max_rows = (int)rows;
+    } else if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
+      if (comm->rank == 0) print_usage(stdout);
+      return DS_OK;
+    } else if (arg[0] == '-' && arg[1] != '\0') {
+      return ds_fail(DS_ERR_INPUT, "summary: unknown option '%s' (see dsampler summary --help)", arg);
+    } else if (options.path) {
+      return ds_fail(DS_ERR_INPUT, "summary: one file expected, got '%s' and '%s'", options.path, arg);
+    } else {
+      options.path = arg;
+    }
+  }
+  if (!options.path) return ds_fail(DS_ERR_INPUT, "summary: no file given (usage: dsampler summary FILE.h5 [--csv FILE] [--var NAME])");
+  return summary_run(comm, &options, comm->rank == 0 ? stdout : NULL);
 }

@@ -68,15 +68,25 @@ static int check_reported(const char *spec, const dsampler_target *t, int64_t di
   return DS_OK;
 }
 
-int target_open(const char *spec, const char *args, int64_t dim, MPI_Comm comm, target_handle_t *out) {
+int target_open(const char *spec, const char *args, const char *data_path, int64_t dim, MPI_Comm comm,
+                target_handle_t *out) {
   memset(out, 0, sizeof *out);
-  size_t full_size = strlen(args) + 64;
+  if (!data_path) data_path = "";
+  if (strchr(data_path, ','))
+    return ds_fail(DS_ERR_INPUT, "--data %s: the path may not contain a comma", data_path);
+  char data_text[8];
+  if (data_path[0] && target_args_get(args, "data", data_text, sizeof data_text))
+    return ds_fail(DS_ERR_INPUT, "--data and --target-args data=...: give the dataset once");
+  size_t full_size = strlen(args) + strlen(data_path) + 64;
   char *full_args = malloc(full_size);
   if (!full_args) return DS_FAIL_ALLOC("target arguments", full_size);
-  if (dim > 0)
-    snprintf(full_args, full_size, "dim=%lld%s%s", (long long)dim, args[0] ? "," : "", args);
-  else
-    snprintf(full_args, full_size, "%s", args);
+  /* "dim=D,data=FILE,<args>", each part only when given. */
+  int used = 0;
+  full_args[0] = '\0';
+  if (dim > 0) used += snprintf(full_args + used, full_size - (size_t)used, "dim=%lld", (long long)dim);
+  if (data_path[0])
+    used += snprintf(full_args + used, full_size - (size_t)used, "%sdata=%s", used ? "," : "", data_path);
+  if (args[0]) snprintf(full_args + used, full_size - (size_t)used, "%s%s", used ? "," : "", args);
 
   int status;
   if (strncmp(spec, "plugin:", 7) == 0) {
@@ -89,15 +99,30 @@ int target_open(const char *spec, const char *args, int64_t dim, MPI_Comm comm, 
     dsampler_target_create_fn create;
     *(void **)&create = dlsym(out->library, "dsampler_target_create");
     if (!create) {
+      const char *why = dlerror();
       free(full_args);
       dlclose(out->library);
       out->library = NULL;
-      return ds_fail(DS_ERR_INPUT, "--target %s: the plugin exports no dsampler_target_create", spec);
+      return ds_fail(DS_ERR_INPUT,
+                     "--target %s: the plugin exports no dsampler_target_create (%s); define it with C linkage "
+                     "as in src/dsampler_target.h",
+                     spec, why ? why : "symbol not found");
     }
     int rc = create(full_args, comm, &out->target);
-    status = rc == 0 ? DS_OK
-                     : ds_fail(DS_ERR_INPUT, "--target %s: dsampler_target_create(\"%s\") failed (returned %d)",
-                               spec, full_args, rc);
+    if (rc != 0) {
+      /* A plugin that fails cleans up after itself: nothing it returned is trusted. */
+      memset(&out->target, 0, sizeof out->target);
+      status = ds_fail(DS_ERR_INPUT, "--target %s: dsampler_target_create(\"%s\") failed (returned %d)", spec,
+                       full_args, rc);
+    } else if (out->target.abi_version != DSAMPLER_TARGET_ABI_VERSION) {
+      /* Another ABI's struct layout: not even its destroy can be called safely. */
+      status = ds_fail(DS_ERR_INPUT, "--target %s: the plugin was built for target ABI version %d; this dsampler "
+                       "speaks version %d (rebuild it against this dsampler_target.h)",
+                       spec, out->target.abi_version, DSAMPLER_TARGET_ABI_VERSION);
+      memset(&out->target, 0, sizeof out->target);
+    } else {
+      status = DS_OK;
+    }
   } else {
     status = builtin_target_create(spec, full_args, comm, &out->target);
   }

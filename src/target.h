@@ -10,9 +10,11 @@ typedef struct target_handle {
   void *library; /* dlopen handle of a plugin, NULL for a built-in */
 } target_handle_t;
 
-/* Collective over comm. dim is --dim (0 when not given). On success the target's dim is
- * known and positive. */
-int target_open(const char *spec, const char *args, int64_t dim, MPI_Comm comm, target_handle_t *out);
+/* Collective over comm. data_path is --data ("" when not given), passed to the target as
+ * data=<path> before its own args; dim is --dim (0 when not given), passed as dim=<d>. On
+ * success the target's dim is known and positive. */
+int target_open(const char *spec, const char *args, const char *data_path, int64_t dim, MPI_Comm comm,
+                target_handle_t *out);
 void target_close(target_handle_t *handle);
 
 /* Finds `key` in "key=value,key=value" and copies its value; returns 1 when found. */

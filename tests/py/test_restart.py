@@ -1,0 +1,97 @@
+"""Restart equivalence: a run of T iterations equals a run stopped by a signal part-way and
+resumed, bitwise, for HMC and SVGD (sgd and adagrad), resumed on the same and on a different
+rank count; a scheduled-checkpoint run resumed with more draws equals a longer run."""
+import glob
+import os
+import shutil
+import signal
+import subprocess
+import time
+
+import dstest as t
+
+COMPARE = {
+    "hmc": ["posterior/x", "posterior/draw", "sample_stats/lp", "sample_stats/energy", "sample_stats/acceptance_rate",
+            "sample_stats/diverging", "sample_stats/n_steps", "sample_stats/step_size"],
+    "svgd": ["posterior/x", "sample_stats/lp"],
+}
+
+
+def launch(ranks, args):
+    cmd = [t.MPIEXEC, t.NP_FLAG, str(ranks), *t.PREFLAGS, t.DSAMPLER, *[str(a) for a in args]]
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def signal_ranks(out_name, signum):
+    """Sends signum to the dsampler processes of the run writing out_name (not to mpiexec)."""
+    procs = subprocess.run(["pgrep", "-f", f"^{t.DSAMPLER} .*{out_name}"], capture_output=True, text=True).stdout.split()
+    for pid in procs:
+        try:
+            os.kill(int(pid), signum)
+        except ProcessLookupError:
+            pass
+    return len(procs)
+
+
+def stop_part_way(ranks, args, out, ckpt_dir, signum):
+    """Starts the run, waits for its first scheduled checkpoint, then signals its ranks."""
+    proc = launch(ranks, args)
+    deadline = time.time() + 120
+    while time.time() < deadline and not glob.glob(os.path.join(ckpt_dir, "ckpt-*.h5")) and proc.poll() is None:
+        time.sleep(0.05)
+    time.sleep(0.2)
+    signal_ranks(os.path.basename(out), signum)
+    stdout, stderr = proc.communicate(timeout=120)
+    return proc.returncode, stderr
+
+
+def equal(a, b, names):
+    da, db = t.datasets(a), t.datasets(b)
+    return all(n in da and n in db and da[n].shape == db[n].shape and da[n].tobytes() == db[n].tobytes() for n in names)
+
+
+def case(name, algo, args, total_flag, ranks_first, ranks_resume, signum):
+    full = t.path(f"restart_{name}_full.h5")
+    part = t.path(f"restart_{name}_part.h5")
+    full_dir, part_dir = t.path(f"restart_{name}_full.ckpt"), t.path(f"restart_{name}_part.ckpt")
+    for d in (full_dir, part_dir):
+        shutil.rmtree(d, ignore_errors=True)
+    t.run(ranks_first, *args, "--out", full, "--checkpoint-dir", full_dir, "--quiet")
+    rc, stderr = stop_part_way(ranks_first, [*args, "--out", part, "--checkpoint-dir", part_dir], part, part_dir, signum)
+    stopped_at = [int(os.path.basename(p)[5:-3]) for p in glob.glob(os.path.join(part_dir, "ckpt-*.h5"))]
+    t.check(rc == 75, f"{name}: stopped run exits 75 (got {rc}; stderr {stderr.strip()[-300:]!r})")
+    t.check("dsampler resume" in stderr, f"{name}: the stop message says how to resume")
+    total = int(args[args.index(total_flag) + 1]) + (int(args[args.index("--warmup") + 1]) if "--warmup" in args else 0)
+    t.check(stopped_at and max(stopped_at) < total, f"{name}: stopped part-way (checkpoints {sorted(stopped_at)} of {total})")
+    t.run(ranks_resume, "resume", part_dir, "--quiet")
+    t.check(equal(full, part, COMPARE[algo]),
+            f"{name}: {ranks_first} ranks stopped at {max(stopped_at or [0])}, resumed on {ranks_resume}: bitwise equal")
+
+
+def main():
+    hmc = ["hmc", "--dim", 64, "--chains", 1024, "--warmup", 20, "--draws", 1500, "--steps", 10, "--step-size", 0.1,
+           "--seed", 9, "--checkpoint-every", 100, "--backend", "cpu"]
+    case("hmc_same", "hmc", hmc, "--draws", 2, 2, signal.SIGTERM)
+    case("hmc_other", "hmc", hmc, "--draws", 2, 3, signal.SIGUSR1)
+    svgd = ["svgd", "--dim", 8, "--particles", 600, "--iters", 400, "--step-size", 0.05, "--seed", 9,
+            "--checkpoint-every", 20, "--backend", "cpu"]
+    case("svgd_same", "svgd", svgd, "--iters", 2, 2, signal.SIGTERM)
+    case("svgd_adagrad_other", "svgd", [*svgd, "--update", "adagrad"], "--iters", 3, 1, signal.SIGINT)
+
+    # More draws after a finished run: resume its final checkpoint with a larger --draws.
+    short = t.path("restart_extend.h5")
+    longer = t.path("restart_extend_long.h5")
+    base = ["hmc", "--dim", 4, "--chains", 6, "--warmup", 10, "--steps", 5, "--seed", 2, "--quiet", "--backend", "cpu"]
+    shutil.rmtree(t.path("restart_extend.ckpt"), ignore_errors=True)
+    shutil.rmtree(t.path("restart_extend_long.ckpt"), ignore_errors=True)
+    t.run(2, *base, "--draws", 40, "--checkpoint-every", 25, "--out", short)
+    t.run(3, "resume", t.path("restart_extend.ckpt"), "--draws", 90, "--quiet")
+    t.run(1, *base, "--draws", 90, "--out", longer)
+    t.check(equal(short, longer, COMPARE["hmc"]), "hmc: 40 draws resumed to 90 equal a run of 90")
+    rc, _, stderr = t.run(2, "resume", t.path("restart_extend.ckpt"), "--dim", 5, expect_ok=False)
+    t.check(rc != 0 and "--dim would change the answer" in stderr, f"resume refuses --dim ({stderr.strip()!r})")
+    t.finish("restart")
+
+
+if __name__ == "__main__":
+    main()
