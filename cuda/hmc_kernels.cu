@@ -1,11 +1,9 @@
 /* hmc_kernels.cu: HMC on the GPU.
  *
- * hmc_gaussian_kernel runs a whole iteration of the built-in gaussian for 16 lanes per chain:
- * lane g owns the coordinates of Philox blocks g, g + 16, ..., so each lane draws its own
- * momenta from whole blocks, loads and stores are 16-byte and coalesced, and the two sums
- * of the Hamiltonian are 16-lane shuffle trees in double. The arithmetic is written with
- * _rn intrinsics in the order of backend_cpu.c, so trajectories agree with the CPU's to
- * rounding of the transcendental functions.
+ * hmc_gaussian_kernel runs a whole iteration of the built-in gaussian with 4 (dim <= 64) or
+ * 16 lanes per chain: momenta drawn in-kernel from the chain's Philox blocks with rng.h's
+ * transforms, L leapfrog steps with the gradient fused in, the two sums of the Hamiltonian
+ * as shuffle trees in double, the accept, and the writes on accept.
  *
  * The generic path (any target) follows backend_cpu.c step for step, with the target's
  * batched gradient between kernels. */
@@ -19,14 +17,16 @@
 
 namespace {
 
-constexpr int HMC_LANES = 16;        /* lanes per chain in the fused kernel */
 constexpr int HMC_THREADS = 256;
-constexpr int HMC_MAX_BLOCKS_PER_LANE = 4; /* fused for dim <= 4 * 16 * 4 = 256 */
+constexpr int HMC_MAX_DIM_FUSED = 256;
 
+int hmc_lanes_setting = 0; /* 0: by dimension; else 4 or 16 lanes per chain */
+
+template <int LANES>
 __device__ __forceinline__ double group_sum(double value) {
 #pragma unroll
-  for (int width = HMC_LANES / 2; width >= 1; width /= 2)
-    value += __shfl_xor_sync(0xffffffffu, value, width, HMC_LANES);
+  for (int width = LANES / 2; width >= 1; width /= 2)
+    value += __shfl_xor_sync(0xffffffffu, value, width, LANES);
   return value;
 }
 
@@ -46,13 +46,22 @@ __device__ __forceinline__ hmc_verdict hmc_decide(double h0, double h1, float un
   return v;
 }
 
-template <int MB, bool VEC4>
+/* LANES lanes per chain; lane g owns Philox blocks g, g + LANES, ... (MB of them), i.e.
+ * coordinates 4 block .. 4 block + 3: each lane draws its momenta from whole blocks and a
+ * chain's lanes read contiguous 16-byte pieces. Fewer lanes per chain spread the per-chain
+ * work (accept uniform, log and exp in double, shuffles) over more chains per warp.
+ *
+ * The leapfrog for the gaussian, g = (q - mean) (-1/scale^2), is fused as
+ * p = fma(kick (-1/scale^2), q - mean, p) and q = fma(eps m_inv, p, q): three operations per
+ * coordinate per step. This rounds differently from the CPU's separate multiply and add
+ * (within float rounding: the tests hold positions to 1e-5 relative). */
+template <int LANES, int MB, bool VEC4>
 __global__ void __launch_bounds__(HMC_THREADS)
 hmc_gaussian_kernel(const builtin_params_t params, const hmc_batch_t b) {
   constexpr int PER = 4 * MB;
   const long long thread = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-  long long chain = thread / HMC_LANES;
-  const int lane = threadIdx.x % HMC_LANES;
+  long long chain = thread / LANES;
+  const int lane = threadIdx.x % LANES;
   const bool active = chain < b.n_chains;
   if (!active) chain = b.n_chains - 1; /* idle lanes still take part in the shuffles */
   const int dim = (int)b.dim;
@@ -60,11 +69,11 @@ hmc_gaussian_kernel(const builtin_params_t params, const hmc_batch_t b) {
   const float eps = b.step_size[chain];
   const float mean = params.mean, neg_inv_scale2 = -params.inv_scale2;
 
-  float q[PER], p[PER], inv_metric[PER], grad[PER];
+  float q[PER], p[PER], inv_metric[PER];
   bool valid[PER];
 #pragma unroll
   for (int m = 0; m < MB; ++m) {
-    const int base = 4 * (lane + HMC_LANES * m);
+    const int base = 4 * (lane + LANES * m);
     if (VEC4 && base < dim) {
       const float4 q4 = *reinterpret_cast<const float4 *>(b.q + row + base);
       const float4 m4 = *reinterpret_cast<const float4 *>(b.inv_metric + row + base);
@@ -84,12 +93,13 @@ hmc_gaussian_kernel(const builtin_params_t params, const hmc_batch_t b) {
     }
   }
 
-  /* Momenta: block `block` of the chain's Philox stream gives coordinates 4 block .. + 3. */
+  /* Momenta p = z / sqrt(m_inv): block `block` of the chain's Philox stream gives
+   * coordinates 4 block .. + 3. */
   const uint64_t item = (uint64_t)(b.chain_begin + chain);
   double kinetic = 0.0;
 #pragma unroll
   for (int m = 0; m < MB; ++m) {
-    const int block = lane + HMC_LANES * m;
+    const int block = lane + LANES * m;
     float z[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     if (4 * block < dim) {
       const rng_words_t words = rng_block(b.seed, item, b.iteration, (uint32_t)block);
@@ -99,40 +109,43 @@ hmc_gaussian_kernel(const builtin_params_t params, const hmc_batch_t b) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int r = 4 * m + e;
-      p[r] = valid[r] ? __fdiv_rn(z[e], __fsqrt_rn(inv_metric[r])) : 0.0f;
+      p[r] = valid[r] ? __fmul_rn(z[e], rsqrtf(inv_metric[r])) : 0.0f;
       kinetic = __dadd_rn(kinetic, __dmul_rn(__dmul_rn((double)inv_metric[r], (double)p[r]), (double)p[r]));
     }
   }
-  const double h0 = -(double)b.logp[chain] + 0.5 * group_sum(kinetic);
+  const double h0 = -(double)b.logp[chain] + 0.5 * group_sum<LANES>(kinetic);
 
-  float eps_metric[PER];
+  float eps_metric[PER], centred[PER];
 #pragma unroll
   for (int r = 0; r < PER; ++r) {
-    grad[r] = __fmul_rn(__fsub_rn(q[r], mean), neg_inv_scale2);
     eps_metric[r] = __fmul_rn(eps, inv_metric[r]);
+    centred[r] = __fsub_rn(q[r], mean);
   }
-  const float half_eps = 0.5f * eps;
-  for (int step = 0; step < b.n_leapfrog; ++step) {
-    const float kick = step == 0 ? half_eps : eps;
+  const float half_kick = __fmul_rn(0.5f * eps, neg_inv_scale2), kick = __fmul_rn(eps, neg_inv_scale2);
+#pragma unroll
+  for (int r = 0; r < PER; ++r) {
+    p[r] = __fmaf_rn(half_kick, centred[r], p[r]);
+    q[r] = __fmaf_rn(eps_metric[r], p[r], q[r]);
+  }
+  for (int step = 1; step < b.n_leapfrog; ++step) {
 #pragma unroll
     for (int r = 0; r < PER; ++r) {
-      p[r] = __fadd_rn(p[r], __fmul_rn(kick, grad[r]));
-      q[r] = __fadd_rn(q[r], __fmul_rn(eps_metric[r], p[r]));
-      grad[r] = __fmul_rn(__fsub_rn(q[r], mean), neg_inv_scale2);
+      p[r] = __fmaf_rn(kick, __fsub_rn(q[r], mean), p[r]);
+      q[r] = __fmaf_rn(eps_metric[r], p[r], q[r]);
     }
   }
   double centred_sq = 0.0;
   kinetic = 0.0;
 #pragma unroll
   for (int r = 0; r < PER; ++r) {
-    p[r] = __fadd_rn(p[r], __fmul_rn(half_eps, grad[r]));
+    centred[r] = __fsub_rn(q[r], mean);
+    p[r] = __fmaf_rn(half_kick, centred[r], p[r]);
     if (!valid[r]) continue;
-    const double centred = (double)__fsub_rn(q[r], mean);
-    centred_sq = __dadd_rn(centred_sq, __dmul_rn(centred, centred));
+    centred_sq = __dadd_rn(centred_sq, __dmul_rn((double)centred[r], (double)centred[r]));
     kinetic = __dadd_rn(kinetic, __dmul_rn(__dmul_rn((double)inv_metric[r], (double)p[r]), (double)p[r]));
   }
-  const float logp1 = (float)(-0.5 * group_sum(centred_sq) * (double)params.inv_scale2);
-  const double h1 = -(double)logp1 + 0.5 * group_sum(kinetic);
+  const float logp1 = (float)(-0.5 * group_sum<LANES>(centred_sq) * (double)params.inv_scale2);
+  const double h1 = -(double)logp1 + 0.5 * group_sum<LANES>(kinetic);
 
   float uniform = 0.0f;
   if (lane == 0) {
@@ -140,7 +153,7 @@ hmc_gaussian_kernel(const builtin_params_t params, const hmc_batch_t b) {
     const rng_words_t words = rng_block(b.seed, item, b.iteration, word / 4);
     uniform = rng_uniform(word % 4 == 0 ? words.v[0] : words.v[2]); /* the word is even */
   }
-  uniform = __shfl_sync(0xffffffffu, uniform, 0, HMC_LANES);
+  uniform = __shfl_sync(0xffffffffu, uniform, 0, LANES);
   const hmc_verdict v = hmc_decide(h0, h1, uniform);
   if (!active) return;
 
@@ -154,17 +167,19 @@ hmc_gaussian_kernel(const builtin_params_t params, const hmc_batch_t b) {
   if (!v.accept) return;
 #pragma unroll
   for (int m = 0; m < MB; ++m) {
-    const int base = 4 * (lane + HMC_LANES * m);
+    const int base = 4 * (lane + LANES * m);
+    float grad[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) grad[e] = __fmul_rn(-centred[4 * m + e], params.inv_scale2);
     if (VEC4 && base < dim) {
       *reinterpret_cast<float4 *>(b.q + row + base) = make_float4(q[4 * m], q[4 * m + 1], q[4 * m + 2], q[4 * m + 3]);
-      *reinterpret_cast<float4 *>(b.grad + row + base) =
-          make_float4(grad[4 * m], grad[4 * m + 1], grad[4 * m + 2], grad[4 * m + 3]);
+      *reinterpret_cast<float4 *>(b.grad + row + base) = make_float4(grad[0], grad[1], grad[2], grad[3]);
     } else if (!VEC4) {
 #pragma unroll
       for (int e = 0; e < 4; ++e)
         if (valid[4 * m + e]) {
           b.q[row + base + e] = q[4 * m + e];
-          b.grad[row + base + e] = grad[4 * m + e];
+          b.grad[row + base + e] = grad[e];
         }
     }
   }
@@ -252,24 +267,24 @@ unsigned blocks_for(long long count, int threads) {
   return blocks < 1 ? 1u : (unsigned)blocks;
 }
 
-template <int MB>
+template <int LANES, int MB>
 int launch_gaussian(const builtin_params_t &params, const hmc_batch_t &b, cudaStream_t stream) {
-  const unsigned blocks = blocks_for(b.n_chains * HMC_LANES, HMC_THREADS);
+  const unsigned blocks = blocks_for(b.n_chains * LANES, HMC_THREADS);
   const bool vec4 = b.dim % 4 == 0 && ((uintptr_t)b.q % 16 == 0) && ((uintptr_t)b.grad % 16 == 0) &&
                     ((uintptr_t)b.inv_metric % 16 == 0);
   if (vec4)
-    hmc_gaussian_kernel<MB, true><<<blocks, HMC_THREADS, 0, stream>>>(params, b);
+    hmc_gaussian_kernel<LANES, MB, true><<<blocks, HMC_THREADS, 0, stream>>>(params, b);
   else
-    hmc_gaussian_kernel<MB, false><<<blocks, HMC_THREADS, 0, stream>>>(params, b);
+    hmc_gaussian_kernel<LANES, MB, false><<<blocks, HMC_THREADS, 0, stream>>>(params, b);
   CUDA_CHECK_LAUNCH("hmc_gaussian_kernel");
   return DS_OK;
 }
 
 } /* namespace */
 
-extern "C" int hmc_gaussian_fused_supported(int64_t dim) {
-  return dim >= 1 && dim <= 4 * HMC_LANES * HMC_MAX_BLOCKS_PER_LANE;
-}
+extern "C" int hmc_gaussian_fused_supported(int64_t dim) { return dim >= 1 && dim <= HMC_MAX_DIM_FUSED; }
+
+extern "C" void hmc_cuda_set_lanes(int lanes) { hmc_lanes_setting = lanes == 4 || lanes == 16 ? lanes : 0; }
 
 extern "C" int hmc_launch_gaussian_fused(const builtin_params_t *params, const hmc_batch_t *batch,
                                          cudaStream_t stream) {
@@ -278,12 +293,17 @@ extern "C" int hmc_launch_gaussian_fused(const builtin_params_t *params, const h
     return ds_fail(DS_ERR_INTERNAL, "hmc_launch_gaussian_fused: dim %lld not fused (target dim %lld)",
                    (long long)batch->dim, (long long)params->dim);
   if (batch->n_chains == 0) return DS_OK;
-  if (batch->n_chains > (INT64_MAX / HMC_LANES) / 2)
-    return ds_fail(DS_ERR_INTERNAL, "hmc_launch_gaussian_fused: too many chains");
-  const int64_t blocks_per_lane = ((batch->dim + 3) / 4 + HMC_LANES - 1) / HMC_LANES;
-  if (blocks_per_lane <= 1) return launch_gaussian<1>(*params, *batch, stream);
-  if (blocks_per_lane <= 2) return launch_gaussian<2>(*params, *batch, stream);
-  return launch_gaussian<4>(*params, *batch, stream);
+  if (batch->n_chains > (INT64_MAX / 16) / 2) return ds_fail(DS_ERR_INTERNAL, "hmc_launch_gaussian_fused: too many chains");
+  const int64_t blocks = (batch->dim + 3) / 4; /* Philox blocks of momenta per chain */
+  const int lanes = hmc_lanes_setting ? hmc_lanes_setting : (blocks <= 16 ? 4 : 16);
+  if (lanes == 4) {
+    if (blocks <= 4) return launch_gaussian<4, 1>(*params, *batch, stream);
+    if (blocks <= 8) return launch_gaussian<4, 2>(*params, *batch, stream);
+    if (blocks <= 16) return launch_gaussian<4, 4>(*params, *batch, stream);
+  }
+  if (blocks <= 16) return launch_gaussian<16, 1>(*params, *batch, stream);
+  if (blocks <= 32) return launch_gaussian<16, 2>(*params, *batch, stream);
+  return launch_gaussian<16, 4>(*params, *batch, stream);
 }
 
 extern "C" int hmc_launch_begin(const hmc_batch_t *batch, float *q_work, float *p_work, float *grad_work,

@@ -16,6 +16,9 @@ extern "C" {
 
 /* 1 when hmc_launch_gaussian_fused takes chains of this dimension. */
 int hmc_gaussian_fused_supported(int64_t dim);
+/* Lanes per chain of the fused kernel: 4 or 16; 0 (the default) chooses by dimension. For
+ * benchmarks. */
+void hmc_cuda_set_lanes(int lanes);
 /* The whole iteration for the built-in gaussian in one kernel: momenta, L leapfrog steps
  * with the gradient fused in, the Hamiltonian in double, the accept and the writes. */
 int hmc_launch_gaussian_fused(const builtin_params_t *params, const hmc_batch_t *batch,

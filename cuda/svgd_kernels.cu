@@ -25,6 +25,8 @@
 
 namespace {
 
+svgd_cuda_tuning_t svgd_tuning = {16, 0};
+
 /* ---------------------------------------------------------------- pair histogram */
 
 /* 4-byte asynchronous copy global -> shared; zeros when !valid (nothing is read then). */
@@ -38,14 +40,13 @@ __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wai
 constexpr int HIST_THREADS = 512;
 constexpr int HIST_BM = 256;                       /* rows per tile: 32 thread rows x 8 */
 constexpr int HIST_BN = 128;                       /* columns per tile: 16 threads x (4 + 4) */
-constexpr int HIST_KC = 16;                        /* coordinates per staged chunk */
 constexpr int HIST_ROW_STRIDE = HIST_BM + 4;
 constexpr int HIST_COL_STRIDE = HIST_BN + 4;
 constexpr int HIST_WORDS = SVGD_HIST_BINS / 2;     /* two 16-bit counters per word */
-constexpr int HIST_LOAD_ROWS = HIST_THREADS / HIST_KC; /* rows (or columns) one sweep stages */
-constexpr size_t HIST_SMEM_BYTES =
-    sizeof(uint32_t) * HIST_WORDS +
-    sizeof(float) * 2 * HIST_KC * (HIST_ROW_STRIDE + HIST_COL_STRIDE);
+/* KC: coordinates per staged chunk (two chunks in flight). */
+constexpr size_t hist_smem_bytes(int KC) {
+  return sizeof(uint32_t) * HIST_WORDS + sizeof(float) * 2 * KC * (HIST_ROW_STRIDE + HIST_COL_STRIDE);
+}
 constexpr long long HIST_MAX_N = 1ll << 30;        /* int offsets inside the kernel */
 
 struct pair_histogram_args {
@@ -96,9 +97,11 @@ struct hist_cursor {
 
 /* Stages one chunk: rows r0 + ty + 32 l and columns c0 + ty + 32 l (mod n), coordinate
  * k0 + tx, each thread one element per row, transposed to [k][row] in shared memory. */
+template <int KC>
 __device__ __forceinline__ void hist_stage(const pair_histogram_args &a, const hist_cursor &at, int tid,
                                            float *rows_s, float *cols_s) {
-  const int kk = tid % HIST_KC, lead = tid / HIST_KC, k = at.chunk * HIST_KC + kk;
+  constexpr int HIST_LOAD_ROWS = HIST_THREADS / KC; /* rows (or columns) one sweep stages */
+  const int kk = tid % KC, lead = tid / KC, k = at.chunk * KC + kk;
   const bool k_valid = k < a.dim;
   const int r0 = at.r0(a);
   int column = at.c0(a) + lead;
@@ -121,12 +124,13 @@ __device__ __forceinline__ void hist_stage(const pair_histogram_args &a, const h
   }
 }
 
+template <int KC>
 __global__ void __launch_bounds__(HIST_THREADS, 1)
 svgd_pair_histogram_kernel(const pair_histogram_args a) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   uint32_t *hist_s = reinterpret_cast<uint32_t *>(smem_raw);
   float *rows_s = reinterpret_cast<float *>(hist_s + HIST_WORDS);     /* [2][KC][BM + 4] */
-  float *cols_s = rows_s + 2 * HIST_KC * HIST_ROW_STRIDE;             /* [2][KC][BN + 4] */
+  float *cols_s = rows_s + 2 * KC * HIST_ROW_STRIDE;             /* [2][KC][BN + 4] */
   const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
 
   for (int w = tid; w < HIST_WORDS / 4; w += HIST_THREADS)
@@ -141,7 +145,7 @@ svgd_pair_histogram_kernel(const pair_histogram_args a) {
   at.chunk = 0;
   hist_cursor next = at;
   if (steps > 0) {
-    hist_stage(a, next, tid, rows_s, cols_s);
+    hist_stage<KC>(a, next, tid, rows_s, cols_s);
     next.advance(a);
   }
   cp_async_wait_all();
@@ -157,15 +161,15 @@ svgd_pair_histogram_kernel(const pair_histogram_args a) {
   for (long long step = 0; step < steps; ++step) {
     const int buffer = (int)(step & 1);
     if (step + 1 < steps) {
-      hist_stage(a, next, tid, rows_s + (buffer ^ 1) * HIST_KC * HIST_ROW_STRIDE,
-                 cols_s + (buffer ^ 1) * HIST_KC * HIST_COL_STRIDE);
+      hist_stage<KC>(a, next, tid, rows_s + (buffer ^ 1) * KC * HIST_ROW_STRIDE,
+                     cols_s + (buffer ^ 1) * KC * HIST_COL_STRIDE);
       next.advance(a);
     }
 
-    const float *rs = rows_s + buffer * HIST_KC * HIST_ROW_STRIDE + ty * 8;
-    const float *cs = cols_s + buffer * HIST_KC * HIST_COL_STRIDE + tx * 4;
+    const float *rs = rows_s + buffer * KC * HIST_ROW_STRIDE + ty * 8;
+    const float *cs = cols_s + buffer * KC * HIST_COL_STRIDE + tx * 4;
 #pragma unroll
-    for (int kk = 0; kk < HIST_KC; ++kk) {
+    for (int kk = 0; kk < KC; ++kk) {
       const float4 a0 = *reinterpret_cast<const float4 *>(rs + kk * HIST_ROW_STRIDE);
       const float4 a1 = *reinterpret_cast<const float4 *>(rs + kk * HIST_ROW_STRIDE + 4);
       const float4 b0 = *reinterpret_cast<const float4 *>(cs + kk * HIST_COL_STRIDE);
@@ -222,7 +226,8 @@ svgd_pair_histogram_kernel(const pair_histogram_args a) {
 constexpr int PHI_THREADS = 256;
 constexpr int PHI_BM = 128;                  /* rows per block: 16 thread rows x 8 */
 constexpr int PHI_BN = 64;                   /* columns per tile: 16 thread columns x 4 */
-constexpr int PHI_ROW_STRIDE = PHI_BM + 4;   /* rows_s [DP][BM + 4], kernel_s [BN][BM + 4] */
+constexpr int PHI_ROW_STRIDE = PHI_BM + 4;   /* rows_s [DP][BM + 4] */
+constexpr int PHI_K_STRIDE = PHI_BM + 8;     /* kernel_s [BN][BM + 8]: conflict-free MMA reads */
 constexpr int PHI_COL_STRIDE = PHI_BN + 4;   /* cols_s [DP][BN + 4] */
 constexpr int PHI_MAX_DIM = 128;             /* larger dims take svgd_phi_generic_kernel */
 constexpr int PHI_MAX_SPLITS = 8;
@@ -230,7 +235,7 @@ constexpr int PHI_MAX_SPLITS = 8;
 template <int DP>
 constexpr size_t phi_smem_bytes() {
   return sizeof(float) * ((size_t)DP * PHI_ROW_STRIDE + (size_t)DP * PHI_COL_STRIDE +
-                          (size_t)PHI_BN * (DP + 4) + (size_t)PHI_BN * PHI_ROW_STRIDE);
+                          (size_t)PHI_BN * (DP + 8) + (size_t)PHI_BN * PHI_K_STRIDE);
 }
 
 /* Column splits: a function of n alone (never of the local rows), so sums run in the same
@@ -248,9 +253,9 @@ struct phi_args {
   const float *v;       /* [n, dim] v_j = s_j - x_j / h */
   long long n, row_begin, row_end;
   int dim, splits;
-  float h, exp2_scale;  /* K = exp2(D * exp2_scale), exp2_scale = -log2(e) / (2h) */
-  float *partial_sums;  /* [splits][rows][dim] sum_j K_ij v_j */
-  float *partial_k;     /* [splits][rows] sum_j K_ij */
+  float h, neg_half_inv_h; /* K = exp(D * neg_half_inv_h), neg_half_inv_h = -0.5 / h as the CPU */
+  float *partial_sums;  /* [splits][rows][dim] sum_{j != i} K_ij v_j */
+  float *partial_k;     /* [splits][rows] sum_{j != i} K_ij */
 };
 
 __global__ void svgd_v_kernel(const float *x, const float *score, long long count, float h, float *v) {
@@ -259,21 +264,44 @@ __global__ void svgd_v_kernel(const float *x, const float *score, long long coun
     v[e] = __fsub_rn(score[e], __fdiv_rn(x[e], h));
 }
 
+__device__ __forceinline__ uint32_t to_tf32(float value) {
+  uint32_t bits;
+  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(bits) : "f"(value));
+  return bits;
+}
+
+/* c += a b for one m16n8k8 tile, operands in tf32. */
+__device__ __forceinline__ void mma_tf32(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
 /* Per 64-column tile: x of the tile is staged (cp.async) during phase 2 of the previous tile,
  * v of the tile during its phase 1, so each copy hides behind a whole phase and a block
- * needs one buffer of each. */
-template <int DP>
+ * needs one buffer of each. The diagonal j = i is left out of both sums, as the CPU backend
+ * does: its term is s_i exactly, added at the end, where through v it would cancel x_i / h
+ * against itself.
+ *
+ * Phase 2 (sum_kv += K v) runs on FP32 FMAs (TC = false: each thread 8 rows x DP/16
+ * coordinates) or on tensor cores in 3xTF32 (TC = true: each warp 16 rows x DP; K and v split
+ * into tf32 high and low parts, hi*hi + hi*lo + lo*hi, which keeps float32 accuracy). */
+template <int DP, bool TC>
 __global__ void __launch_bounds__(PHI_THREADS, DP <= 64 ? 2 : 1)
 svgd_phi_kernel(const phi_args a) {
-  constexpr int DPT = DP / 16;                /* output coordinates per thread */
-  constexpr int V_STRIDE = DP + 4;
+  constexpr int DPT = DP / 16;                /* FMA path: output coordinates per thread */
+  constexpr int NT = DP / 8;                  /* MMA path: 8-wide coordinate tiles per warp */
+  constexpr int V_STRIDE = DP + 8;
   constexpr int LOAD_COLUMNS = PHI_THREADS / DP; /* columns one sweep of the block stages */
   extern __shared__ __align__(16) unsigned char smem_raw[];
   float *rows_s = reinterpret_cast<float *>(smem_raw);       /* [DP][BM + 4] x of the rows */
   float *cols_s = rows_s + DP * PHI_ROW_STRIDE;              /* [DP][BN + 4] x of the columns */
-  float *v_s = cols_s + DP * PHI_COL_STRIDE;                 /* [BN][DP + 4] v of the columns */
-  float *kernel_s = v_s + PHI_BN * V_STRIDE;                 /* [BN][BM + 4] K of the tile */
+  float *v_s = cols_s + DP * PHI_COL_STRIDE;                 /* [BN][DP + 8] v of the columns */
+  float *kernel_s = v_s + PHI_BN * V_STRIDE;                 /* [BN][BM + 8] K of the tile */
   const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
+  const int lane = tid % 32, warp = tid / 32, group = lane / 4, thread_in_group = lane % 4;
   const long long r0 = a.row_begin + (long long)blockIdx.x * PHI_BM;
   const int split = blockIdx.y;
   const long long tiles = (a.n + PHI_BN - 1) / PHI_BN;
@@ -306,13 +334,15 @@ svgd_phi_kernel(const phi_args a) {
     }
   };
 
-  float sum_kv[8][DPT], sum_k[8];
+  /* FMA path: sum_kv[r][e] for row ty*8+r, coordinate tx*DPT+e. MMA path: acc[nt][*] for
+   * rows warp*16 + group (+8), coordinates nt*8 + 2*thread_in_group (+1). */
+  constexpr int ACC = TC ? NT * 4 : 8 * DPT;
+  float acc[ACC];
+  float sum_k[8];
 #pragma unroll
-  for (int r = 0; r < 8; ++r) {
-    sum_k[r] = 0.0f;
+  for (int e = 0; e < ACC; ++e) acc[e] = 0.0f;
 #pragma unroll
-    for (int e = 0; e < DPT; ++e) sum_kv[r][e] = 0.0f;
-  }
+  for (int r = 0; r < 8; ++r) sum_k[r] = 0.0f;
 
   if (tile_begin < tile_end) stage_x(tile_begin);
   cp_async_wait_all();
@@ -344,14 +374,15 @@ svgd_phi_kernel(const phi_args a) {
     }
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
-      const bool valid = tile * PHI_BN + tx * 4 + c < a.n;
+      const long long column = tile * PHI_BN + tx * 4 + c;
       float kv[8];
 #pragma unroll
       for (int r = 0; r < 8; ++r) {
-        kv[r] = valid ? exp2f(dist[r][c] * a.exp2_scale) : 0.0f;
+        const bool counted = column < a.n && column != r0 + ty * 8 + r;
+        kv[r] = counted ? expf(__fmul_rn(dist[r][c], a.neg_half_inv_h)) : 0.0f;
         sum_k[r] += kv[r];
       }
-      float *dst = kernel_s + (tx * 4 + c) * PHI_ROW_STRIDE + ty * 8;
+      float *dst = kernel_s + (tx * 4 + c) * PHI_K_STRIDE + ty * 8;
       *reinterpret_cast<float4 *>(dst) = make_float4(kv[0], kv[1], kv[2], kv[3]);
       *reinterpret_cast<float4 *>(dst + 4) = make_float4(kv[4], kv[5], kv[6], kv[7]);
     }
@@ -360,31 +391,60 @@ svgd_phi_kernel(const phi_args a) {
 
     if (tile + 1 < tile_end) stage_x(tile + 1); /* lands during phase 2 */
 
-    /* Phase 2: sum_kv += K[rows, tile] @ v[tile, coordinates]. */
-#pragma unroll 4
-    for (int j = 0; j < PHI_BN; ++j) {
-      const float4 k0 = *reinterpret_cast<const float4 *>(kernel_s + j * PHI_ROW_STRIDE + ty * 8);
-      const float4 k1 = *reinterpret_cast<const float4 *>(kernel_s + j * PHI_ROW_STRIDE + ty * 8 + 4);
-      const float kv[8] = {k0.x, k0.y, k0.z, k0.w, k1.x, k1.y, k1.z, k1.w};
-      float vv[DPT];
-      const float *v_row = v_s + j * V_STRIDE + tx * DPT;
-      if constexpr (DPT % 4 == 0) {
+    if constexpr (TC) {
+      /* Phase 2 on tensor cores: per 8 columns j, A = K[16 rows][8 j], B = v[8 j][8 coords]. */
+      const float *k_base = kernel_s + thread_in_group * PHI_K_STRIDE + warp * 16 + group;
+      const float *v_base = v_s + thread_in_group * V_STRIDE + group;
+#pragma unroll 2
+      for (int j0 = 0; j0 < PHI_BN; j0 += 8) {
+        const float *kp = k_base + j0 * PHI_K_STRIDE;
+        const float a_f[4] = {kp[0], kp[8], kp[4 * PHI_K_STRIDE], kp[4 * PHI_K_STRIDE + 8]};
+        uint32_t a_hi[4], a_lo[4];
 #pragma unroll
-        for (int e = 0; e < DPT; e += 4) {
-          const float4 v4 = *reinterpret_cast<const float4 *>(v_row + e);
-          vv[e] = v4.x; vv[e + 1] = v4.y; vv[e + 2] = v4.z; vv[e + 3] = v4.w;
+        for (int q = 0; q < 4; ++q) {
+          a_hi[q] = to_tf32(a_f[q]);
+          a_lo[q] = to_tf32(__fsub_rn(a_f[q], __uint_as_float(a_hi[q])));
         }
-      } else if constexpr (DPT == 2) {
-        const float2 v2 = *reinterpret_cast<const float2 *>(v_row);
-        vv[0] = v2.x; vv[1] = v2.y;
-      } else {
+        const float *vp = v_base + j0 * V_STRIDE;
 #pragma unroll
-        for (int e = 0; e < DPT; ++e) vv[e] = v_row[e];
+        for (int nt = 0; nt < NT; ++nt) {
+          const float b0 = vp[nt * 8], b1 = vp[4 * V_STRIDE + nt * 8];
+          const uint32_t b0_hi = to_tf32(b0), b1_hi = to_tf32(b1);
+          const uint32_t b0_lo = to_tf32(__fsub_rn(b0, __uint_as_float(b0_hi)));
+          const uint32_t b1_lo = to_tf32(__fsub_rn(b1, __uint_as_float(b1_hi)));
+          float(&c)[4] = *reinterpret_cast<float(*)[4]>(&acc[nt * 4]);
+          mma_tf32(c, a_lo, b0_hi, b1_hi);
+          mma_tf32(c, a_hi, b0_lo, b1_lo);
+          mma_tf32(c, a_hi, b0_hi, b1_hi);
+        }
       }
+    } else {
+      /* Phase 2 on FMAs: sum_kv += K[rows, tile] @ v[tile, coordinates]. */
+#pragma unroll 4
+      for (int j = 0; j < PHI_BN; ++j) {
+        const float4 k0 = *reinterpret_cast<const float4 *>(kernel_s + j * PHI_K_STRIDE + ty * 8);
+        const float4 k1 = *reinterpret_cast<const float4 *>(kernel_s + j * PHI_K_STRIDE + ty * 8 + 4);
+        const float kv[8] = {k0.x, k0.y, k0.z, k0.w, k1.x, k1.y, k1.z, k1.w};
+        float vv[DPT];
+        const float *v_row = v_s + j * V_STRIDE + tx * DPT;
+        if constexpr (DPT % 4 == 0) {
 #pragma unroll
-      for (int r = 0; r < 8; ++r)
+          for (int e = 0; e < DPT; e += 4) {
+            const float4 v4 = *reinterpret_cast<const float4 *>(v_row + e);
+            vv[e] = v4.x; vv[e + 1] = v4.y; vv[e + 2] = v4.z; vv[e + 3] = v4.w;
+          }
+        } else if constexpr (DPT == 2) {
+          const float2 v2 = *reinterpret_cast<const float2 *>(v_row);
+          vv[0] = v2.x; vv[1] = v2.y;
+        } else {
 #pragma unroll
-        for (int e = 0; e < DPT; ++e) sum_kv[r][e] = __fmaf_rn(kv[r], vv[e], sum_kv[r][e]);
+          for (int e = 0; e < DPT; ++e) vv[e] = v_row[e];
+        }
+#pragma unroll
+        for (int r = 0; r < 8; ++r)
+#pragma unroll
+          for (int e = 0; e < DPT; ++e) acc[r * DPT + e] = __fmaf_rn(kv[r], vv[e], acc[r * DPT + e]);
+      }
     }
     cp_async_wait_all();
     __syncthreads();
@@ -397,18 +457,39 @@ svgd_phi_kernel(const phi_args a) {
     for (int width = 8; width >= 1; width /= 2) sum_k[r] += __shfl_xor_sync(0xffffffffu, sum_k[r], width);
 
   const long long rows = a.row_end - a.row_begin;
+  if (tx == 0) {
 #pragma unroll
-  for (int r = 0; r < 8; ++r) {
-    const long long row = r0 + ty * 8 + r;
-    if (row >= a.row_end) continue;
-    const long long local = (long long)split * rows + (row - a.row_begin);
-    float *out = a.partial_sums + local * a.dim;
-#pragma unroll
-    for (int e = 0; e < DPT; ++e) {
-      const int k = tx * DPT + e;
-      if (k < a.dim) out[k] = sum_kv[r][e];
+    for (int r = 0; r < 8; ++r) {
+      const long long row = r0 + ty * 8 + r;
+      if (row < a.row_end) a.partial_k[(long long)split * rows + (row - a.row_begin)] = sum_k[r];
     }
-    if (tx == 0) a.partial_k[local] = sum_k[r];
+  }
+  if constexpr (TC) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const long long row = r0 + warp * 16 + group + half * 8;
+      if (row >= a.row_end) continue;
+      float *out = a.partial_sums + ((long long)split * rows + (row - a.row_begin)) * a.dim;
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int k = nt * 8 + 2 * thread_in_group + e;
+          if (k < a.dim) out[k] = acc[nt * 4 + half * 2 + e];
+        }
+    }
+  } else {
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long row = r0 + ty * 8 + r;
+      if (row >= a.row_end) continue;
+      float *out = a.partial_sums + ((long long)split * rows + (row - a.row_begin)) * a.dim;
+#pragma unroll
+      for (int e = 0; e < DPT; ++e) {
+        const int k = tx * DPT + e;
+        if (k < a.dim) out[k] = acc[r * DPT + e];
+      }
+    }
   }
 }
 
@@ -423,22 +504,22 @@ __global__ void svgd_phi_generic_kernel(const phi_args a) {
   for (int k = 0; k < a.dim; ++k) out[k] = 0.0f;
   float sum_k = 0.0f;
   for (long long j = 0; j < a.n; ++j) {
-    const float *x_j = a.x + j * a.dim, *s_j = a.score + j * a.dim;
+    if (j == row) continue;
+    const float *x_j = a.x + j * a.dim, *v_j = a.v + j * a.dim;
     float dist = 0.0f;
     for (int k = 0; k < a.dim; ++k) {
       const float diff = __fsub_rn(x_i[k], x_j[k]);
       dist = __fmaf_rn(diff, diff, dist);
     }
-    const float kernel = exp2f(dist * a.exp2_scale);
+    const float kernel = expf(__fmul_rn(dist, a.neg_half_inv_h));
     sum_k += kernel;
-    for (int k = 0; k < a.dim; ++k)
-      out[k] = __fmaf_rn(kernel, __fsub_rn(s_j[k], __fdiv_rn(x_j[k], a.h)), out[k]);
+    for (int k = 0; k < a.dim; ++k) out[k] = __fmaf_rn(kernel, v_j[k], out[k]);
   }
   a.partial_k[local] = sum_k;
 }
 
-/* phi_i = (sum over splits of sum_kv + x_i * (sum over splits of sum_k) / h) / n, the splits
- * added in order. */
+/* phi_i = (s_i + sum over splits of sum_kv + x_i * (sum over splits of sum_k) / h) / n, the
+ * splits added in order, the terms in the order of the CPU backend. */
 __global__ void svgd_phi_finish_kernel(const phi_args a, float *phi) {
   const long long rows = a.row_end - a.row_begin;
   const long long count = rows * a.dim;
@@ -448,11 +529,11 @@ __global__ void svgd_phi_finish_kernel(const phi_args a, float *phi) {
     const long long local = e / a.dim;
     float sum_kv = a.partial_sums[e], sum_k = a.partial_k[local];
     for (int s = 1; s < a.splits; ++s) {
-      sum_kv += a.partial_sums[(long long)s * count + e];
-      sum_k += a.partial_k[(long long)s * rows + local];
+      sum_kv = __fadd_rn(sum_kv, a.partial_sums[(long long)s * count + e]);
+      sum_k = __fadd_rn(sum_k, a.partial_k[(long long)s * rows + local]);
     }
-    const float x_ik = a.x[a.row_begin * a.dim + e];
-    phi[e] = __fmul_rn(__fadd_rn(sum_kv, __fdiv_rn(__fmul_rn(x_ik, sum_k), a.h)), inv_n);
+    const float x_ik = a.x[a.row_begin * a.dim + e], s_ik = a.score[a.row_begin * a.dim + e];
+    phi[e] = __fmul_rn(__fadd_rn(__fadd_rn(s_ik, sum_kv), __fdiv_rn(__fmul_rn(x_ik, sum_k), a.h)), inv_n);
   }
 }
 
@@ -499,14 +580,20 @@ int grid_for(long long count, int threads) {
   return blocks < 1 ? 1 : (int)blocks;
 }
 
-template <int DP>
-int launch_phi_tiled(const phi_args &a, long long row_blocks, cudaStream_t stream) {
+template <int DP, bool TC>
+int launch_phi_variant(const phi_args &a, long long row_blocks, cudaStream_t stream) {
   const size_t smem = phi_smem_bytes<DP>();
-  CUDA_CHECK(cudaFuncSetAttribute(svgd_phi_kernel<DP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+  CUDA_CHECK(cudaFuncSetAttribute(svgd_phi_kernel<DP, TC>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
   dim3 grid((unsigned)row_blocks, (unsigned)a.splits);
-  svgd_phi_kernel<DP><<<grid, PHI_THREADS, smem, stream>>>(a);
+  svgd_phi_kernel<DP, TC><<<grid, PHI_THREADS, smem, stream>>>(a);
   CUDA_CHECK_LAUNCH("svgd_phi_kernel");
   return DS_OK;
+}
+
+template <int DP>
+int launch_phi_tiled(const phi_args &a, long long row_blocks, cudaStream_t stream) {
+  if (svgd_tuning.phi_tensor_cores) return launch_phi_variant<DP, true>(a, row_blocks, stream);
+  return launch_phi_variant<DP, false>(a, row_blocks, stream);
 }
 
 } /* namespace */
@@ -530,7 +617,8 @@ extern "C" int svgd_launch_pair_histogram(const float *x_all, int64_t n, int64_t
   a.row_begin = (int)row_begin;
   a.row_end = (int)row_end;
   a.dim = (int)dim;
-  a.chunks = (int)((dim + HIST_KC - 1) / HIST_KC);
+  const int chunk = svgd_tuning.hist_chunk == 32 ? 32 : 16;
+  a.chunks = (int)((dim + chunk - 1) / chunk);
   a.col_tiles = (int)((HIST_BM - 1 + a.half + HIST_BN - 1) / HIST_BN);
   a.row_tiles = (int)((row_end - row_begin + HIST_BM - 1) / HIST_BM);
   a.total_tiles = (long long)a.row_tiles * a.col_tiles;
@@ -539,9 +627,15 @@ extern "C" int svgd_launch_pair_histogram(const float *x_all, int64_t n, int64_t
   a.hist = hist_dev;
   long long blocks = sm_count > 0 ? sm_count : 1;
   if (blocks > a.total_tiles) blocks = a.total_tiles;
-  CUDA_CHECK(cudaFuncSetAttribute(svgd_pair_histogram_kernel,
-                                  cudaFuncAttributeMaxDynamicSharedMemorySize, (int)HIST_SMEM_BYTES));
-  svgd_pair_histogram_kernel<<<(unsigned)blocks, HIST_THREADS, HIST_SMEM_BYTES, stream>>>(a);
+  if (chunk == 32) {
+    CUDA_CHECK(cudaFuncSetAttribute(svgd_pair_histogram_kernel<32>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, (int)hist_smem_bytes(32)));
+    svgd_pair_histogram_kernel<32><<<(unsigned)blocks, HIST_THREADS, hist_smem_bytes(32), stream>>>(a);
+  } else {
+    CUDA_CHECK(cudaFuncSetAttribute(svgd_pair_histogram_kernel<16>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, (int)hist_smem_bytes(16)));
+    svgd_pair_histogram_kernel<16><<<(unsigned)blocks, HIST_THREADS, hist_smem_bytes(16), stream>>>(a);
+  }
   CUDA_CHECK_LAUNCH("svgd_pair_histogram_kernel");
   return DS_OK;
 }
@@ -569,7 +663,7 @@ extern "C" int svgd_launch_phi(const float *x_all, const float *score_all, int64
   a.dim = (int)dim;
   a.splits = dim <= PHI_MAX_DIM ? phi_splits(n) : 1;
   a.h = h;
-  a.exp2_scale = (float)(-1.4426950408889634 / (2.0 * (double)h));
+  a.neg_half_inv_h = -0.5f / h;
   a.partial_sums = scratch;
   a.partial_k = scratch + (size_t)a.splits * (size_t)rows * (size_t)dim;
   float *v_all = a.partial_k + (size_t)a.splits * (size_t)rows;
@@ -620,3 +714,6 @@ extern "C" int gaussian_launch_logp_grad(const builtin_params_t *params, const f
   CUDA_CHECK_LAUNCH("gaussian_logp_grad_kernel");
   return DS_OK;
 }
+
+extern "C" void svgd_cuda_set_tuning(svgd_cuda_tuning_t tuning) { svgd_tuning = tuning; }
+extern "C" svgd_cuda_tuning_t svgd_cuda_get_tuning(void) { return svgd_tuning; }

@@ -13,6 +13,7 @@
 #include "backend_cuda.h"
 #include "comm_cuda.h"
 #include "gpu_test.h"
+#include "hmc_kernels.h"
 #include "targets_builtin.h"
 
 static backend_t *cpu, *gpu;
@@ -168,6 +169,9 @@ int main(void) {
   GPU_TRY(backend_cpu_create(&cpu));
   GPU_TRY(backend_cuda_create(0, &gpu));
   printf("HMC, GPU vs CPU:\n");
+  hmc_cuda_set_lanes(16);
+  test_hmc_case("fused gaussian, 16 lanes per chain", 16384, 64, 0, 4);
+  hmc_cuda_set_lanes(0);
   test_hmc_case("fused gaussian", 16384, 64, 0, 4);
   test_hmc_case("fused gaussian, odd dim", 4000, 37, 0, 3);
   test_hmc_case("fused gaussian, dim 130", 2000, 130, 0, 3);

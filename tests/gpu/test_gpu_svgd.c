@@ -13,6 +13,7 @@
 #include "comm_cuda.h"
 #include "gpu_test.h"
 #include "median.h"
+#include "svgd_kernels.h"
 #include "targets_builtin.h"
 
 static backend_t *cpu, *gpu;
@@ -279,16 +280,29 @@ int main(void) {
   }
   GPU_TRY(backend_cpu_create(&cpu));
   GPU_TRY(backend_cuda_create(0, &gpu));
-  test_medians();
-  printf("phi and one step, GPU vs CPU (tolerance 1e-5 relative):\n");
-  test_phi_case(1, 64, 1, 1);
-  test_phi_case(7, 64, 7, 1);
-  test_phi_case(4096, 64, 4096, 1);
-  test_phi_case(65536, 64, 512, 1);
-  test_phi_case(1000, 3, 1000, 1);
-  test_phi_case(1000, 30, 1000, 1);
-  test_phi_case(1000, 100, 1000, 1);
-  test_phi_case(300, 200, 300, 1);
+  /* Both variants of each kernel must pass (svgd_kernels.h). */
+  for (int chunk = 16; chunk <= 32; chunk += 16) {
+    svgd_cuda_tuning_t tuning = svgd_cuda_get_tuning();
+    tuning.hist_chunk = chunk;
+    svgd_cuda_set_tuning(tuning);
+    printf("[histogram chunk %d]\n", chunk);
+    test_medians();
+  }
+  for (int tensor_cores = 0; tensor_cores <= 1; ++tensor_cores) {
+    svgd_cuda_tuning_t tuning = svgd_cuda_get_tuning();
+    tuning.phi_tensor_cores = tensor_cores;
+    svgd_cuda_set_tuning(tuning);
+    printf("phi and one step, GPU (%s) vs CPU (tolerance 1e-5 relative):\n",
+           tensor_cores ? "tensor cores, 3xTF32" : "FP32 FMAs");
+    test_phi_case(1, 64, 1, 1);
+    test_phi_case(7, 64, 7, 1);
+    test_phi_case(4096, 64, 4096, 1);
+    test_phi_case(65536, 64, 512, 1);
+    test_phi_case(1000, 3, 1000, 1);
+    test_phi_case(1000, 30, 1000, 1);
+    test_phi_case(1000, 100, 1000, 1);
+    test_phi_case(300, 200, 300, 1);
+  }
   backend_destroy(gpu);
   backend_destroy(cpu);
   printf("%s: %d failure(s)\n", gpu_test_failures ? "FAILED" : "passed", gpu_test_failures);
