@@ -43,7 +43,6 @@ static const option_spec_t option_table[] = {
     {"seed", NUM(OPT_UINT, seed), FOR_BOTH, "S", "random seed (default 0)"},
     {"init", STR(init), FOR_BOTH, "FILE.h5", "start from dataset x [N, dim] of this file"},
     {"data", STR(data), FOR_BOTH, "FILE.h5", "the target's dataset: X [n, D] and y [n] (logistic)"},
-    {"data", STR(data), FOR_BOTH, "FILE.h5", "the target's dataset: X [n, D] and y [n] (logistic)"},
     {"out", STR(out), FOR_BOTH, "FILE.h5", "output file (default run.h5)"},
     {"backend", STR(backend), FOR_BOTH, "B", "auto (default), cpu or cuda"},
     {"comm", STR(comm), FOR_BOTH, "C", "auto (default), nccl or mpi"},

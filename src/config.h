@@ -29,7 +29,6 @@ typedef struct config {
   double bandwidth_value; /* > 0 when fixed */
   char init[CONFIG_PATH_MAX];
   char data[CONFIG_PATH_MAX]; /* the target's dataset (--data), passed to it as data=FILE */
-  char data[CONFIG_PATH_MAX]; /* the target's dataset (--data), passed to it as data=FILE */
   char out[CONFIG_PATH_MAX];
   char backend[16];    /* auto | cpu | cuda */
   char comm[16];       /* auto | nccl | mpi */
