@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what dsampler needs to build and test on Debian 12: a C compiler, CMake, Open MPI,
-# parallel HDF5, inih, and Python with venv for the tests. CUDA is optional and not installed
+# parallel HDF5, inih, FFTW, and Python with venv for the tests. CUDA is optional and not installed
 # here: where nvcc and NCCL are present, the CUDA backend is built too.
 set -euo pipefail
 SUDO=""
@@ -9,5 +9,5 @@ export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends \
   build-essential cmake pkg-config ca-certificates \
-  openmpi-bin libopenmpi-dev libhdf5-openmpi-dev hdf5-tools libinih-dev \
+  openmpi-bin libopenmpi-dev libhdf5-openmpi-dev hdf5-tools libinih-dev libfftw3-dev \
   python3 python3-venv python3-pip >/dev/null

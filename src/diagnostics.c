@@ -23,11 +23,6 @@ const char *const diag_stat_names[DIAG_N_STATS] = {"mean", "sd", "mcse_mean", "m
 /* ArviZ refuses fewer draws than this (and fewer than 2 chains for R-hat) with NaN. */
 enum { DIAG_MIN_DRAWS = 4, DIAG_MIN_CHAINS_RHAT = 2 };
 
-typedef struct {
-  double value;
-  int64_t index;
-} diag_ranked_t;
-
 struct diag_workspace {
   int64_t chains, draws;
   int64_t half;        /* draws per split chain */
@@ -39,7 +34,11 @@ struct diag_workspace {
   double *split;       /* n_split */
   double *z;           /* n_split: rank-normalised values */
   double *scratch;     /* n_split */
-  diag_ranked_t *ranked; /* n_split */
+  uint64_t *keys;      /* n_all: sort keys (radix sort), */
+  uint64_t *keys_tmp;  /* n_all: and their second buffer */
+  int64_t *order;      /* n_split: the positions the sorted keys came from, */
+  int64_t *order_tmp;  /* n_split: and their second buffer */
+  int64_t radix_counts[8][256];
   double *row_stat;    /* rows */
   double *row_var;     /* rows */
   double *acov_sum;    /* half: autocovariance summed over rows, per lag */
@@ -90,14 +89,65 @@ static int has_nan(const double *a, int64_t n) {
   return 0;
 }
 
-static int compare_double(const void *pa, const void *pb) {
-  double a = *(const double *)pa, b = *(const double *)pb;
-  return (a > b) - (a < b);
+/* --- sorting ------------------------------------------------------------------------------ */
+
+/* Doubles as unsigned integers in the same order (NaN excluded by the callers; -0.0 sorts just
+ * before +0.0, so equal values still sit side by side). */
+static uint64_t sort_key(double value) {
+  uint64_t bits;
+  memcpy(&bits, &value, sizeof bits);
+  return (bits >> 63) ? ~bits : bits | ((uint64_t)1 << 63);
 }
 
-static int compare_ranked(const void *pa, const void *pb) {
-  const diag_ranked_t *a = pa, *b = pb;
-  return (a->value > b->value) - (a->value < b->value);
+static double key_value(uint64_t key) {
+  uint64_t bits = (key >> 63) ? key & ~((uint64_t)1 << 63) : ~key;
+  double value;
+  memcpy(&value, &bits, sizeof value);
+  return value;
+}
+
+/* LSD radix sort of keys[n], carrying order[n] along when it is not NULL: a parameter's draws
+ * are sorted three times, and millions of draws per parameter are common, so a comparison sort
+ * would dominate the summary. Bytes that all keys share are skipped. */
+static void radix_sort(int64_t (*counts)[256], uint64_t *keys, int64_t *order, uint64_t *keys_tmp, int64_t *order_tmp,
+                       int64_t n) {
+  if (n < 2) return;
+  memset(counts, 0, 8 * sizeof *counts);
+  for (int64_t i = 0; i < n; ++i)
+    for (int digit = 0; digit < 8; ++digit) ++counts[digit][(keys[i] >> (8 * digit)) & 255];
+  uint64_t *keys_in = keys, *keys_out = keys_tmp;
+  int64_t *order_in = order, *order_out = order_tmp;
+  for (int digit = 0; digit < 8; ++digit) {
+    int shift = 8 * digit;
+    if (counts[digit][(keys_in[0] >> shift) & 255] == n) continue;
+    int64_t offset[256], running = 0;
+    for (int b = 0; b < 256; ++b) {
+      offset[b] = running;
+      running += counts[digit][b];
+    }
+    for (int64_t i = 0; i < n; ++i) {
+      int64_t to = offset[(keys_in[i] >> shift) & 255]++;
+      keys_out[to] = keys_in[i];
+      if (order) order_out[to] = order_in[i];
+    }
+    uint64_t *swap_keys = keys_in;
+    keys_in = keys_out;
+    keys_out = swap_keys;
+    int64_t *swap_order = order_in;
+    order_in = order_out;
+    order_out = swap_order;
+  }
+  if (keys_in != keys) {
+    memcpy(keys, keys_in, (size_t)n * sizeof *keys);
+    if (order) memcpy(order, order_in, (size_t)n * sizeof *order);
+  }
+}
+
+/* ws->sorted_all: all draws, ascending. */
+static void sort_all(diag_workspace_t *ws, const double *draws) {
+  for (int64_t i = 0; i < ws->n_all; ++i) ws->keys[i] = sort_key(draws[i]);
+  radix_sort(ws->radix_counts, ws->keys, NULL, ws->keys_tmp, NULL, ws->n_all);
+  for (int64_t i = 0; i < ws->n_all; ++i) ws->sorted_all[i] = key_value(ws->keys[i]);
 }
 
 /* --- quantiles and the normal quantile function ------------------------------------------- */
@@ -207,12 +257,16 @@ int diag_workspace_create(diag_workspace_t **out, int64_t chains, int64_t draws)
   ws->split = malloc(n_split * sizeof(double));
   ws->z = malloc(n_split * sizeof(double));
   ws->scratch = malloc(n_split * sizeof(double));
-  ws->ranked = malloc(n_split * sizeof(diag_ranked_t));
+  ws->keys = malloc(n_all * sizeof(uint64_t));
+  ws->keys_tmp = malloc(n_all * sizeof(uint64_t));
+  ws->order = malloc(n_split * sizeof(int64_t));
+  ws->order_tmp = malloc(n_split * sizeof(int64_t));
   ws->row_stat = malloc((size_t)ws->rows * sizeof(double));
   ws->row_var = malloc((size_t)ws->rows * sizeof(double));
   ws->acov_sum = malloc(half * sizeof(double));
   ws->rho = malloc(half * sizeof(double));
-  int ok = ws->sorted_all && ws->centered_sq && ws->split && ws->z && ws->scratch && ws->ranked &&
+  int ok = ws->sorted_all && ws->centered_sq && ws->split && ws->z && ws->scratch && ws->keys &&
+           ws->keys_tmp && ws->order && ws->order_tmp &&
            ws->row_stat && ws->row_var && ws->acov_sum && ws->rho;
   if (ok && draws >= DIAG_MIN_DRAWS) {
     ws->fft_len = next_fast_len(2 * ws->half);
@@ -227,7 +281,7 @@ int diag_workspace_create(diag_workspace_t **out, int64_t chains, int64_t draws)
   }
   if (!ok) {
     diag_workspace_free(ws);
-    return DS_FAIL_ALLOC("diagnostics workspace", (size_t)(9 * n_all + 4 * half) * sizeof(double));
+    return DS_FAIL_ALLOC("diagnostics workspace", (size_t)(10 * n_all + 4 * half) * sizeof(double));
   }
   *out = ws;
   return DS_OK;
@@ -244,7 +298,10 @@ void diag_workspace_free(diag_workspace_t *ws) {
   free(ws->split);
   free(ws->z);
   free(ws->scratch);
-  free(ws->ranked);
+  free(ws->keys);
+  free(ws->keys_tmp);
+  free(ws->order);
+  free(ws->order_tmp);
   free(ws->row_stat);
   free(ws->row_var);
   free(ws->acov_sum);
@@ -263,19 +320,25 @@ static void split_chains(const diag_workspace_t *ws, const double *draws, double
   }
 }
 
-/* _z_scale: normal scores of the average ranks over all n values. Leaves ws->ranked sorted. */
+/* _z_scale: normal scores of the average ranks over all n values. Leaves ws->keys holding
+ * the values' sort keys, ascending. */
 static void z_scale(diag_workspace_t *ws, const double *values, int64_t n, double *z) {
-  diag_ranked_t *ranked = ws->ranked;
-  for (int64_t i = 0; i < n; ++i) ranked[i] = (diag_ranked_t){values[i], i};
-  qsort(ranked, (size_t)n, sizeof *ranked, compare_ranked);
+  uint64_t *keys = ws->keys;
+  int64_t *order = ws->order;
+  for (int64_t i = 0; i < n; ++i) {
+    keys[i] = sort_key(values[i]);
+    order[i] = i;
+  }
+  radix_sort(ws->radix_counts, keys, order, ws->keys_tmp, ws->order_tmp, n);
   double denominator = (double)n - 2 * 0.375 + 1;
   for (int64_t begin = 0; begin < n;) {
+    double value = key_value(keys[begin]);
     int64_t end = begin + 1;
-    while (end < n && ranked[end].value == ranked[begin].value) ++end;
+    while (end < n && key_value(keys[end]) == value) ++end;
     /* scipy: 0.5 * (count[dense] + count[dense - 1] + 1), the mean 1-based rank of the ties. */
     double rank = 0.5 * (double)(end + begin + 1);
     double score = diag_normal_quantile((rank - 0.375) / denominator);
-    for (int64_t i = begin; i < end; ++i) z[ranked[i].index] = score;
+    for (int64_t i = begin; i < end; ++i) z[order[i]] = score;
     begin = end;
   }
 }
@@ -373,9 +436,9 @@ static double ess_bulk_split(diag_workspace_t *ws) {
 static double rhat_rank_split(diag_workspace_t *ws, int z_ready) {
   if (!z_ready) z_scale(ws, ws->split, ws->n_split, ws->z);
   double rhat_bulk = rhat_basic(ws, ws->z, ws->rows, ws->half);
-  /* z_scale left the split values sorted; n_split is even. */
+  /* z_scale left the split values' keys sorted; n_split is even. */
   int64_t mid = ws->n_split / 2;
-  double median = (ws->ranked[mid - 1].value + ws->ranked[mid].value) / 2;
+  double median = (key_value(ws->keys[mid - 1]) + key_value(ws->keys[mid])) / 2;
   for (int64_t i = 0; i < ws->n_split; ++i) ws->scratch[i] = fabs(ws->split[i] - median);
   z_scale(ws, ws->scratch, ws->n_split, ws->scratch);
   double rhat_tail = rhat_basic(ws, ws->scratch, ws->rows, ws->half);
@@ -429,8 +492,7 @@ double diag_ess_bulk(diag_workspace_t *ws, const double *draws) {
 
 double diag_ess_tail(diag_workspace_t *ws, const double *draws) {
   if (!mcmc_valid(ws, draws)) return NAN;
-  memcpy(ws->sorted_all, draws, (size_t)ws->n_all * sizeof(double));
-  qsort(ws->sorted_all, (size_t)ws->n_all, sizeof(double), compare_double);
+  sort_all(ws, draws);
   return ess_tail_sorted(ws, draws);
 }
 
@@ -465,8 +527,7 @@ void diag_summarize(diag_workspace_t *ws, const double *draws, diag_stats_t *out
   }
   out->mean = mean_of(draws, ws->n_all);
   out->sd = ws->n_all > 1 ? sqrt(var_of(draws, ws->n_all, 1)) : NAN;
-  memcpy(ws->sorted_all, draws, (size_t)ws->n_all * sizeof(double));
-  qsort(ws->sorted_all, (size_t)ws->n_all, sizeof(double), compare_double);
+  sort_all(ws, draws);
   out->q5 = diag_quantile_sorted(ws->sorted_all, ws->n_all, 0.05);
   out->q50 = diag_quantile_sorted(ws->sorted_all, ws->n_all, 0.50);
   out->q95 = diag_quantile_sorted(ws->sorted_all, ws->n_all, 0.95);
