@@ -99,14 +99,16 @@ int target_open(const char *spec, const char *args, const char *data_path, int64
     dsampler_target_create_fn create;
     *(void **)&create = dlsym(out->library, "dsampler_target_create");
     if (!create) {
-      const char *why = dlerror();
+      char why[512];
+      const char *error = dlerror(); /* valid only until the dlclose below */
+      snprintf(why, sizeof why, "%s", error ? error : "symbol not found");
       free(full_args);
       dlclose(out->library);
       out->library = NULL;
       return ds_fail(DS_ERR_INPUT,
                      "--target %s: the plugin exports no dsampler_target_create (%s); define it with C linkage "
                      "as in src/dsampler_target.h",
-                     spec, why ? why : "symbol not found");
+                     spec, why);
     }
     int rc = create(full_args, comm, &out->target);
     if (rc != 0) {

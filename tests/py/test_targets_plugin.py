@@ -1,0 +1,61 @@
+"""The example plugin (tests/plugin/example_banana.so, the banana density written as a user
+model) gives bitwise the same output as the built-in `banana` on the CPU backend: HMC draws and
+statistics, SVGD particles, on 1 and 3 ranks. The loader's errors: a missing file, a library
+without dsampler_target_create, another ABI version, a failing create and a failing call (on
+one rank only) each end the run on every rank with one message naming the plugin."""
+import os
+
+import dstest as t
+
+PLUGIN_DIR = os.environ["DSAMPLER_PLUGIN_DIR"]
+
+
+def plugin(name):
+    return f"plugin:{os.path.join(PLUGIN_DIR, name + '.so')}"
+
+
+def same_datasets(a, b):
+    return a.keys() == b.keys() and all(a[k].dtype == b[k].dtype and a[k].tobytes() == b[k].tobytes() for k in a)
+
+
+def bitwise():
+    runs = {
+        "hmc": ["hmc", "--dim", 5, "--chains", 7, "--warmup", 10, "--draws", 30, "--steps", 8, "--step-size", 0.2,
+                "--seed", 3],
+        "svgd": ["svgd", "--dim", 5, "--particles", 13, "--iters", 20, "--step-size", 0.05, "--seed", 3],
+    }
+    for name, args in runs.items():
+        for ranks in (1, 3):
+            outputs = {}
+            for target in ("banana", plugin("example_banana")):
+                out = t.path(f"plugin_{name}_{ranks}_{'plugin' if 'plugin' in target else 'builtin'}.h5")
+                t.run(ranks, *args, "--target", target, "--target-args", "a=1.5,b=1", "--out", out, "--quiet",
+                      "--backend", "cpu")
+                outputs[target] = t.datasets(out)
+            a, b = outputs.values()
+            t.check(len(a) >= 4 and same_datasets(a, b),
+                    f"{name}, {ranks} rank(s): plugin output bitwise equal to the built-in's ({len(a)} datasets)")
+
+
+def refused(label, target, needle, extra=()):
+    out = t.path(f"plugin_bad_{label}.h5")
+    rc, _, stderr = t.run(2, "hmc", "--target", target, "--chains", 4, "--draws", 5, "--out", out, "--quiet",
+                          "--backend", "cpu", *extra, expect_ok=False, timeout=60)
+    t.check(rc != 0 and needle in stderr and stderr.count("dsampler: error") == 1,
+            f"{label}: exit {rc}, one message containing {needle!r} ({stderr.strip().splitlines()[0] if stderr.strip() else ''!r})")
+
+
+def errors():
+    refused("missing_file", "plugin:" + os.path.join(PLUGIN_DIR, "no_such_plugin.so"), "cannot load the plugin")
+    refused("no_entry", plugin("broken_no_entry"), "exports no dsampler_target_create")
+    refused("abi", plugin("broken_abi"), "target ABI version 99; this dsampler speaks version 1")
+    refused("create", plugin("broken_create"), "dsampler_target_create(\"\") failed (returned 5)")
+    refused("call", plugin("broken_call"), "rank 1 on")
+    refused("call_message", plugin("broken_call"), "logp_grad failed (returned 7)")
+    refused("bad_args", plugin("example_banana"), "failed (returned 1)", ("--target-args", "c=2"))
+
+
+if __name__ == "__main__":
+    bitwise()
+    errors()
+    t.finish("targets_plugin")
