@@ -8,7 +8,6 @@
 #include <errno.h>
 #include <hdf5.h>
 #include <hdf5_hl.h>
-#include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +23,8 @@
 #define SUMMARY_RHAT_WARN 1.01
 #define SUMMARY_ESS_WARN 400.0
 #define SUMMARY_MAX_VARS 256
+/* Rows travel and print as arrays of DIAG_N_STATS doubles. */
+_Static_assert(sizeof(diag_stats_t) == DIAG_N_STATS * sizeof(double), "diag_stats_t is DIAG_N_STATS doubles");
 #define SUMMARY_NAME_LEN 256
 
 typedef struct summary_var {
@@ -480,10 +481,10 @@ static void print_table(const summary_result_t *result, const char *path, FILE *
   /* Over every row, also those not shown. NaN (too few draws or chains) warns of nothing. */
   int64_t high_rhat = 0, low_ess = 0;
   for (int64_t row = 0; row < result->n_rows; ++row) {
-    const double *s = result->stats + row * DIAG_N_STATS;
-    const diag_stats_t *stats = (const diag_stats_t *)s;
-    high_rhat += stats->r_hat > SUMMARY_RHAT_WARN;
-    low_ess += stats->ess_bulk < SUMMARY_ESS_WARN || stats->ess_tail < SUMMARY_ESS_WARN;
+    diag_stats_t stats;
+    memcpy(&stats, result->stats + row * DIAG_N_STATS, sizeof stats);
+    high_rhat += stats.r_hat > SUMMARY_RHAT_WARN;
+    low_ess += stats.ess_bulk < SUMMARY_ESS_WARN || stats.ess_tail < SUMMARY_ESS_WARN;
   }
   if (high_rhat)
     fprintf(out, "warning: r_hat > %.2f for %lld of %lld parameters: the chains disagree; do not trust them yet\n",
