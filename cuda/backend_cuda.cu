@@ -32,6 +32,13 @@ struct cuda_impl {
 
 cuda_impl *impl_of(backend_t *b) { return static_cast<cuda_impl *>(b->impl); }
 
+/* The built-in gaussian with one mean and scale for every coordinate: the form the fused
+ * kernels take. Other built-ins (and per-coordinate gaussians) go through logp_grad_cuda. */
+bool fused_gaussian(const dsampler_target *t, int64_t dim, builtin_params_t *params) {
+  return builtin_target_params(t, params) && params->kind == BUILTIN_GAUSSIAN && params->dim == dim &&
+         params->means == NULL && params->inv_scale2s == NULL;
+}
+
 /* Grow-only device buffer. */
 int ensure_device(void **buf, size_t *have, size_t want, const char *what) {
   if (*have >= want) return DS_OK;
@@ -102,8 +109,7 @@ int cuda_logp_grad(backend_t *b, const dsampler_target *t, const float *x, int64
   cuda_impl *impl = impl_of(b);
   if (n == 0) return DS_OK;
   builtin_params_t params;
-  if (builtin_target_params(t, &params) && params.dim == t->dim)
-    return gaussian_launch_logp_grad(&params, x, n, logp, grad, impl->stream);
+  if (fused_gaussian(t, t->dim, &params)) return gaussian_launch_logp_grad(&params, x, n, logp, grad, impl->stream);
   if (t->logp_grad_cuda) {
     int rc = t->logp_grad_cuda(t->self, x, n, logp, grad, impl->stream);
     if (rc != 0)
@@ -161,8 +167,7 @@ int cuda_hmc_transition(backend_t *b, const dsampler_target *t, hmc_batch_t *bat
   cuda_impl *impl = impl_of(b);
   if (batch->n_chains == 0) return DS_OK;
   builtin_params_t params;
-  if (builtin_target_params(t, &params) && params.dim == batch->dim &&
-      hmc_gaussian_fused_supported(batch->dim))
+  if (fused_gaussian(t, batch->dim, &params) && hmc_gaussian_fused_supported(batch->dim))
     return hmc_launch_gaussian_fused(&params, batch, impl->stream);
 
   /* Generic: L batched gradient evaluations between kick-drift kernels. */

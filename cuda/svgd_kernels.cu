@@ -25,7 +25,7 @@
 
 namespace {
 
-svgd_cuda_tuning_t svgd_tuning = {16, 0};
+svgd_cuda_tuning_t svgd_tuning = {16};
 
 /* ---------------------------------------------------------------- pair histogram */
 
@@ -253,7 +253,7 @@ struct phi_args {
   const float *v;       /* [n, dim] v_j = s_j - x_j / h */
   long long n, row_begin, row_end;
   int dim, splits;
-  float h, neg_half_inv_h; /* K = exp(D * neg_half_inv_h), neg_half_inv_h = -0.5 / h as the CPU */
+  float h, exp2_scale;  /* K = exp2(D * exp2_scale), exp2_scale = -log2(e) / (2h) */
   float *partial_sums;  /* [splits][rows][dim] sum_{j != i} K_ij v_j */
   float *partial_k;     /* [splits][rows] sum_{j != i} K_ij */
 };
@@ -264,35 +264,18 @@ __global__ void svgd_v_kernel(const float *x, const float *score, long long coun
     v[e] = __fsub_rn(score[e], __fdiv_rn(x[e], h));
 }
 
-__device__ __forceinline__ uint32_t to_tf32(float value) {
-  uint32_t bits;
-  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(bits) : "f"(value));
-  return bits;
-}
-
-/* c += a b for one m16n8k8 tile, operands in tf32. */
-__device__ __forceinline__ void mma_tf32(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
 /* Per 64-column tile: x of the tile is staged (cp.async) during phase 2 of the previous tile,
  * v of the tile during its phase 1, so each copy hides behind a whole phase and a block
  * needs one buffer of each. The diagonal j = i is left out of both sums, as the CPU backend
  * does: its term is s_i exactly, added at the end, where through v it would cancel x_i / h
  * against itself.
- *
- * Phase 2 (sum_kv += K v) runs on FP32 FMAs (TC = false: each thread 8 rows x DP/16
- * coordinates) or on tensor cores in 3xTF32 (TC = true: each warp 16 rows x DP; K and v split
- * into tf32 high and low parts, hi*hi + hi*lo + lo*hi, which keeps float32 accuracy). */
-template <int DP, bool TC>
+ * Each thread holds an 8 x 4 block of distances in phase 1 and 8 rows x DP/16 coordinates of
+ * sum_j K_ij v_j in phase 2. (A 3xTF32 tensor-core phase 2 was tried: slower here, and its
+ * accumulation drifted to 4e-4 relative at n = 65536.) */
+template <int DP>
 __global__ void __launch_bounds__(PHI_THREADS, DP <= 64 ? 2 : 1)
 svgd_phi_kernel(const phi_args a) {
-  constexpr int DPT = DP / 16;                /* FMA path: output coordinates per thread */
-  constexpr int NT = DP / 8;                  /* MMA path: 8-wide coordinate tiles per warp */
+  constexpr int DPT = DP / 16;                /* output coordinates per thread */
   constexpr int V_STRIDE = DP + 8;
   constexpr int LOAD_COLUMNS = PHI_THREADS / DP; /* columns one sweep of the block stages */
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -301,7 +284,6 @@ svgd_phi_kernel(const phi_args a) {
   float *v_s = cols_s + DP * PHI_COL_STRIDE;                 /* [BN][DP + 8] v of the columns */
   float *kernel_s = v_s + PHI_BN * V_STRIDE;                 /* [BN][BM + 8] K of the tile */
   const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
-  const int lane = tid % 32, warp = tid / 32, group = lane / 4, thread_in_group = lane % 4;
   const long long r0 = a.row_begin + (long long)blockIdx.x * PHI_BM;
   const int split = blockIdx.y;
   const long long tiles = (a.n + PHI_BN - 1) / PHI_BN;
@@ -334,9 +316,8 @@ svgd_phi_kernel(const phi_args a) {
     }
   };
 
-  /* FMA path: sum_kv[r][e] for row ty*8+r, coordinate tx*DPT+e. MMA path: acc[nt][*] for
-   * rows warp*16 + group (+8), coordinates nt*8 + 2*thread_in_group (+1). */
-  constexpr int ACC = TC ? NT * 4 : 8 * DPT;
+  /* acc[r * DPT + e]: sum_kv of row ty*8+r, coordinate tx*DPT+e. */
+  constexpr int ACC = 8 * DPT;
   float acc[ACC];
   float sum_k[8];
 #pragma unroll
@@ -372,14 +353,17 @@ svgd_phi_kernel(const phi_args a) {
           dist[r][c] = __fmaf_rn(diff, diff, dist[r][c]);
         }
     }
+    /* Only tiles that reach past n or cross the diagonal need per-pair masks. */
+    const long long c0 = tile * PHI_BN;
+    const bool masked = c0 + PHI_BN > a.n || (c0 < r0 + PHI_BM && r0 < c0 + PHI_BN);
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
-      const long long column = tile * PHI_BN + tx * 4 + c;
+      const long long column = c0 + tx * 4 + c;
       float kv[8];
 #pragma unroll
       for (int r = 0; r < 8; ++r) {
-        const bool counted = column < a.n && column != r0 + ty * 8 + r;
-        kv[r] = counted ? expf(__fmul_rn(dist[r][c], a.neg_half_inv_h)) : 0.0f;
+        kv[r] = exp2f(__fmul_rn(dist[r][c], a.exp2_scale));
+        if (masked && (column >= a.n || column == r0 + ty * 8 + r)) kv[r] = 0.0f;
         sum_k[r] += kv[r];
       }
       float *dst = kernel_s + (tx * 4 + c) * PHI_K_STRIDE + ty * 8;
@@ -391,35 +375,8 @@ svgd_phi_kernel(const phi_args a) {
 
     if (tile + 1 < tile_end) stage_x(tile + 1); /* lands during phase 2 */
 
-    if constexpr (TC) {
-      /* Phase 2 on tensor cores: per 8 columns j, A = K[16 rows][8 j], B = v[8 j][8 coords]. */
-      const float *k_base = kernel_s + thread_in_group * PHI_K_STRIDE + warp * 16 + group;
-      const float *v_base = v_s + thread_in_group * V_STRIDE + group;
-#pragma unroll 2
-      for (int j0 = 0; j0 < PHI_BN; j0 += 8) {
-        const float *kp = k_base + j0 * PHI_K_STRIDE;
-        const float a_f[4] = {kp[0], kp[8], kp[4 * PHI_K_STRIDE], kp[4 * PHI_K_STRIDE + 8]};
-        uint32_t a_hi[4], a_lo[4];
-#pragma unroll
-        for (int q = 0; q < 4; ++q) {
-          a_hi[q] = to_tf32(a_f[q]);
-          a_lo[q] = to_tf32(__fsub_rn(a_f[q], __uint_as_float(a_hi[q])));
-        }
-        const float *vp = v_base + j0 * V_STRIDE;
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt) {
-          const float b0 = vp[nt * 8], b1 = vp[4 * V_STRIDE + nt * 8];
-          const uint32_t b0_hi = to_tf32(b0), b1_hi = to_tf32(b1);
-          const uint32_t b0_lo = to_tf32(__fsub_rn(b0, __uint_as_float(b0_hi)));
-          const uint32_t b1_lo = to_tf32(__fsub_rn(b1, __uint_as_float(b1_hi)));
-          float(&c)[4] = *reinterpret_cast<float(*)[4]>(&acc[nt * 4]);
-          mma_tf32(c, a_lo, b0_hi, b1_hi);
-          mma_tf32(c, a_hi, b0_lo, b1_lo);
-          mma_tf32(c, a_hi, b0_hi, b1_hi);
-        }
-      }
-    } else {
-      /* Phase 2 on FMAs: sum_kv += K[rows, tile] @ v[tile, coordinates]. */
+    {
+      /* Phase 2: sum_kv += K[rows, tile] @ v[tile, coordinates]. */
 #pragma unroll 4
       for (int j = 0; j < PHI_BN; ++j) {
         const float4 k0 = *reinterpret_cast<const float4 *>(kernel_s + j * PHI_K_STRIDE + ty * 8);
@@ -464,21 +421,7 @@ svgd_phi_kernel(const phi_args a) {
       if (row < a.row_end) a.partial_k[(long long)split * rows + (row - a.row_begin)] = sum_k[r];
     }
   }
-  if constexpr (TC) {
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const long long row = r0 + warp * 16 + group + half * 8;
-      if (row >= a.row_end) continue;
-      float *out = a.partial_sums + ((long long)split * rows + (row - a.row_begin)) * a.dim;
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int k = nt * 8 + 2 * thread_in_group + e;
-          if (k < a.dim) out[k] = acc[nt * 4 + half * 2 + e];
-        }
-    }
-  } else {
+  {
 #pragma unroll
     for (int r = 0; r < 8; ++r) {
       const long long row = r0 + ty * 8 + r;
@@ -511,7 +454,7 @@ __global__ void svgd_phi_generic_kernel(const phi_args a) {
       const float diff = __fsub_rn(x_i[k], x_j[k]);
       dist = __fmaf_rn(diff, diff, dist);
     }
-    const float kernel = expf(__fmul_rn(dist, a.neg_half_inv_h));
+    const float kernel = exp2f(__fmul_rn(dist, a.exp2_scale));
     sum_k += kernel;
     for (int k = 0; k < a.dim; ++k) out[k] = __fmaf_rn(kernel, v_j[k], out[k]);
   }
@@ -580,20 +523,14 @@ int grid_for(long long count, int threads) {
   return blocks < 1 ? 1 : (int)blocks;
 }
 
-template <int DP, bool TC>
-int launch_phi_variant(const phi_args &a, long long row_blocks, cudaStream_t stream) {
-  const size_t smem = phi_smem_bytes<DP>();
-  CUDA_CHECK(cudaFuncSetAttribute(svgd_phi_kernel<DP, TC>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-  dim3 grid((unsigned)row_blocks, (unsigned)a.splits);
-  svgd_phi_kernel<DP, TC><<<grid, PHI_THREADS, smem, stream>>>(a);
-  CUDA_CHECK_LAUNCH("svgd_phi_kernel");
-  return DS_OK;
-}
-
 template <int DP>
 int launch_phi_tiled(const phi_args &a, long long row_blocks, cudaStream_t stream) {
-  if (svgd_tuning.phi_tensor_cores) return launch_phi_variant<DP, true>(a, row_blocks, stream);
-  return launch_phi_variant<DP, false>(a, row_blocks, stream);
+  const size_t smem = phi_smem_bytes<DP>();
+  CUDA_CHECK(cudaFuncSetAttribute(svgd_phi_kernel<DP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+  dim3 grid((unsigned)row_blocks, (unsigned)a.splits);
+  svgd_phi_kernel<DP><<<grid, PHI_THREADS, smem, stream>>>(a);
+  CUDA_CHECK_LAUNCH("svgd_phi_kernel");
+  return DS_OK;
 }
 
 } /* namespace */
@@ -663,7 +600,7 @@ extern "C" int svgd_launch_phi(const float *x_all, const float *score_all, int64
   a.dim = (int)dim;
   a.splits = dim <= PHI_MAX_DIM ? phi_splits(n) : 1;
   a.h = h;
-  a.neg_half_inv_h = -0.5f / h;
+  a.exp2_scale = (float)(-1.4426950408889634 / (2.0 * (double)h));
   a.partial_sums = scratch;
   a.partial_k = scratch + (size_t)a.splits * (size_t)rows * (size_t)dim;
   float *v_all = a.partial_k + (size_t)a.splits * (size_t)rows;

@@ -14,12 +14,10 @@
 extern "C" {
 #endif
 
-/* Kernel variants, chosen by measurement (tests/bench/BENCHMARKS.md); settable for benchmarks.
- * hist_chunk: coordinates staged per step of the histogram kernel (16 or 32).
- * phi_tensor_cores: 1 runs phi's sum_j K_ij v_j on tensor cores in 3xTF32, 0 on FP32 FMAs. */
+/* Kernel variant, chosen by measurement (tests/bench/BENCHMARKS.md); settable for benchmarks.
+ * hist_chunk: coordinates staged per step of the histogram kernel (16, the default, or 32). */
 typedef struct svgd_cuda_tuning {
   int hist_chunk;
-  int phi_tensor_cores;
 } svgd_cuda_tuning_t;
 void svgd_cuda_set_tuning(svgd_cuda_tuning_t tuning);
 svgd_cuda_tuning_t svgd_cuda_get_tuning(void);

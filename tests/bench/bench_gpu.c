@@ -234,13 +234,9 @@ static double phi_accuracy(const dsampler_target *target, int64_t n) {
   return sqrt(num / den);
 }
 
-/* One SVGD step at N=32768 and one HMC iteration at 2^20 chains per variant, for a profiler. */
+/* One SVGD step at N=32768 and one HMC iteration at 2^20 chains, for a profiler. */
 static int run_quick(curandGenerator_t generator, const dsampler_target *target) {
-  for (int variant = 0; variant < 2; ++variant) {
-    svgd_cuda_tuning_t tuning = {16, variant};
-    svgd_cuda_set_tuning(tuning);
-    (void)bench_svgd(generator, target, 32768, 1);
-  }
+  (void)bench_svgd(generator, target, 32768, 1);
   (void)bench_hmc(generator, target, 1048576, 1);
   return DS_OK;
 }
@@ -260,27 +256,21 @@ static int run(int quick) {
   if (quick) return run_quick(generator, &target);
 
   /* Variants first (svgd_kernels.h, hmc_kernels.h); the table uses the fastest of each. */
-  printf("variants at N=65536 (median of 5): histogram chunk / phi path -> pass 1 ms, pass 2 ms, phi ms\n");
-  svgd_cuda_tuning_t best = {16, 0};
-  float best_pass = 1e30f, best_phi = 1e30f;
-  for (int chunk = 16; chunk <= 32; chunk += 16)
-    for (int tensor_cores = 0; tensor_cores <= 1; ++tensor_cores) {
-      svgd_cuda_tuning_t tuning = {chunk, tensor_cores};
-      svgd_cuda_set_tuning(tuning);
-      svgd_row_t row = bench_svgd(generator, &target, 65536, 5);
-      printf("  chunk %2d, %-12s -> %8.3f %8.3f %8.3f\n", chunk, tensor_cores ? "tensor cores" : "FMAs", row.pass1_ms,
-             row.pass2_ms, row.phi_ms);
-      if (tensor_cores == 0 && row.pass1_ms + row.pass2_ms < best_pass) {
-        best_pass = row.pass1_ms + row.pass2_ms;
-        best.hist_chunk = chunk;
-      }
-      if (chunk == 16 && row.phi_ms < best_phi) {
-        best_phi = row.phi_ms;
-        best.phi_tensor_cores = tensor_cores;
-      }
+  printf("variants at N=65536 (median of 5): histogram chunk -> pass 1 ms, pass 2 ms\n");
+  svgd_cuda_tuning_t best = {16};
+  float best_pass = 1e30f;
+  for (int chunk = 16; chunk <= 32; chunk += 16) {
+    svgd_cuda_tuning_t tuning = {chunk};
+    svgd_cuda_set_tuning(tuning);
+    svgd_row_t row = bench_svgd(generator, &target, 65536, 5);
+    printf("  chunk %2d -> %8.3f %8.3f\n", chunk, row.pass1_ms, row.pass2_ms);
+    if (row.pass1_ms + row.pass2_ms < best_pass) {
+      best_pass = row.pass1_ms + row.pass2_ms;
+      best.hist_chunk = chunk;
     }
+  }
   svgd_cuda_set_tuning(best);
-  printf("chosen: histogram chunk %d, phi on %s\n", best.hist_chunk, best.phi_tensor_cores ? "tensor cores" : "FMAs");
+  printf("chosen: histogram chunk %d\n", best.hist_chunk);
   for (int lanes = 4; lanes <= 16; lanes += 12) {
     hmc_cuda_set_lanes(lanes);
     hmc_row_t row = bench_hmc(generator, &target, 1048576, 21);

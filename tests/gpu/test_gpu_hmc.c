@@ -22,7 +22,7 @@ static backend_t *cpu, *gpu;
  * so the CUDA backend must take its generic path and stage through the host. */
 static const dsampler_target *wrapped_target;
 static int wrapped_logp_grad(void *self, const float *x, int64_t n, float *logp, float *grad) {
-  (void)self;
+  (void)self; /* the wrapped target's own */
   return wrapped_target->logp_grad(wrapped_target->self, x, n, logp, grad);
 }
 
@@ -64,10 +64,13 @@ static void test_hmc_case(const char *label, int64_t n, int64_t dim, int wrap, i
   dsampler_target target;
   GPU_TRY(builtin_target_create("gaussian", args, MPI_COMM_NULL, &target));
   dsampler_target used = target;
-  if (wrap) {
+  if (wrap) { /* 1: host gradient only; 2: the target's own device gradient (logp_grad_cuda) */
     wrapped_target = &target;
     used.logp_grad = wrapped_logp_grad;
-    used.self = NULL;
+    if (wrap == 1) {
+      used.self = NULL;
+      used.logp_grad_cuda = NULL;
+    }
   }
   const int64_t nd = n * dim, chain_begin = 1000003;
   float *q0 = test_malloc((size_t)nd * sizeof(float)), *inv_metric = test_malloc((size_t)nd * sizeof(float));
@@ -177,6 +180,7 @@ int main(void) {
   test_hmc_case("fused gaussian, dim 130", 2000, 130, 0, 3);
   test_hmc_case("generic, GPU gradient", 2000, 300, 0, 3);
   test_hmc_case("generic, host-staged gradient", 2000, 64, 1, 3);
+  test_hmc_case("generic, the target's logp_grad_cuda", 2000, 64, 2, 3);
   backend_destroy(gpu);
   backend_destroy(cpu);
   printf("%s: %d failure(s)\n", gpu_test_failures ? "FAILED" : "passed", gpu_test_failures);

