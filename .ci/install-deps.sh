@@ -10,4 +10,5 @@ $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends \
   build-essential cmake pkg-config ca-certificates \
   openmpi-bin libopenmpi-dev libhdf5-openmpi-dev hdf5-tools libinih-dev libfftw3-dev \
-  python3 python3-venv python3-pip >/dev/null
+  python3 python3-venv python3-pip \
+  slurmctld slurmd slurm-client munge >/dev/null
