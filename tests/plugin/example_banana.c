@@ -5,7 +5,8 @@
  *   coordinates in pairs (u, v): u ~ N(0, a^2), v | u ~ N(b (u^2 - a^2), 1); an odd last
  *   coordinate N(0, 1). Parameters: dim (default 2), a (1), b (0.5).
  *
- * Build: cc -O2 -std=c11 -shared -fPIC example_banana.c -o example_banana.so $(mpicc -showme:compile)
+ * Build: cc -O2 -std=c11 -shared -fPIC -I path/to/dsampler/src example_banana.c -o example_banana.so \
+ *          $(mpicc -showme:compile)
  * (CMake builds it as tests/plugin/example_banana.so, with the CUDA entry where CUDA is on).
  * Run:   dsampler hmc --target plugin:./example_banana.so --target-args dim=4,b=1 ...
  *
