@@ -33,11 +33,17 @@ static const option_spec_t option_table[] = {
     {"dim", NUM(OPT_INT, dim), FOR_BOTH, "D", "dimension of the target"},
     {"chains", NUM(OPT_INT, chains), FOR_HMC, "N", "number of chains (default 4)"},
     {"particles", NUM(OPT_INT, particles), FOR_SVGD, "N", "number of particles (default 100)"},
-    {"warmup", NUM(OPT_INT, warmup), FOR_HMC, "W", "iterations before draws are kept (default 0)"},
+    {"warmup", NUM(OPT_INT, warmup), FOR_HMC, "W", "warmup iterations, adapting step size and metric (default 1000)"},
     {"draws", NUM(OPT_INT, draws), FOR_HMC, "D", "draws kept per chain (default 1000)"},
     {"iters", NUM(OPT_INT, iters), FOR_SVGD, "T", "SVGD iterations (default 500)"},
     {"steps", NUM(OPT_INT, steps), FOR_HMC, "L", "leapfrog steps per iteration (default 10)"},
-    {"step-size", NUM(OPT_DOUBLE, step_size), FOR_BOTH, "EPS", "leapfrog step / SVGD step (default 0.1)"},
+    {"step-size", NUM(OPT_DOUBLE, step_size), FOR_BOTH, "EPS",
+     "SVGD step; HMC leapfrog step (the initial one when warmup adapts it) (default 0.1)"},
+    {"target-accept", NUM(OPT_DOUBLE, target_accept), FOR_HMC, "A", "acceptance rate warmup aims at (default 0.8)"},
+    {"adapt", STR(adapt), FOR_HMC, "MODE", "per-chain (default), pooled (one step size and metric for all chains) or none"},
+    {"metric", STR(metric), FOR_HMC, "M", "diag (default: adapted in warmup) or unit"},
+    {"jitter", NUM(OPT_DOUBLE, jitter), FOR_HMC, "J", "step size jitter: times 1 + J * U(-1, 1) (default 0)"},
+    {"save-warmup", NUM(OPT_FLAG, save_warmup), FOR_HMC, NULL, "also write the warmup draws (warmup_* groups)"},
     {"update", STR(update), FOR_SVGD, "KIND", "SVGD update: sgd (default) or adagrad"},
     {"bandwidth", STR(bandwidth), FOR_SVGD, "H", "median (default) or a fixed positive bandwidth"},
     {"seed", NUM(OPT_UINT, seed), FOR_BOTH, "S", "random seed (default 0)"},
@@ -67,7 +73,11 @@ static void config_defaults(config_t *cfg, algorithm_t algorithm) {
   strcpy(cfg->target, "gaussian");
   cfg->chains = 4;
   cfg->particles = 100;
+  cfg->warmup = 1000;
   cfg->draws = 1000;
+  cfg->target_accept = 0.8;
+  strcpy(cfg->adapt, "per-chain");
+  strcpy(cfg->metric, "diag");
   cfg->iters = 500;
   cfg->steps = 10;
   cfg->step_size = 0.1;
@@ -203,6 +213,14 @@ static int config_validate(config_t *cfg) {
   if (hmc && (cfg->steps < 1 || cfg->steps > 1000000))
     return ds_fail(DS_ERR_INPUT, "--steps: expected an integer in [1, 1000000], got %lld", (long long)cfg->steps);
   if (!(cfg->step_size > 0)) return ds_fail(DS_ERR_INPUT, "--step-size: expected a positive number, got %g", cfg->step_size);
+  if (hmc && !(cfg->target_accept > 0 && cfg->target_accept < 1))
+    return ds_fail(DS_ERR_INPUT, "--target-accept: expected a number in (0, 1), got %g", cfg->target_accept);
+  if (hmc && strcmp(cfg->adapt, "per-chain") != 0 && strcmp(cfg->adapt, "pooled") != 0 && strcmp(cfg->adapt, "none") != 0)
+    return ds_fail(DS_ERR_INPUT, "--adapt: expected per-chain, pooled or none, got '%s'", cfg->adapt);
+  if (hmc && strcmp(cfg->metric, "diag") != 0 && strcmp(cfg->metric, "unit") != 0)
+    return ds_fail(DS_ERR_INPUT, "--metric: expected diag or unit, got '%s'", cfg->metric);
+  if (hmc && !(cfg->jitter >= 0 && cfg->jitter < 1))
+    return ds_fail(DS_ERR_INPUT, "--jitter: expected a number in [0, 1), got %g", cfg->jitter);
   if (strcmp(cfg->update, "sgd") != 0 && strcmp(cfg->update, "adagrad") != 0)
     return ds_fail(DS_ERR_INPUT, "--update: expected sgd or adagrad, got '%s'", cfg->update);
   cfg->bandwidth_value = 0;

@@ -22,6 +22,11 @@ typedef struct config {
   int64_t draws;       /* HMC draws kept */
   int64_t iters;       /* SVGD iterations */
   int64_t steps;       /* HMC leapfrog steps L */
+  double target_accept; /* HMC: dual averaging's delta */
+  char adapt[16];      /* HMC: per-chain | pooled | none */
+  char metric[16];     /* HMC: diag | unit */
+  double jitter;       /* HMC: step size scaled by 1 + jitter * U(-1, 1) each iteration */
+  int save_warmup;     /* HMC: write warmup_posterior and warmup_sample_stats */
   double step_size;
   uint64_t seed;
   char update[16];     /* SVGD: sgd | adagrad */

@@ -1,12 +1,17 @@
-"""Same seed, any rank count: bitwise identical output datasets, HMC and SVGD (sgd and
-adagrad), with chains or particles not divisible by the rank count and ranks owning none."""
+"""Same seed, any rank count: bitwise identical output datasets, HMC (fixed step; warmup
+adaptation per chain and pooled; jitter) and SVGD (sgd and adagrad), with chains or particles
+not divisible by the rank count and ranks owning none."""
 import numpy as np
 
 import dstest as t
 
 RUNS = {
-    "hmc": ["hmc", "--dim", 6, "--chains", 10, "--warmup", 5, "--draws", 40, "--steps", 5, "--step-size", 0.3,
-            "--seed", 11],
+    "hmc": ["hmc", "--dim", 6, "--chains", 10, "--warmup", 5, "--adapt", "none", "--draws", 40, "--steps", 5,
+            "--step-size", 0.3, "--seed", 11],
+    "hmc_adapt_pooled": ["hmc", "--dim", 6, "--chains", 10, "--warmup", 150, "--adapt", "pooled", "--draws", 30,
+                         "--steps", 5, "--seed", 12, "--save-warmup"],
+    "hmc_adapt_per_chain_jitter": ["hmc", "--dim", 4, "--chains", 7, "--warmup", 120, "--adapt", "per-chain",
+                                   "--jitter", 0.3, "--draws", 30, "--steps", 5, "--seed", 13],
     "hmc_few_chains": ["hmc", "--dim", 3, "--chains", 3, "--draws", 20, "--seed", 5],
     "svgd": ["svgd", "--dim", 4, "--particles", 23, "--iters", 15, "--step-size", 0.2, "--seed", 11],
     "svgd_adagrad": ["svgd", "--dim", 2, "--particles", 9, "--iters", 10, "--update", "adagrad", "--seed", 3],

@@ -73,6 +73,12 @@ def main():
            "--seed", 9, "--checkpoint-every", 100, "--backend", "cpu"]
     case("hmc_same", "hmc", hmc, "--draws", 2, 2, signal.SIGTERM)
     case("hmc_other", "hmc", hmc, "--draws", 2, 3, signal.SIGUSR1)
+    # Stopped in warmup: the adaptation's state (pooled exact totals, dual averaging) resumes too.
+    warm = ["hmc", "--dim", 32, "--chains", 512, "--warmup", 600, "--draws", 100, "--steps", 10, "--seed", 5,
+            "--adapt", "pooled", "--save-warmup", "--checkpoint-every", 40, "--backend", "cpu"]
+    case("hmc_pooled_warmup", "hmc", warm, "--draws", 2, 3, signal.SIGTERM)
+    warm_chain = [*warm[:warm.index("pooled")], "per-chain", *warm[warm.index("pooled") + 1:]]
+    case("hmc_per_chain_warmup", "hmc", warm_chain, "--draws", 3, 2, signal.SIGTERM)
     svgd = ["svgd", "--dim", 8, "--particles", 600, "--iters", 400, "--step-size", 0.05, "--seed", 9,
             "--checkpoint-every", 20, "--backend", "cpu"]
     case("svgd_same", "svgd", svgd, "--iters", 2, 2, signal.SIGTERM)

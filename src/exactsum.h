@@ -1,0 +1,30 @@
+/* exactsum.h: exact sums of doubles in fixed point, so a total over all chains of all ranks
+ * is the same bits whatever the rank count and the order of the additions (pooled adaptation
+ * must not depend on how chains are split). Inputs: floats, squares of floats, and values in
+ * [0, 1]: anything whose bits lie between 2^-360 and 2^370. */
+#ifndef DSAMPLER_EXACTSUM_H
+#define DSAMPLER_EXACTSUM_H
+
+#include <stdint.h>
+
+#include "comm.h"
+
+/* 32-bit digits held in int64, least significant first; digit i weighs 2^(32 i - 360). */
+#define EXACT_DIGITS 24
+
+typedef struct exact_sum {
+  int64_t digit[EXACT_DIGITS];
+  int64_t pending; /* additions since the last normalisation */
+} exact_sum_t;
+
+void exact_sum_clear(exact_sum_t *s);
+/* Adds v exactly; v must be finite and 0 or within the range above (returns -1 if not). */
+int exact_sum_add(exact_sum_t *s, double v);
+/* Brings every digit into [0, 2^32) (the top one keeps the sign): a canonical form. */
+void exact_sum_normalize(exact_sum_t *s);
+/* The sum rounded to a double (deterministic: computed from the canonical form). */
+double exact_sum_value(exact_sum_t *s);
+/* Sums `count` accumulators over all ranks, in place. Collective. */
+int exact_sum_allreduce(comm_ctx_t *comm, exact_sum_t *sums, int64_t count);
+
+#endif
