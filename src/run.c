@@ -9,6 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "comm_cuda.h"
 #include "h5init.h"
 #include "rng.h"
 #include "signals.h"
@@ -163,9 +164,11 @@ int run_main(comm_ctx_t *comm, const config_t *cfg, const char *resume_path, con
   }
   signals_install();
 
-  /* One device per rank: the local rank picks it, whatever CUDA_VISIBLE_DEVICES says. */
+  /* The node-local rank picks the GPU (local rank mod the GPUs visible), whatever
+   * CUDA_VISIBLE_DEVICES says; ranks beyond the GPU count share them (over MPI, not NCCL). */
   backend_t *backend = NULL;
-  int status = backend_create(cfg->backend, comm->local_rank, &backend);
+  const int devices = comm_cuda_device_count();
+  int status = backend_create(cfg->backend, devices > 0 ? comm->local_rank % devices : 0, &backend);
   status = comm_agree(comm, status);
   if (status != DS_OK) {
     backend_destroy(backend);
