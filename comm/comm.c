@@ -11,6 +11,22 @@
 #include "comm_cuda.h"
 #include "status.h"
 
+/* Open MPI declares MPIX_Query_cuda_support() here when it was built with CUDA support. */
+#if defined(__has_include)
+#if __has_include(<mpi-ext.h>)
+#include <mpi-ext.h>
+#endif
+#endif
+
+/* 1 when this process's MPI reads and writes device buffers itself. */
+static int mpi_is_cuda_aware(void) {
+#if defined(MPIX_CUDA_AWARE_SUPPORT) && MPIX_CUDA_AWARE_SUPPORT
+  return MPIX_Query_cuda_support() == 1;
+#else
+  return 0;
+#endif
+}
+
 int comm_mpi_fail(int rc, const char *file, int line, const char *call) {
   char text[MPI_MAX_ERROR_STRING];
   int length = 0;
@@ -59,6 +75,12 @@ int comm_select_transport(comm_ctx_t *ctx, const char *requested, int backend_on
     if (!distinct)
       return ds_fail(DS_ERR_INPUT, "--comm nccl: NCCL needs one distinct GPU per rank, but some "
                                    "node runs more ranks than it has GPUs; use --comm mpi");
+  }
+  if (backend_on_device) {
+    /* Device buffers go to MPI directly only when every rank's MPI takes them. */
+    int aware = mpi_is_cuda_aware(), all_aware = 0;
+    MPI_CHECK(MPI_Allreduce(&aware, &all_aware, 1, MPI_INT, MPI_MIN, ctx->world));
+    ctx->mpi_cuda_aware = all_aware;
   }
   int use_nccl = backend_on_device && distinct && strcmp(requested, "mpi") != 0;
   if (use_nccl) {
