@@ -108,16 +108,17 @@ def main():
     t.run(2, *ARGS[:2], 32, *ARGS[3:], "--draws", 50, "--out", out, "--checkpoint-dir", ckpt, "--checkpoint-every", 20)
     other_ckpt = t.path("fault_other_b.ckpt")
     shutil.rmtree(other_ckpt, ignore_errors=True)
-    t.run(2, "hmc", "--dim", 8, "--chains", 4, "--draws", 10, "--out", out, "--checkpoint-dir", other_ckpt, "--quiet")
+    t.run(2, "hmc", "--dim", 8, "--chains", 4, "--warmup", 0, "--draws", 10, "--out", out, "--checkpoint-dir", other_ckpt,
+          "--quiet")
     rc, _, stderr = t.run(2, "resume", ckpt, expect_ok=False)
     t.check(rc != 0 and "belongs to another run" in stderr, f"other: refused ({stderr.strip().splitlines()[0]!r})")
 
     # 6. A checkpoint of another dimension dropped into the directory as the newest.
     out, ckpt = fresh("dim")
-    t.run(2, "hmc", "--dim", 4, "--chains", 8, "--draws", 30, "--out", out, "--checkpoint-dir", ckpt,
+    t.run(2, "hmc", "--dim", 4, "--chains", 8, "--warmup", 0, "--draws", 30, "--out", out, "--checkpoint-dir", ckpt,
           "--checkpoint-every", 10, "--quiet")
     alien_out, alien_ckpt = fresh("dim_alien")
-    t.run(2, "hmc", "--dim", 6, "--chains", 8, "--draws", 60, "--out", alien_out, "--checkpoint-dir", alien_ckpt,
+    t.run(2, "hmc", "--dim", 6, "--chains", 8, "--warmup", 0, "--draws", 60, "--out", alien_out, "--checkpoint-dir", alien_ckpt,
           "--checkpoint-every", 50, "--quiet")
     shutil.copy(os.path.join(alien_ckpt, "ckpt-50.h5"), os.path.join(ckpt, "ckpt-50.h5"))
     os.remove(alien_out)
