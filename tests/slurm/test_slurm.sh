@@ -39,7 +39,7 @@ ClusterName=dsamplertest
 SlurmctldHost=$host
 SlurmUser=root
 AuthType=auth/munge
-AuthInfo=socket=$socket
+AuthInfo=socket=$socket,cred_expire=10
 CredType=cred/munge
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
