@@ -20,8 +20,8 @@ struct cuda_impl {
   cudaStream_t stream;
   cublasHandle_t cublas;
   int sm_count;
-  unsigned long long *hist_dev; /* SVGD_HIST_BINS */
-  uint64_t *hist_host;          /* pinned, SVGD_HIST_BINS */
+  unsigned long long *hist_dev; /* SVGD_WINDOW_COUNTS: room for any median pass */
+  uint64_t *hist_host;          /* pinned, SVGD_WINDOW_COUNTS */
   float *phi_scratch;
   size_t phi_scratch_floats;
   void *hmc_work;
@@ -132,15 +132,18 @@ int cuda_logp_grad(backend_t *b, const dsampler_target *t, const float *x, int64
 }
 
 int cuda_svgd_pair_histogram(backend_t *b, const float *x_all, int64_t n, int64_t dim, int64_t row_begin,
-                             int64_t row_end, int pass, uint32_t high_bits, uint64_t *hist) {
+                             int64_t row_end, int pass, uint32_t select_bits, uint64_t *hist) {
   cuda_impl *impl = impl_of(b);
+  if (pass != SVGD_MEDIAN_PASS_HIGH && pass != SVGD_MEDIAN_PASS_LOW && pass != SVGD_MEDIAN_PASS_WINDOW)
+    return ds_fail(DS_ERR_INTERNAL, "svgd_pair_histogram: bad pass %d", pass);
   if (n < 2 || row_end <= row_begin) return DS_OK;
-  const size_t bytes = (size_t)SVGD_HIST_BINS * sizeof(uint64_t);
+  const int counts = pass == SVGD_MEDIAN_PASS_WINDOW ? SVGD_WINDOW_COUNTS : SVGD_HIST_BINS;
+  const size_t bytes = (size_t)counts * sizeof(uint64_t);
   CUDA_CHECK(cudaMemsetAsync(impl->hist_dev, 0, bytes, impl->stream));
-  DS_TRY(svgd_launch_pair_histogram(x_all, n, dim, row_begin, row_end, pass, high_bits, impl->hist_dev,
+  DS_TRY(svgd_launch_pair_histogram(x_all, n, dim, row_begin, row_end, pass, select_bits, impl->hist_dev,
                                     impl->sm_count, impl->stream));
   DS_TRY(cuda_download(b, impl->hist_host, impl->hist_dev, bytes));
-  for (int bin = 0; bin < SVGD_HIST_BINS; ++bin) hist[bin] += impl->hist_host[bin];
+  for (int bin = 0; bin < counts; ++bin) hist[bin] += impl->hist_host[bin];
   return DS_OK;
 }
 
@@ -216,8 +219,8 @@ int cuda_setup(int device, backend_t *b, cuda_impl *impl) {
   CUDA_CHECK(cudaStreamCreateWithFlags(&impl->stream, cudaStreamNonBlocking));
   CUBLAS_CHECK(cublasCreate(&impl->cublas));
   CUBLAS_CHECK(cublasSetStream(impl->cublas, impl->stream));
-  CUDA_CHECK(cudaMalloc((void **)&impl->hist_dev, (size_t)SVGD_HIST_BINS * sizeof(unsigned long long)));
-  CUDA_CHECK(cudaMallocHost((void **)&impl->hist_host, (size_t)SVGD_HIST_BINS * sizeof(uint64_t)));
+  CUDA_CHECK(cudaMalloc((void **)&impl->hist_dev, (size_t)SVGD_WINDOW_COUNTS * sizeof(unsigned long long)));
+  CUDA_CHECK(cudaMallocHost((void **)&impl->hist_host, (size_t)SVGD_WINDOW_COUNTS * sizeof(uint64_t)));
   b->name = "cuda";
   b->on_device = 1;
   b->device = device;

@@ -1,11 +1,14 @@
 /* svgd_kernels.cu: the SVGD kernels of the CUDA backend and their launchers.
  *
- * - svgd_pair_histogram_kernel: one radix pass of the exact median over this rank's share of
- *   unordered pairs. Blocks own 256-row x 128-column tiles of the (row, row + offset) band;
- *   each thread keeps an 8 x 8 block of squared distances in registers while coordinate
- *   chunks stream through shared memory. Counts go to a shared-memory histogram of 65536
- *   16-bit counters (two per 32-bit word, 128 KB), whose wrap-arounds are caught exactly and
- *   settled in the 64-bit global histogram, so any number of pairs per block is counted right.
+ * - svgd_pair_histogram_kernel: one pass of the exact median (a radix pass or the window
+ *   pass, backend.h) over this rank's share of unordered pairs. Blocks own 256-row x
+ *   128-column tiles of the (row, row + offset) band; each thread keeps an 8 x 8 block of
+ *   squared distances in registers while coordinate chunks stream through shared memory.
+ *   Counts go to a shared-memory histogram of 65536 16-bit counters (two per 32-bit word,
+ *   128 KB), whose wrap-arounds are caught exactly and settled in the 64-bit global
+ *   histogram, so any number of pairs per block is counted right. The window pass lays its
+ *   fine and high bins out in those 65536 counters and counts keys below and above the
+ *   window in per-thread registers, summed per block into two 64-bit counters.
  * - svgd_phi_kernel: phi for a block of 128 rows against streamed 64-column tiles, in the
  *   manner of FlashAttention: sum_j K_ij and sum_j K_ij v_j stay in registers, K_ij is formed
  *   tile by tile in shared memory and never leaves the chip. Columns can be split over
@@ -53,9 +56,8 @@ struct pair_histogram_args {
   const float *x;
   int n, half, row_begin, row_end, dim, chunks, col_tiles, row_tiles;
   long long total_tiles;
-  int pass;
-  uint32_t high_bits;
-  unsigned long long *hist;
+  uint32_t select_bits;     /* PASS_LOW: the top 16 bits; PASS_WINDOW: the window start */
+  unsigned long long *hist; /* SVGD_HIST_BINS, or SVGD_WINDOW_COUNTS for PASS_WINDOW */
 };
 
 /* A 16-bit counter wrapped (old was 0xFFFF in its half): settle 65536 counts in the global
@@ -124,17 +126,22 @@ __device__ __forceinline__ void hist_stage(const pair_histogram_args &a, const h
   }
 }
 
-template <int KC>
+/* PASS is a template argument, one kernel per pass: with the pass chosen at run time in the
+ * epilogue, the radix passes measured 3-5% slower once the window pass was added (H200,
+ * N = 32768 and 65536). */
+template <int KC, int PASS>
 __global__ void __launch_bounds__(HIST_THREADS, 1)
 svgd_pair_histogram_kernel(const pair_histogram_args a) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   uint32_t *hist_s = reinterpret_cast<uint32_t *>(smem_raw);
   float *rows_s = reinterpret_cast<float *>(hist_s + HIST_WORDS);     /* [2][KC][BM + 4] */
   float *cols_s = rows_s + 2 * KC * HIST_ROW_STRIDE;             /* [2][KC][BN + 4] */
+  __shared__ unsigned long long outside_s[2]; /* PASS_WINDOW: keys below, above the window */
   const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
 
   for (int w = tid; w < HIST_WORDS / 4; w += HIST_THREADS)
     reinterpret_cast<uint4 *>(hist_s)[w] = make_uint4(0u, 0u, 0u, 0u);
+  if (tid < 2) outside_s[tid] = 0ull;
 
   const long long tile_begin = a.total_tiles * blockIdx.x / gridDim.x;
   const long long tile_end = a.total_tiles * (blockIdx.x + 1) / gridDim.x;
@@ -157,6 +164,7 @@ svgd_pair_histogram_kernel(const pair_histogram_args a) {
   for (int r = 0; r < 8; ++r)
 #pragma unroll
     for (int c = 0; c < 8; ++c) acc[r][c] = 0.0f;
+  unsigned long long below = 0ull, above = 0ull;
 
   for (long long step = 0; step < steps; ++step) {
     const int buffer = (int)(step & 1);
@@ -190,6 +198,7 @@ svgd_pair_histogram_kernel(const pair_histogram_args a) {
       const int first_offset = at.c0(a) - r0; /* offset of (row r0, column c0) */
       const bool full = r0 + HIST_BM <= a.row_end && first_offset - (HIST_BM - 1) >= 1 &&
                         first_offset + HIST_BN - 1 <= span_min;
+      uint32_t tile_below = 0u, tile_above = 0u;
 #pragma unroll
       for (int r = 0; r < 8; ++r) {
         const int i = r0 + ty * 8 + r;
@@ -202,11 +211,25 @@ svgd_pair_histogram_kernel(const pair_histogram_args a) {
           const uint32_t bits = __float_as_uint(acc[r][c]);
           acc[r][c] = 0.0f;
           if (!counted) continue;
-          if (a.pass == SVGD_MEDIAN_PASS_HIGH)
+          if (PASS == SVGD_MEDIAN_PASS_HIGH) {
             hist_count(hist_s, a.hist, bits >> 16);
-          else if ((bits >> 16) == a.high_bits)
-            hist_count(hist_s, a.hist, bits & 0xFFFFu);
+          } else if (PASS == SVGD_MEDIAN_PASS_LOW) {
+            if ((bits >> 16) == a.select_bits) hist_count(hist_s, a.hist, bits & 0xFFFFu);
+          } else {
+            const uint32_t offset = bits - a.select_bits; /* wraps for keys below the window */
+            if (offset < SVGD_WINDOW_FINE_BINS)
+              hist_count(hist_s, a.hist, SVGD_WINDOW_FINE + offset);
+            else if (bits < a.select_bits)
+              ++tile_below;
+            else
+              ++tile_above;
+            if (bits < 0x80000000u) hist_count(hist_s, a.hist, SVGD_WINDOW_HIGH + (bits >> 16));
+          }
         }
+      }
+      if (PASS == SVGD_MEDIAN_PASS_WINDOW) {
+        below += tile_below;
+        above += tile_above;
       }
     }
     at.advance(a);
@@ -218,6 +241,22 @@ svgd_pair_histogram_kernel(const pair_histogram_args a) {
     const uint32_t counts = hist_s[w];
     if (counts & 0xFFFFu) atomicAdd(&a.hist[2 * w], 2ull * (counts & 0xFFFFu));
     if (counts >> 16) atomicAdd(&a.hist[2 * w + 1], 2ull * (counts >> 16));
+  }
+  if (PASS == SVGD_MEDIAN_PASS_WINDOW) {
+#pragma unroll
+    for (int lane_offset = 16; lane_offset > 0; lane_offset >>= 1) {
+      below += __shfl_down_sync(0xFFFFFFFFu, below, lane_offset);
+      above += __shfl_down_sync(0xFFFFFFFFu, above, lane_offset);
+    }
+    if (tid % 32 == 0) {
+      atomicAdd(&outside_s[0], below);
+      atomicAdd(&outside_s[1], above);
+    }
+    __syncthreads();
+    if (tid == 0) {
+      if (outside_s[0]) atomicAdd(&a.hist[SVGD_WINDOW_BELOW], 2ull * outside_s[0]);
+      if (outside_s[1]) atomicAdd(&a.hist[SVGD_WINDOW_ABOVE], 2ull * outside_s[1]);
+    }
   }
 }
 
@@ -533,16 +572,25 @@ int launch_phi_tiled(const phi_args &a, long long row_blocks, cudaStream_t strea
   return DS_OK;
 }
 
+template <int KC, int PASS>
+int launch_pair_histogram(const pair_histogram_args &a, long long blocks, cudaStream_t stream) {
+  CUDA_CHECK(cudaFuncSetAttribute(svgd_pair_histogram_kernel<KC, PASS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  (int)hist_smem_bytes(KC)));
+  svgd_pair_histogram_kernel<KC, PASS><<<(unsigned)blocks, HIST_THREADS, hist_smem_bytes(KC), stream>>>(a);
+  CUDA_CHECK_LAUNCH("svgd_pair_histogram_kernel");
+  return DS_OK;
+}
+
 } /* namespace */
 
 extern "C" int svgd_launch_pair_histogram(const float *x_all, int64_t n, int64_t dim,
                                           int64_t row_begin, int64_t row_end, int pass,
-                                          uint32_t high_bits, unsigned long long *hist_dev,
+                                          uint32_t select_bits, unsigned long long *hist_dev,
                                           int sm_count, cudaStream_t stream) {
   if (dim < 1 || dim > INT32_MAX || n < 0 || row_begin < 0 || row_end > n || row_begin > row_end)
     return ds_fail(DS_ERR_INTERNAL, "svgd_launch_pair_histogram: bad sizes n=%lld dim=%lld rows [%lld, %lld)",
                    (long long)n, (long long)dim, (long long)row_begin, (long long)row_end);
-  if (pass != SVGD_MEDIAN_PASS_HIGH && pass != SVGD_MEDIAN_PASS_LOW)
+  if (pass != SVGD_MEDIAN_PASS_HIGH && pass != SVGD_MEDIAN_PASS_LOW && pass != SVGD_MEDIAN_PASS_WINDOW)
     return ds_fail(DS_ERR_INTERNAL, "svgd_launch_pair_histogram: bad pass %d", pass);
   if (n > HIST_MAX_N)
     return ds_fail(DS_ERR_INPUT, "the CUDA median takes at most %lld particles, got %lld", HIST_MAX_N, (long long)n);
@@ -559,21 +607,19 @@ extern "C" int svgd_launch_pair_histogram(const float *x_all, int64_t n, int64_t
   a.col_tiles = (int)((HIST_BM - 1 + a.half + HIST_BN - 1) / HIST_BN);
   a.row_tiles = (int)((row_end - row_begin + HIST_BM - 1) / HIST_BM);
   a.total_tiles = (long long)a.row_tiles * a.col_tiles;
-  a.pass = pass;
-  a.high_bits = high_bits;
+  a.select_bits = select_bits;
   a.hist = hist_dev;
   long long blocks = sm_count > 0 ? sm_count : 1;
   if (blocks > a.total_tiles) blocks = a.total_tiles;
   if (chunk == 32) {
-    CUDA_CHECK(cudaFuncSetAttribute(svgd_pair_histogram_kernel<32>,
-                                    cudaFuncAttributeMaxDynamicSharedMemorySize, (int)hist_smem_bytes(32)));
-    svgd_pair_histogram_kernel<32><<<(unsigned)blocks, HIST_THREADS, hist_smem_bytes(32), stream>>>(a);
+    if (pass == SVGD_MEDIAN_PASS_HIGH) DS_TRY((launch_pair_histogram<32, SVGD_MEDIAN_PASS_HIGH>(a, blocks, stream)));
+    if (pass == SVGD_MEDIAN_PASS_LOW) DS_TRY((launch_pair_histogram<32, SVGD_MEDIAN_PASS_LOW>(a, blocks, stream)));
+    if (pass == SVGD_MEDIAN_PASS_WINDOW) DS_TRY((launch_pair_histogram<32, SVGD_MEDIAN_PASS_WINDOW>(a, blocks, stream)));
   } else {
-    CUDA_CHECK(cudaFuncSetAttribute(svgd_pair_histogram_kernel<16>,
-                                    cudaFuncAttributeMaxDynamicSharedMemorySize, (int)hist_smem_bytes(16)));
-    svgd_pair_histogram_kernel<16><<<(unsigned)blocks, HIST_THREADS, hist_smem_bytes(16), stream>>>(a);
+    if (pass == SVGD_MEDIAN_PASS_HIGH) DS_TRY((launch_pair_histogram<16, SVGD_MEDIAN_PASS_HIGH>(a, blocks, stream)));
+    if (pass == SVGD_MEDIAN_PASS_LOW) DS_TRY((launch_pair_histogram<16, SVGD_MEDIAN_PASS_LOW>(a, blocks, stream)));
+    if (pass == SVGD_MEDIAN_PASS_WINDOW) DS_TRY((launch_pair_histogram<16, SVGD_MEDIAN_PASS_WINDOW>(a, blocks, stream)));
   }
-  CUDA_CHECK_LAUNCH("svgd_pair_histogram_kernel");
   return DS_OK;
 }
 

@@ -23,10 +23,10 @@ void svgd_cuda_set_tuning(svgd_cuda_tuning_t tuning);
 svgd_cuda_tuning_t svgd_cuda_get_tuning(void);
 
 /* Pairs of rows [row_begin, row_end) with their next floor(n/2) columns (backend.h), counted
- * with weight 2 into hist_dev[SVGD_HIST_BINS] (added to what is there). sm_count sizes the
- * persistent grid. */
+ * with weight 2 into hist_dev[SVGD_HIST_BINS], or [SVGD_WINDOW_COUNTS] for the window pass
+ * (added to what is there). sm_count sizes the persistent grid. */
 int svgd_launch_pair_histogram(const float *x_all, int64_t n, int64_t dim, int64_t row_begin,
-                               int64_t row_end, int pass, uint32_t high_bits,
+                               int64_t row_end, int pass, uint32_t select_bits,
                                unsigned long long *hist_dev, int sm_count, cudaStream_t stream);
 
 /* Floats of device scratch svgd_launch_phi needs for these sizes. */

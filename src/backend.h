@@ -14,9 +14,30 @@
 extern "C" {
 #endif
 
-/* Radix-select passes of the exact median: pass 1 counts the top 16 bits of each squared
- * distance's bit pattern, pass 2 the low 16 bits of those whose top 16 bits equal high_bits. */
-enum { SVGD_MEDIAN_PASS_HIGH = 1, SVGD_MEDIAN_PASS_LOW = 2, SVGD_HIST_BINS = 65536 };
+/* Passes of the exact median over the keys, the bit patterns of the squared distances (which
+ * order as the values do). Radix select: PASS_HIGH counts each key's top 16 bits, PASS_LOW the
+ * low 16 bits of the keys whose top 16 bits equal select_bits; SVGD_HIST_BINS counts each.
+ * PASS_WINDOW serves a median guessed near the last one, select_bits = the window start w, and
+ * writes SVGD_WINDOW_COUNTS counts in one pass:
+ *   [SVGD_WINDOW_FINE + b]  keys equal to w + b, b < SVGD_WINDOW_FINE_BINS (one per key);
+ *   [SVGD_WINDOW_HIGH + b]  keys < 2^31 whose top 16 bits are b: PASS_HIGH's bins 0 .. 2^15-1,
+ *                           so a median outside the window needs only PASS_LOW after it;
+ *   [SVGD_WINDOW_BELOW]     keys < w;
+ *   [SVGD_WINDOW_ABOVE]     keys >= w + SVGD_WINDOW_FINE_BINS.
+ * The two histograms of the window pass share the shared memory one histogram takes. */
+enum {
+  SVGD_MEDIAN_PASS_HIGH = 1,
+  SVGD_MEDIAN_PASS_LOW = 2,
+  SVGD_MEDIAN_PASS_WINDOW = 3,
+  SVGD_HIST_BINS = 65536,
+  SVGD_WINDOW_FINE = 0,
+  SVGD_WINDOW_FINE_BINS = 32768,
+  SVGD_WINDOW_HIGH = 32768,
+  SVGD_WINDOW_HIGH_BINS = 32768,
+  SVGD_WINDOW_BELOW = 65536,
+  SVGD_WINDOW_ABOVE = 65537,
+  SVGD_WINDOW_COUNTS = 65538
+};
 typedef enum { SVGD_UPDATE_SGD = 0, SVGD_UPDATE_ADAGRAD = 1 } svgd_update_t;
 
 /* One HMC iteration for a rank's chains: momenta and the accept uniform come from Philox keyed
@@ -57,13 +78,13 @@ struct backend {
   int (*logp_grad)(backend_t *b, const dsampler_target *t, const float *x, int64_t n,
                    float *logp, float *grad);
 
-  /* Histogram (added into hist, a host array of SVGD_HIST_BINS counts) over this rank's share
-   * of the unordered pairs: each local row i in [row_begin, row_end) with j = (i + k) mod n
-   * for k = 1 .. floor(n/2), except k = n/2 for i >= n/2 when n is even. Each pair counts 2.
-   * D_ij = sum_k (x_ik - x_jk)^2 with fmaf in k order from 0. The n zeros of the diagonal are
-   * not counted here. */
+  /* One median pass (above; added into hist, a host array of SVGD_HIST_BINS counts, or
+   * SVGD_WINDOW_COUNTS for PASS_WINDOW) over this rank's share of the unordered pairs: each
+   * local row i in [row_begin, row_end) with j = (i + k) mod n for k = 1 .. floor(n/2), except
+   * k = n/2 for i >= n/2 when n is even. Each pair counts 2. D_ij = sum_k (x_ik - x_jk)^2
+   * with fmaf in k order from 0. The n zeros of the diagonal are not counted here. */
   int (*svgd_pair_histogram)(backend_t *b, const float *x_all, int64_t n, int64_t dim,
-                             int64_t row_begin, int64_t row_end, int pass, uint32_t high_bits,
+                             int64_t row_begin, int64_t row_end, int pass, uint32_t select_bits,
                              uint64_t *hist);
   /* phi [row_end - row_begin, dim] for local rows against all n columns:
    * phi_i = (s_i + sum_{j != i} K_ij v_j + x_i sum_{j != i} K_ij / h) / n,

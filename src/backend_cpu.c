@@ -110,33 +110,45 @@ static inline uint32_t float_bits(float value) {
   return bits;
 }
 
-static inline void count_distance(float dist, int pass, uint32_t high_bits, uint64_t *hist) {
+/* select_bits: PASS_LOW's top 16 bits, PASS_WINDOW's window start (backend.h). */
+static inline void count_distance(float dist, int pass, uint32_t select_bits, uint64_t *hist) {
   uint32_t bits = float_bits(dist);
-  if (pass == SVGD_MEDIAN_PASS_HIGH)
+  if (pass == SVGD_MEDIAN_PASS_HIGH) {
     hist[bits >> 16] += 2;
-  else if ((bits >> 16) == high_bits)
-    hist[bits & 0xFFFFu] += 2;
+  } else if (pass == SVGD_MEDIAN_PASS_LOW) {
+    if ((bits >> 16) == select_bits) hist[bits & 0xFFFFu] += 2;
+  } else {
+    const uint32_t offset = bits - select_bits; /* wraps for keys below the window */
+    if (offset < SVGD_WINDOW_FINE_BINS)
+      hist[SVGD_WINDOW_FINE + offset] += 2;
+    else
+      hist[bits < select_bits ? SVGD_WINDOW_BELOW : SVGD_WINDOW_ABOVE] += 2;
+    if (bits < 0x80000000u) hist[SVGD_WINDOW_HIGH + (bits >> 16)] += 2;
+  }
 }
 
 /* Counts pairs (i, j) for j in the contiguous column range [j_begin, j_end). */
 static void count_segment(const float *x_i, const float *columns_t, int64_t n, int64_t dim,
-                          int64_t j_begin, int64_t j_end, int pass, uint32_t high_bits,
+                          int64_t j_begin, int64_t j_end, int pass, uint32_t select_bits,
                           uint64_t *hist) {
   float dist[CPU_COLUMN_BLOCK];
   int64_t j = j_begin;
   for (; j + CPU_COLUMN_BLOCK <= j_end; j += CPU_COLUMN_BLOCK) {
     distance_block(x_i, columns_t, n, dim, j, dist);
-    for (int c = 0; c < CPU_COLUMN_BLOCK; ++c) count_distance(dist[c], pass, high_bits, hist);
+    for (int c = 0; c < CPU_COLUMN_BLOCK; ++c) count_distance(dist[c], pass, select_bits, hist);
   }
   for (; j < j_end; ++j)
-    count_distance(distance_one(x_i, columns_t, n, dim, j), pass, high_bits, hist);
+    count_distance(distance_one(x_i, columns_t, n, dim, j), pass, select_bits, hist);
 }
 
 static int cpu_svgd_pair_histogram(backend_t *b, const float *x_all, int64_t n, int64_t dim,
                                    int64_t row_begin, int64_t row_end, int pass,
-                                   uint32_t high_bits, uint64_t *hist) {
+                                   uint32_t select_bits, uint64_t *hist) {
   cpu_impl_t *impl = b->impl;
+  if (pass != SVGD_MEDIAN_PASS_HIGH && pass != SVGD_MEDIAN_PASS_LOW && pass != SVGD_MEDIAN_PASS_WINDOW)
+    return ds_fail(DS_ERR_INTERNAL, "svgd_pair_histogram: bad pass %d", pass);
   if (n < 2 || row_end <= row_begin) return DS_OK;
+  const int counts = pass == SVGD_MEDIAN_PASS_WINDOW ? SVGD_WINDOW_COUNTS : SVGD_HIST_BINS;
   DS_TRY(ensure_scratch(&impl->columns_t, &impl->columns_t_floats, (size_t)(n * dim)));
   const float *columns_t = impl->columns_t;
   transpose_columns(x_all, n, dim, impl->columns_t);
@@ -144,7 +156,7 @@ static int cpu_svgd_pair_histogram(backend_t *b, const float *x_all, int64_t n, 
   int failed = 0;
 #pragma omp parallel
   {
-    uint64_t *local = calloc(SVGD_HIST_BINS, sizeof *local);
+    uint64_t *local = calloc((size_t)counts, sizeof *local);
     if (!local) {
 #pragma omp atomic write
       failed = 1;
@@ -157,16 +169,16 @@ static int cpu_svgd_pair_histogram(backend_t *b, const float *x_all, int64_t n, 
       const float *x_i = x_all + i * dim;
       int64_t first = i + 1, last = i + span; /* j in [first, last] modulo n */
       int64_t end_direct = last < n ? last + 1 : n;
-      count_segment(x_i, columns_t, n, dim, first, end_direct, pass, high_bits, local);
-      if (last >= n) count_segment(x_i, columns_t, n, dim, 0, last - n + 1, pass, high_bits, local);
+      count_segment(x_i, columns_t, n, dim, first, end_direct, pass, select_bits, local);
+      if (last >= n) count_segment(x_i, columns_t, n, dim, 0, last - n + 1, pass, select_bits, local);
     }
     if (local) {
 #pragma omp critical
-      for (int bin = 0; bin < SVGD_HIST_BINS; ++bin) hist[bin] += local[bin];
+      for (int bin = 0; bin < counts; ++bin) hist[bin] += local[bin];
       free(local);
     }
   }
-  if (failed) return DS_FAIL_ALLOC("a histogram", (size_t)SVGD_HIST_BINS * sizeof(uint64_t));
+  if (failed) return DS_FAIL_ALLOC("a histogram", (size_t)counts * sizeof(uint64_t));
   return DS_OK;
 }
 

@@ -37,8 +37,10 @@ static int svgd_state_alloc(backend_t *b, svgd_state_t *s, int64_t n, int64_t ro
   return DS_OK;
 }
 
-/* The bandwidth h: fixed, or m / max(log n, 1) with m the exact lower median (>= 1e-5). */
-static int svgd_bandwidth(run_ctx_t *run, svgd_state_t *s, int64_t n, float *h, float *median_out) {
+/* The bandwidth h: fixed, or m / max(log n, 1) with m the exact lower median (>= 1e-5). The
+ * median state carries the last medians from step to step (median.h). */
+static int svgd_bandwidth(run_ctx_t *run, svgd_state_t *s, svgd_median_state_t *median_state, int64_t n,
+                          float *h, float *median_out) {
   const config_t *cfg = run->cfg;
   if (cfg->bandwidth_value > 0) {
     *h = (float)cfg->bandwidth_value;
@@ -47,7 +49,7 @@ static int svgd_bandwidth(run_ctx_t *run, svgd_state_t *s, int64_t n, float *h, 
   }
   float median;
   DS_TRY(svgd_exact_median(run->comm, run->backend, s->x_all, n, run->target->dim, run->item_begin,
-                           run->item_end, &median));
+                           run->item_end, median_state, &median));
   *median_out = median;
   double m = fmax((double)median, 1e-5);
   *h = (float)(m / fmax(log((double)n), 1.0));
@@ -55,7 +57,8 @@ static int svgd_bandwidth(run_ctx_t *run, svgd_state_t *s, int64_t n, float *h, 
 }
 
 /* One SVGD iteration; `iteration` counts from 0. Collective. */
-static int svgd_step(run_ctx_t *run, svgd_state_t *s, int64_t iteration, float *h) {
+static int svgd_step(run_ctx_t *run, svgd_state_t *s, svgd_median_state_t *median_state, int64_t iteration,
+                     float *h) {
   backend_t *b = run->backend;
   const int64_t n = config_items(run->cfg), dim = run->target->dim;
   const int64_t rows = run->item_end - run->item_begin;
@@ -67,7 +70,7 @@ static int svgd_step(run_ctx_t *run, svgd_state_t *s, int64_t iteration, float *
   DS_TRY(comm_allgather_rows(run->comm, s->x_all, n, dim, b->on_device));
   DS_TRY(comm_allgather_rows(run->comm, s->score_all, n, dim, b->on_device));
   float median;
-  DS_TRY(svgd_bandwidth(run, s, n, h, &median));
+  DS_TRY(svgd_bandwidth(run, s, median_state, n, h, &median));
   status = b->svgd_phi(b, s->x_all, s->score_all, n, dim, run->item_begin, run->item_end, *h, s->phi);
   if (status == DS_OK) {
     svgd_update_t kind = strcmp(run->cfg->update, "adagrad") == 0 ? SVGD_UPDATE_ADAGRAD : SVGD_UPDATE_SGD;
@@ -175,14 +178,23 @@ int svgd_run(run_ctx_t *run) {
   progress_init(&run->progress, run->comm->rank == 0 && !cfg->quiet, cfg->iters);
   run->progress.phase_first = first_iteration;
   int stopped = 0;
+  /* A resumed run starts without a previous median: only where the window looks depends
+   * on it, never the median, so the run continues bitwise as if never stopped. */
+  svgd_median_state_t median_state;
+  svgd_median_state_init(&median_state);
   for (int64_t it = first_iteration; it < cfg->iters && status == DS_OK; ++it) {
     float h = 0.0f;
-    status = svgd_step(run, &s, it, &h);
+    status = svgd_step(run, &s, &median_state, it, &h);
     int stop = 0;
     if (status == DS_OK) status = run_stop_requested(run, &stop);
     if (status != DS_OK) break;
     char detail[96];
-    snprintf(detail, sizeof detail, "h %.4g", (double)h);
+    if (median_state.window_hits + median_state.window_misses > 0)
+      snprintf(detail, sizeof detail, "h %.4g, median window %lld/%lld", (double)h,
+               (long long)median_state.window_hits,
+               (long long)(median_state.window_hits + median_state.window_misses));
+    else
+      snprintf(detail, sizeof detail, "h %.4g", (double)h);
     progress_update(&run->progress, "svgd", it + 1, detail);
     const int64_t completed = it + 1;
     stop = stop && completed < cfg->iters;

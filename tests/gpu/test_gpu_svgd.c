@@ -1,6 +1,6 @@
 /* test_gpu_svgd.c: the CUDA backend's SVGD entries against the CPU backend (the reference
  * implementation) through backend.h: median histograms bin for bin (so the medians agree
- * bitwise), phi and one update step within stated tolerances, phi against a float64 direct
+ * bitwise; the window pass's fine and high bins and its below/above counts too), phi and one update step within stated tolerances, phi against a float64 direct
  * sum, and phi of a row range equal bitwise to the same rows of a full launch (what makes
  * results independent of the rank count). Exits 77 without a GPU. */
 #include <math.h>
@@ -32,29 +32,60 @@ static uint64_t pair_total(int64_t n, int64_t rows_begin, int64_t rows_end) {
   return 2 * total;
 }
 
-/* One pass on both backends over rows [row_begin, row_end): bins must agree exactly. */
+/* One pass on both backends over rows [row_begin, row_end): bins must agree exactly.
+ * select_bits: PASS_LOW's top 16 bits, PASS_WINDOW's window start. */
 static void check_pass(const char *label, const float *x, const float *x_dev, int64_t n, int64_t dim,
-                       int64_t row_begin, int64_t row_end, int pass, uint32_t high) {
-  uint64_t *hist_cpu = calloc(SVGD_HIST_BINS, sizeof *hist_cpu);
-  uint64_t *hist_gpu = calloc(SVGD_HIST_BINS, sizeof *hist_gpu);
+                       int64_t row_begin, int64_t row_end, int pass, uint32_t select_bits) {
+  const int counts = pass == SVGD_MEDIAN_PASS_WINDOW ? SVGD_WINDOW_COUNTS : SVGD_HIST_BINS;
+  uint64_t *hist_cpu = calloc((size_t)counts, sizeof *hist_cpu);
+  uint64_t *hist_gpu = calloc((size_t)counts, sizeof *hist_gpu);
   if (!hist_cpu || !hist_gpu) exit(1);
-  GPU_TRY(cpu->svgd_pair_histogram(cpu, x, n, dim, row_begin, row_end, pass, high, hist_cpu));
-  GPU_TRY(gpu->svgd_pair_histogram(gpu, x_dev, n, dim, row_begin, row_end, pass, high, hist_gpu));
+  GPU_TRY(cpu->svgd_pair_histogram(cpu, x, n, dim, row_begin, row_end, pass, select_bits, hist_cpu));
+  GPU_TRY(gpu->svgd_pair_histogram(gpu, x_dev, n, dim, row_begin, row_end, pass, select_bits, hist_gpu));
   int64_t differing = 0;
   uint64_t total_gpu = 0;
-  for (int bin = 0; bin < SVGD_HIST_BINS; ++bin) {
-    differing += hist_cpu[bin] != hist_gpu[bin];
-    total_gpu += hist_gpu[bin];
-  }
+  for (int bin = 0; bin < counts; ++bin) differing += hist_cpu[bin] != hist_gpu[bin];
+  /* PASS_WINDOW's total: its fine bins and the keys below and above them (the high bins count
+   * the same keys again). */
+  const int total_bins = pass == SVGD_MEDIAN_PASS_WINDOW ? SVGD_WINDOW_FINE_BINS : SVGD_HIST_BINS;
+  for (int bin = 0; bin < total_bins; ++bin) total_gpu += hist_gpu[bin];
+  if (pass == SVGD_MEDIAN_PASS_WINDOW) total_gpu += hist_gpu[SVGD_WINDOW_BELOW] + hist_gpu[SVGD_WINDOW_ABOVE];
   /* Exact: tolerance 0 bins. */
   GPU_EXPECT(differing == 0, "%s pass %d: %lld bins differ from the CPU", label, pass, (long long)differing);
-  if (pass == SVGD_MEDIAN_PASS_HIGH)
+  GPU_EXPECT(pass != SVGD_MEDIAN_PASS_WINDOW ||
+                 (hist_cpu[SVGD_WINDOW_BELOW] == hist_gpu[SVGD_WINDOW_BELOW] &&
+                  hist_cpu[SVGD_WINDOW_ABOVE] == hist_gpu[SVGD_WINDOW_ABOVE]),
+             "%s window 0x%08x: below/above %llu/%llu, CPU %llu/%llu", label, select_bits,
+             (unsigned long long)hist_gpu[SVGD_WINDOW_BELOW], (unsigned long long)hist_gpu[SVGD_WINDOW_ABOVE],
+             (unsigned long long)hist_cpu[SVGD_WINDOW_BELOW], (unsigned long long)hist_cpu[SVGD_WINDOW_ABOVE]);
+  if (pass != SVGD_MEDIAN_PASS_LOW)
     GPU_EXPECT(total_gpu == pair_total(n, row_begin, row_end), "%s: %llu counts, expected %llu", label,
                (unsigned long long)total_gpu, (unsigned long long)pair_total(n, row_begin, row_end));
-  printf("  %-34s rows [%lld, %lld) pass %d: %lld differing bins, %llu counts\n", label, (long long)row_begin,
-         (long long)row_end, pass, (long long)differing, (unsigned long long)total_gpu);
+  if (pass == SVGD_MEDIAN_PASS_WINDOW)
+    printf("  %-34s rows [%lld, %lld) window 0x%08x: %lld differing bins, %llu counts, below %llu above %llu\n",
+           label, (long long)row_begin, (long long)row_end, select_bits, (long long)differing,
+           (unsigned long long)total_gpu, (unsigned long long)hist_gpu[SVGD_WINDOW_BELOW],
+           (unsigned long long)hist_gpu[SVGD_WINDOW_ABOVE]);
+  else
+    printf("  %-34s rows [%lld, %lld) pass %d: %lld differing bins, %llu counts\n", label, (long long)row_begin,
+           (long long)row_end, pass, (long long)differing, (unsigned long long)total_gpu);
   free(hist_cpu);
   free(hist_gpu);
+}
+
+/* Window passes around a median: holding it (centred, at either edge), just past it, far
+ * off, at key 0 and at the last window start. */
+static void check_windows(const char *label, const float *x, const float *x_dev, int64_t n, int64_t dim,
+                          int64_t row_begin, int64_t row_end, float median) {
+  uint32_t m;
+  memcpy(&m, &median, sizeof m);
+  const int64_t half = SVGD_WINDOW_FINE_BINS / 2, last = 0x100000000ll - SVGD_WINDOW_FINE_BINS;
+  const int64_t starts[] = {(int64_t)m - half, (int64_t)m, (int64_t)m - SVGD_WINDOW_FINE_BINS + 1, (int64_t)m + 1,
+                            (int64_t)m - 3000000, 0, last};
+  for (size_t w = 0; w < sizeof starts / sizeof starts[0]; ++w) {
+    int64_t start = starts[w] < 0 ? 0 : starts[w] > last ? last : starts[w];
+    check_pass(label, x, x_dev, n, dim, row_begin, row_end, SVGD_MEDIAN_PASS_WINDOW, (uint32_t)start);
+  }
 }
 
 /* The exact median through one backend's histograms (one rank), as median.c computes it. */
@@ -90,6 +121,7 @@ static void check_median_case(const char *label, const float *x, int64_t n, int6
   float median_gpu = n >= 1 ? backend_median(gpu, x_dev, n, dim, NULL) : 0.0f;
   check_pass(label, x, x_dev, n, dim, 0, n, SVGD_MEDIAN_PASS_HIGH, 0);
   check_pass(label, x, x_dev, n, dim, 0, n, SVGD_MEDIAN_PASS_LOW, high);
+  check_windows(label, x, x_dev, n, dim, 0, n, median_cpu);
   /* Exact: the same bits. */
   GPU_EXPECT(memcmp(&median_cpu, &median_gpu, sizeof median_cpu) == 0, "%s: median gpu %.9g cpu %.9g", label,
              (double)median_gpu, (double)median_cpu);
@@ -132,8 +164,11 @@ static void test_medians(void) {
     float *x = test_malloc((size_t)(n * dim) * sizeof *x);
     test_fill_normal(x, n * dim, 1.0, 79);
     float *x_dev = device_copy(x, n * dim);
-    for (int r = 0; r < 3; ++r)
+    const float median = backend_median(cpu, x, n, dim, NULL);
+    for (int r = 0; r < 3; ++r) {
       check_pass("rank share of 3, n=4096", x, x_dev, n, dim, r * n / 3, (r + 1) * n / 3, SVGD_MEDIAN_PASS_HIGH, 0);
+      check_windows("rank share of 3, n=4096", x, x_dev, n, dim, r * n / 3, (r + 1) * n / 3, median);
+    }
     gpu->release(gpu, x_dev);
     free(x);
   }
@@ -149,6 +184,8 @@ static void test_medians(void) {
     check_pass("n=65536 d=64", x, x_dev, n, dim, 0, 512, SVGD_MEDIAN_PASS_LOW, high);
     check_pass("n=65536 d=64", x, x_dev, n, dim, n - 700, n, SVGD_MEDIAN_PASS_HIGH, 0);
     check_pass("n=65536 d=64", x, x_dev, n, dim, n - 700, n, SVGD_MEDIAN_PASS_LOW, high);
+    check_windows("n=65536 d=64", x, x_dev, n, dim, 0, 512, median);
+    check_windows("n=65536 d=64", x, x_dev, n, dim, n - 700, n, median);
     gpu->release(gpu, x_dev);
     free(x);
   }
