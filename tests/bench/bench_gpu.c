@@ -1,8 +1,10 @@
 /* bench_gpu.c: timings of the CUDA backend on one GPU, through backend.h as the run driver
  * uses it: the SVGD step (score, the two exact-median histogram passes, phi, update) and the
  * HMC iteration, each timed with CUDA events around the region, a warm-up first, the median
- * of several repeats reported. Also phi's accuracy against a float64 direct sum. Prints one
- * table. Exits 77 without a GPU. */
+ * of several repeats reported. Then SVGD steps in sequence as a run makes them, the median
+ * through svgd_exact_median with the last medians kept (the window pass, median.h): its hit
+ * rate and per-step times, each median checked equal to the radix select's. Also phi's
+ * accuracy against a float64 direct sum. Prints tables. Exits 77 without a GPU. */
 #include <cuda_runtime_api.h>
 #include <curand.h>
 #include <math.h>
@@ -32,6 +34,7 @@
 enum { DIM = 64 };
 
 static backend_t *gpu;
+static comm_ctx_t comm;
 static cudaStream_t stream;
 static cudaEvent_t marks[8];
 
@@ -46,6 +49,11 @@ static float median_of(float *values, int count) {
 
 static int fill_normal(curandGenerator_t generator, float *dev, size_t count, float stddev) {
   CURAND_CHECK(curandGenerateNormal(generator, dev, count, 0.0f, stddev));
+  return DS_OK;
+}
+
+static int fill_uniform(curandGenerator_t generator, float *dev, size_t count) {
+  CURAND_CHECK(curandGenerateUniform(generator, dev, count));
   return DS_OK;
 }
 
@@ -75,6 +83,7 @@ static void median_pass(const float *x, int64_t n, int pass, uint32_t *high, uin
 typedef struct svgd_row {
   int64_t n;
   float step_ms, pass1_ms, pass2_ms, phi_ms, rest_ms;
+  float window_ms; /* one window pass around this median, not part of step_ms */
 } svgd_row_t;
 
 static svgd_row_t bench_svgd(curandGenerator_t generator, const dsampler_target *target, int64_t n, int repeats) {
@@ -88,8 +97,9 @@ static svgd_row_t bench_svgd(curandGenerator_t generator, const dsampler_target 
   uint64_t *hist = malloc(SVGD_HIST_BINS * sizeof *hist);
   float *step_ms = calloc((size_t)repeats, sizeof(float)), *pass1 = calloc((size_t)repeats, sizeof(float));
   float *pass2 = calloc((size_t)repeats, sizeof(float)), *phi_ms = calloc((size_t)repeats, sizeof(float));
-  float *rest = calloc((size_t)repeats, sizeof(float));
-  if (!hist || !step_ms || !pass1 || !pass2 || !phi_ms || !rest) exit(1);
+  float *rest = calloc((size_t)repeats, sizeof(float)), *window = calloc((size_t)repeats, sizeof(float));
+  uint64_t *window_counts = malloc(SVGD_WINDOW_COUNTS * sizeof *window_counts);
+  if (!hist || !step_ms || !pass1 || !pass2 || !phi_ms || !rest || !window || !window_counts) exit(1);
   for (int r = -1; r < repeats; ++r) { /* r = -1: warm-up */
     BENCH_TRY(record(0));
     BENCH_TRY(gpu->logp_grad(gpu, target, x, n, logp, score));
@@ -109,6 +119,12 @@ static svgd_row_t bench_svgd(curandGenerator_t generator, const dsampler_target 
     BENCH_TRY(record(4));
     BENCH_TRY(gpu->svgd_update(gpu, x, phi, NULL, (int64_t)count, SVGD_UPDATE_SGD, 0.01f, 0));
     BENCH_TRY(record(5));
+    /* The window pass a run makes next, centred on this median (untimed in step_ms). */
+    memset(window_counts, 0, SVGD_WINDOW_COUNTS * sizeof *window_counts);
+    const uint32_t start = bits > SVGD_WINDOW_FINE_BINS / 2 ? bits - SVGD_WINDOW_FINE_BINS / 2 : 0;
+    BENCH_TRY(record(6));
+    BENCH_TRY(gpu->svgd_pair_histogram(gpu, x, n, DIM, 0, n, SVGD_MEDIAN_PASS_WINDOW, start, window_counts));
+    BENCH_TRY(record(7));
     if (r < 0) {
       BENCH_TRY(gpu->synchronize(gpu));
       continue;
@@ -118,10 +134,89 @@ static svgd_row_t bench_svgd(curandGenerator_t generator, const dsampler_target 
     pass2[r] = between(2, 3);
     phi_ms[r] = between(3, 4);
     rest[r] = between(0, 1) + between(4, 5);
+    window[r] = between(6, 7);
   }
   svgd_row_t row = {n, median_of(step_ms, repeats), median_of(pass1, repeats), median_of(pass2, repeats),
-                    median_of(phi_ms, repeats), median_of(rest, repeats)};
-  free(hist); free(step_ms); free(pass1); free(pass2); free(phi_ms); free(rest);
+                    median_of(phi_ms, repeats), median_of(rest, repeats), median_of(window, repeats)};
+  free(hist); free(step_ms); free(pass1); free(pass2); free(phi_ms); free(rest); free(window); free(window_counts);
+  gpu->release(gpu, x); gpu->release(gpu, score); gpu->release(gpu, phi); gpu->release(gpu, logp);
+  return row;
+}
+
+typedef struct sequence_row {
+  int64_t n;
+  int steps;                     /* steps after the first, which has no previous median */
+  int64_t hits, misses;
+  float first_step_ms, first_median_ms;
+  float step_ms, median_ms;      /* medians over the later steps */
+  float hit_median_ms, miss_median_ms;
+  int mismatches;                /* medians differing from the radix select's */
+} sequence_row_t;
+
+/* `steps` SVGD steps (sgd, step size `step`) from x drawn N(0, 1) (spread < 0) or U(-spread,
+ * spread) as dsampler's default init, after one warm-up step. Each step's median goes through
+ * one svgd_median_state_t, as svgd.c keeps it; before each step, untimed, the radix select
+ * alone computes the median of the same particles for the check. */
+static sequence_row_t bench_svgd_sequence(curandGenerator_t generator, const dsampler_target *target, int64_t n,
+                                          int steps, float step, float spread) {
+  const size_t count = (size_t)n * DIM;
+  float *x, *score, *logp, *phi;
+  BENCH_TRY(gpu->alloc(gpu, (void **)&x, count * sizeof(float)));
+  BENCH_TRY(gpu->alloc(gpu, (void **)&score, count * sizeof(float)));
+  BENCH_TRY(gpu->alloc(gpu, (void **)&phi, count * sizeof(float)));
+  BENCH_TRY(gpu->alloc(gpu, (void **)&logp, (size_t)n * sizeof(float)));
+  if (spread < 0) {
+    BENCH_TRY(fill_normal(generator, x, count, 1.0f));
+  } else {
+    BENCH_TRY(fill_uniform(generator, x, count));
+    float *host = malloc(count * sizeof *host);
+    if (!host) exit(1);
+    BENCH_TRY(gpu->download(gpu, host, x, count * sizeof(float)));
+    for (size_t e = 0; e < count; ++e) host[e] = spread * (2.0f * host[e] - 1.0f);
+    BENCH_TRY(gpu->upload(gpu, x, host, count * sizeof(float)));
+    free(host);
+  }
+  float *step_ms = calloc((size_t)steps + 1, sizeof(float)), *median_ms = calloc((size_t)steps + 1, sizeof(float));
+  float *hit_ms = calloc((size_t)steps + 1, sizeof(float)), *miss_ms = calloc((size_t)steps + 1, sizeof(float));
+  if (!step_ms || !median_ms || !hit_ms || !miss_ms) exit(1);
+  sequence_row_t row = {n, steps, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+  svgd_median_state_t state;
+  svgd_median_state_init(&state);
+  int n_hit = 0, n_miss = 0;
+  for (int t = -1; t <= steps; ++t) { /* t = -1: warm-up; t = 0: no previous median */
+    if (t == 0) svgd_median_state_init(&state);
+    float reference;
+    BENCH_TRY(svgd_exact_median(&comm, gpu, x, n, DIM, 0, n, NULL, &reference));
+    const int64_t hits_before = state.window_hits;
+    BENCH_TRY(record(0));
+    BENCH_TRY(gpu->logp_grad(gpu, target, x, n, logp, score));
+    BENCH_TRY(record(1));
+    float median;
+    BENCH_TRY(svgd_exact_median(&comm, gpu, x, n, DIM, 0, n, &state, &median));
+    BENCH_TRY(record(2));
+    row.mismatches += memcmp(&median, &reference, sizeof median) != 0;
+    const float h = fmaxf(median, 1e-5f) / fmaxf(logf((float)n), 1.0f);
+    BENCH_TRY(gpu->svgd_phi(gpu, x, score, n, DIM, 0, n, h, phi));
+    BENCH_TRY(gpu->svgd_update(gpu, x, phi, NULL, (int64_t)count, SVGD_UPDATE_SGD, step, 0));
+    BENCH_TRY(record(3));
+    if (t < 0) {
+      BENCH_TRY(gpu->synchronize(gpu));
+      continue;
+    }
+    step_ms[t] = between(0, 3);
+    median_ms[t] = between(1, 2);
+    if (t == 0) continue;
+    if (state.window_hits > hits_before) hit_ms[n_hit++] = median_ms[t]; else miss_ms[n_miss++] = median_ms[t];
+  }
+  row.first_step_ms = step_ms[0];
+  row.first_median_ms = median_ms[0];
+  row.step_ms = median_of(step_ms + 1, steps);
+  row.median_ms = median_of(median_ms + 1, steps);
+  row.hits = state.window_hits;
+  row.misses = state.window_misses;
+  row.hit_median_ms = n_hit ? median_of(hit_ms, n_hit) : NAN;
+  row.miss_median_ms = n_miss ? median_of(miss_ms, n_miss) : NAN;
+  free(step_ms); free(median_ms); free(hit_ms); free(miss_ms);
   gpu->release(gpu, x); gpu->release(gpu, score); gpu->release(gpu, phi); gpu->release(gpu, logp);
   return row;
 }
@@ -285,21 +380,47 @@ static int run(int quick) {
   hmc_row_t hmc[2];
   for (int c = 0; c < 2; ++c) hmc[c] = bench_hmc(generator, &target, hmc_sizes[c], 21);
   const double accuracy = phi_accuracy(&target, 2048);
+  /* Runs: at the target (N(0, 1) start, step 0.01, as the table above), and from dsampler's
+   * default start U(-2, 2) with its default step 0.1. */
+  const int64_t sequence_sizes[] = {4096, 32768, 65536, 262144};
+  const int sequence_steps[] = {30, 30, 30, 5};
+  const char *sequence_start[] = {"N(0,1), step 0.01", "U(-2,2), step 0.1"};
+  sequence_row_t sequence[2][4];
+  for (int scenario = 0; scenario < 2; ++scenario)
+    for (int c = 0; c < 4; ++c)
+      sequence[scenario][c] = bench_svgd_sequence(generator, &target, sequence_sizes[c], sequence_steps[c],
+                                                  scenario == 0 ? 0.01f : 0.1f, scenario == 0 ? -1.0f : 2.0f);
 
   printf("\n%s, %d SMs; d=64, fp32; CUDA events, median of repeats after a warm-up\n", prop.name,
          prop.multiProcessorCount);
-  printf("| SVGD N  | step ms | median pass 1 ms | median pass 2 ms | phi ms | score+update ms | phi Gpair/s |\n");
-  printf("|---------|---------|------------------|------------------|--------|-----------------|-------------|\n");
+  printf("| SVGD N  | step ms (two passes) | median pass 1 ms | median pass 2 ms | phi ms | score+update ms | phi Gpair/s "
+         "| window pass ms |\n");
+  printf("|---------|----------------------|------------------|------------------|--------|-----------------|-------------"
+         "|----------------|\n");
   for (int c = 0; c < 4; ++c)
-    printf("| %7lld | %7.3f | %16.3f | %16.3f | %6.3f | %15.3f | %11.1f |\n", (long long)svgd[c].n, svgd[c].step_ms,
-           svgd[c].pass1_ms, svgd[c].pass2_ms, svgd[c].phi_ms, svgd[c].rest_ms,
-           (double)svgd[c].n * (double)svgd[c].n / (svgd[c].phi_ms * 1e-3) / 1e9);
+    printf("| %7lld | %20.3f | %16.3f | %16.3f | %6.3f | %15.3f | %11.1f | %14.3f |\n", (long long)svgd[c].n,
+           svgd[c].step_ms, svgd[c].pass1_ms, svgd[c].pass2_ms, svgd[c].phi_ms, svgd[c].rest_ms,
+           (double)svgd[c].n * (double)svgd[c].n / (svgd[c].phi_ms * 1e-3) / 1e9, svgd[c].window_ms);
   printf("| HMC chains | iteration ms (L=10, eps=0.1) | accept rate | GB/s moved |\n");
   printf("|------------|------------------------------|-------------|------------|\n");
   for (int c = 0; c < 2; ++c)
     printf("| %10lld | %28.4f | %11.3f | %10.0f |\n", (long long)hmc[c].chains, hmc[c].iteration_ms,
            hmc[c].accept_rate, hmc[c].gbytes_per_s);
   printf("phi accuracy at N=2048, d=64: ||phi - phi_f64|| / ||phi_f64|| = %.3e\n", accuracy);
+  printf("\nSVGD steps in sequence, each median after the last (window pass, radix select on a miss); medians "
+         "over the steps after the first\n");
+  printf("| start, step         | N       | steps | window hits | step ms | median ms | hit ms | miss ms | first step ms "
+         "| first median ms | medians != radix select |\n");
+  printf("|---------------------|---------|-------|-------------|---------|-----------|--------|---------|---------------"
+         "|-----------------|-------------------------|\n");
+  for (int scenario = 0; scenario < 2; ++scenario)
+    for (int c = 0; c < 4; ++c) {
+      const sequence_row_t *q = &sequence[scenario][c];
+      printf("| %-19s | %7lld | %5d | %5lld/%-5lld | %7.3f | %9.3f | %6.3f | %7.3f | %13.3f | %15.3f | %23d |\n",
+             sequence_start[scenario], (long long)q->n, q->steps, (long long)q->hits,
+             (long long)(q->hits + q->misses), q->step_ms, q->median_ms, (double)q->hit_median_ms,
+             (double)q->miss_median_ms, q->first_step_ms, q->first_median_ms, q->mismatches);
+    }
 
   CURAND_CHECK(curandDestroyGenerator(generator));
   for (int m = 0; m < 8; ++m) CUDA_CHECK(cudaEventDestroy(marks[m]));
@@ -313,6 +434,9 @@ int main(int argc, char **argv) {
     printf("no CUDA device: skipped\n");
     return 77;
   }
+  /* One rank: svgd_exact_median's collectives are then local. */
+  BENCH_TRY(comm_init(&comm, &argc, &argv));
   BENCH_TRY(run(argc > 1 && strcmp(argv[1], "--quick") == 0));
+  comm_free(&comm);
   return 0;
 }
