@@ -66,6 +66,7 @@ hmc_gaussian_kernel(const builtin_params_t params, const hmc_batch_t b) {
   if (!active) chain = b.n_chains - 1; /* idle lanes still take part in the shuffles */
   const int dim = (int)b.dim;
   const long long row = chain * b.dim;
+  const long long metric_row = b.shared_metric ? 0 : row; /* a shared metric is one row */
   const float eps = b.step_size[chain];
   const float mean = params.mean, neg_inv_scale2 = -params.inv_scale2;
 
@@ -76,7 +77,7 @@ hmc_gaussian_kernel(const builtin_params_t params, const hmc_batch_t b) {
     const int base = 4 * (lane + LANES * m);
     if (VEC4 && base < dim) {
       const float4 q4 = *reinterpret_cast<const float4 *>(b.q + row + base);
-      const float4 m4 = *reinterpret_cast<const float4 *>(b.inv_metric + row + base);
+      const float4 m4 = *reinterpret_cast<const float4 *>(b.inv_metric + metric_row + base);
       q[4 * m] = q4.x; q[4 * m + 1] = q4.y; q[4 * m + 2] = q4.z; q[4 * m + 3] = q4.w;
       inv_metric[4 * m] = m4.x; inv_metric[4 * m + 1] = m4.y;
       inv_metric[4 * m + 2] = m4.z; inv_metric[4 * m + 3] = m4.w;
@@ -88,7 +89,7 @@ hmc_gaussian_kernel(const builtin_params_t params, const hmc_batch_t b) {
         const int k = base + e;
         valid[4 * m + e] = k < dim;
         q[4 * m + e] = k < dim ? b.q[row + k] : 0.0f;
-        inv_metric[4 * m + e] = k < dim ? b.inv_metric[row + k] : 0.0f;
+        inv_metric[4 * m + e] = k < dim ? b.inv_metric[metric_row + k] : 0.0f;
       }
     }
   }
@@ -190,7 +191,7 @@ __global__ void hmc_begin_kernel(const hmc_batch_t b, float *p_work, float *unif
   const long long chain = (long long)blockIdx.x * blockDim.x + threadIdx.x;
   if (chain >= b.n_chains) return;
   const long long dim = b.dim;
-  const float *inv_metric = b.inv_metric + chain * dim;
+  const float *inv_metric = b.inv_metric + (b.shared_metric ? 0 : chain * dim);
   float *p = p_work + chain * dim;
   const uint64_t item = (uint64_t)(b.chain_begin + chain);
   const uint32_t uniform_word = rng_hmc_uniform_word(dim);
@@ -222,7 +223,8 @@ __global__ void hmc_kick_drift_kernel(const hmc_batch_t b, int step, float *q_wo
     const float kick = step == 0 ? 0.5f * eps : eps;
     const float p = __fadd_rn(p_work[e], __fmul_rn(kick, grad_work[e]));
     p_work[e] = p;
-    q_work[e] = __fadd_rn(q_work[e], __fmul_rn(__fmul_rn(eps, b.inv_metric[e]), p));
+    const float m_inv = b.inv_metric[b.shared_metric ? e % b.dim : e];
+    q_work[e] = __fadd_rn(q_work[e], __fmul_rn(__fmul_rn(eps, m_inv), p));
   }
 }
 
@@ -237,7 +239,8 @@ __global__ void hmc_finish_kernel(const hmc_batch_t b, const float *q_work, floa
   for (long long k = 0; k < dim; ++k) {
     const float p = __fadd_rn(p_work[row + k], __fmul_rn(half_eps, grad_work[row + k]));
     p_work[row + k] = p;
-    kinetic = __dadd_rn(kinetic, __dmul_rn(__dmul_rn((double)b.inv_metric[row + k], (double)p), (double)p));
+    const double m_inv = (double)b.inv_metric[(b.shared_metric ? 0 : row) + k];
+    kinetic = __dadd_rn(kinetic, __dmul_rn(__dmul_rn(m_inv, (double)p), (double)p));
   }
   const double h1 = -(double)logp_work[chain] + 0.5 * kinetic;
   const hmc_verdict v = hmc_decide(h0[chain], h1, uniform[chain]);

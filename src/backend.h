@@ -53,7 +53,8 @@ typedef struct hmc_batch {
   float *logp;             /* [n_chains] log p(q), kept in step with q */
   float *grad;             /* [n_chains, dim] grad log p(q), kept in step with q */
   const float *step_size;  /* [n_chains] */
-  const float *inv_metric; /* [n_chains, dim] diagonal of M^-1 */
+  const float *inv_metric; /* [n_chains, dim] diagonal of M^-1, or [dim] when shared_metric */
+  int shared_metric;       /* 1: one metric for every chain (unit or pooled adaptation) */
   float *accept_prob;      /* [n_chains] out: min(1, exp(H0 - H1)), 0 when divergent */
   float *energy;           /* [n_chains] out: the Hamiltonian at the state kept */
   uint8_t *diverging;      /* [n_chains] out */

@@ -286,7 +286,7 @@ static int hmc_block(const dsampler_target *t, hmc_batch_t *batch, int64_t c0, i
   const int64_t dim = batch->dim;
   for (int64_t c = 0; c < count; ++c) {
     const int64_t chain = c0 + c;
-    const float *inv_metric = batch->inv_metric + chain * dim;
+    const float *inv_metric = batch->inv_metric + (batch->shared_metric ? 0 : chain * dim);
     hmc_draw(batch->seed, (uint64_t)(batch->chain_begin + chain), batch->iteration, dim,
              inv_metric, p + c * dim, uniform + c);
     h0[c] = -(double)batch->logp[chain] + kinetic_energy(p + c * dim, inv_metric, dim);
@@ -297,7 +297,7 @@ static int hmc_block(const dsampler_target *t, hmc_batch_t *batch, int64_t c0, i
   for (int step = 0; step < batch->n_leapfrog; ++step) {
     for (int64_t c = 0; c < count; ++c) {
       const float eps = batch->step_size[c0 + c];
-      const float *inv_metric = batch->inv_metric + (c0 + c) * dim;
+      const float *inv_metric = batch->inv_metric + (batch->shared_metric ? 0 : (c0 + c) * dim);
       float *p_c = p + c * dim, *q_c = q + c * dim;
       const float *g_c = grad + c * dim;
       /* The first half kick; later kicks are whole, the last is halved below. */
@@ -311,7 +311,7 @@ static int hmc_block(const dsampler_target *t, hmc_batch_t *batch, int64_t c0, i
   for (int64_t c = 0; c < count; ++c) {
     const int64_t chain = c0 + c;
     const float eps = batch->step_size[chain];
-    const float *inv_metric = batch->inv_metric + chain * dim;
+    const float *inv_metric = batch->inv_metric + (batch->shared_metric ? 0 : chain * dim);
     float *p_c = p + c * dim;
     for (int64_t k = 0; k < dim; ++k) p_c[k] += 0.5f * eps * grad[c * dim + k];
     double h1 = -(double)logp[c] + kinetic_energy(p_c, inv_metric, dim);

@@ -55,13 +55,18 @@ static void device_free(backend_t *b, hmc_batch_t *m) {
   b->release(b, m->accepted);
 }
 
+/* Floats of the device's inverse metric: one row when every chain shares it. */
+static size_t metric_bytes(const hmc_batch_t *m, int64_t rows, int64_t dim) {
+  return (size_t)((m->shared_metric ? 1 : rows) * dim) * sizeof(float);
+}
+
 static int device_alloc(backend_t *b, hmc_batch_t *m, int64_t rows, int64_t dim) {
   size_t vec = (size_t)rows * sizeof(float), mat = (size_t)(rows * dim) * sizeof(float);
   DS_TRY(b->alloc(b, (void **)&m->q, mat));
   DS_TRY(b->alloc(b, (void **)&m->logp, vec));
   DS_TRY(b->alloc(b, (void **)&m->grad, mat));
   DS_TRY(b->alloc(b, (void **)&m->step_size, vec));
-  DS_TRY(b->alloc(b, (void **)&m->inv_metric, mat));
+  DS_TRY(b->alloc(b, (void **)&m->inv_metric, metric_bytes(m, rows, dim)));
   DS_TRY(b->alloc(b, (void **)&m->accept_prob, vec));
   DS_TRY(b->alloc(b, (void **)&m->energy, vec));
   DS_TRY(b->alloc(b, (void **)&m->diverging, (size_t)rows));
@@ -75,7 +80,7 @@ static void host_free(hmc_host_t *h) {
 }
 
 static int host_alloc(hmc_host_t *h, int64_t rows, int64_t dim) {
-  size_t mat = (size_t)(rows * dim + 1) * sizeof(float), vec = (size_t)(rows + 1) * sizeof(float);
+  size_t mat = (size_t)((rows > 0 ? rows : 1) * dim) * sizeof(float), vec = (size_t)(rows + 1) * sizeof(float);
   h->q = malloc(mat);
   h->grad = malloc(mat);
   h->inv_metric = malloc(mat);
@@ -163,7 +168,7 @@ static int state_upload(backend_t *b, hmc_batch_t *m, const hmc_host_t *h, int64
   DS_TRY(b->upload(b, m->q, h->q, (size_t)(rows * dim) * sizeof(float)));
   DS_TRY(b->upload(b, m->logp, h->logp, (size_t)rows * sizeof(float)));
   DS_TRY(b->upload(b, m->grad, h->grad, (size_t)(rows * dim) * sizeof(float)));
-  DS_TRY(b->upload(b, (void *)m->inv_metric, h->inv_metric, (size_t)(rows * dim) * sizeof(float)));
+  DS_TRY(b->upload(b, (void *)m->inv_metric, h->inv_metric, metric_bytes(m, rows, dim)));
   return DS_OK;
 }
 
@@ -189,7 +194,7 @@ static int fresh_state(run_ctx_t *run, hmc_batch_t *m, hmc_host_t *h, int64_t ro
   for (int64_t e = 0; e < rows * dim; ++e) h->inv_metric[e] = 1.0f;
   for (int64_t c = 0; c < rows; ++c) h->step_nominal[c] = (float)run->cfg->step_size;
   status = b->upload(b, m->q, h->q, (size_t)(rows * dim) * sizeof(float));
-  if (status == DS_OK) status = b->upload(b, (void *)m->inv_metric, h->inv_metric, (size_t)(rows * dim) * sizeof(float));
+  if (status == DS_OK) status = b->upload(b, (void *)m->inv_metric, h->inv_metric, metric_bytes(m, rows, dim));
   if (status == DS_OK) status = b->logp_grad(b, run->target, m->q, rows, m->logp, m->grad);
   if (status == DS_OK) status = b->download(b, h->logp, m->logp, (size_t)rows * sizeof(float));
   /* A start where log p is not finite cannot move: refuse it. */
@@ -278,6 +283,8 @@ int hmc_run(run_ctx_t *run) {
   adapt_t *adapt = NULL;
   const adapt_settings_t settings = {adapt_mode(cfg), strcmp(cfg->metric, "diag") == 0, cfg->warmup,
                                      cfg->target_accept, cfg->step_size, rows, dim, config_items(cfg)};
+  /* Unless each chain adapts its own metric, all chains share one: read once, not per chain. */
+  m.shared_metric = !(settings.mode == ADAPT_PER_CHAIN && settings.diag_metric);
   int status = device_alloc(b, &m, rows, dim);
   if (status == DS_OK) status = host_alloc(&h, rows, dim);
   if (status == DS_OK) status = phase_alloc(&sampling, rows, dim, cfg->draws);
@@ -343,7 +350,7 @@ int hmc_run(run_ctx_t *run) {
       status = adapt_after_iteration(adapt, it, h.accept, h.q, h.step_nominal, h.inv_metric, &metric_changed);
       steps_changed = 1;
       if (status == DS_OK && metric_changed)
-        status = b->upload(b, (void *)m.inv_metric, h.inv_metric, (size_t)(rows * dim) * sizeof(float));
+        status = b->upload(b, (void *)m.inv_metric, h.inv_metric, metric_bytes(&m, rows, dim));
       status = comm_agree(run->comm, status);
     }
     if (status != DS_OK) break;

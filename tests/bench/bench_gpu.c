@@ -223,11 +223,14 @@ static sequence_row_t bench_svgd_sequence(curandGenerator_t generator, const dsa
 
 typedef struct hmc_row {
   int64_t chains;
+  int shared_metric;
   float iteration_ms;
   double accept_rate, gbytes_per_s;
 } hmc_row_t;
 
-static hmc_row_t bench_hmc(curandGenerator_t generator, const dsampler_target *target, int64_t chains, int repeats) {
+/* shared_metric: one inverse metric for all chains (--adapt pooled or none), else one per chain. */
+static hmc_row_t bench_hmc(curandGenerator_t generator, const dsampler_target *target, int64_t chains, int repeats,
+                           int shared_metric) {
   const size_t count = (size_t)chains * DIM;
   float *q, *grad, *inv_metric, *logp, *step, *accept_prob, *energy;
   uint8_t *diverging, *accepted;
@@ -252,7 +255,7 @@ static hmc_row_t bench_hmc(curandGenerator_t generator, const dsampler_target *t
   hmc_batch_t batch = {.n_chains = chains, .chain_begin = 0, .dim = DIM, .seed = 2024, .iteration = 0,
                        .n_leapfrog = 10, .q = q, .logp = logp, .grad = grad, .step_size = step,
                        .inv_metric = inv_metric, .accept_prob = accept_prob, .energy = energy,
-                       .diverging = diverging, .accepted = accepted};
+                       .diverging = diverging, .accepted = accepted, .shared_metric = shared_metric};
   float *ms = calloc((size_t)repeats, sizeof(float));
   if (!ms) exit(1);
   for (int r = -3; r < repeats; ++r) {
@@ -265,10 +268,11 @@ static hmc_row_t bench_hmc(curandGenerator_t generator, const dsampler_target *t
   BENCH_TRY(gpu->download(gpu, flags, accepted, (size_t)chains));
   int64_t n_accepted = 0;
   for (int64_t c = 0; c < chains; ++c) n_accepted += flags[c];
-  hmc_row_t row = {chains, median_of(ms, repeats), (double)n_accepted / (double)chains, 0.0};
-  /* Bytes that must move: q and the metric read, step size and logp read; on accept q, grad
-   * and logp written; four outputs per chain. */
-  double bytes = (double)chains * (2.0 * DIM * 4 + 8 + 10) + (double)n_accepted * (2.0 * DIM * 4 + 4);
+  hmc_row_t row = {chains, shared_metric, median_of(ms, repeats), (double)n_accepted / (double)chains, 0.0};
+  /* Bytes that must move: q and the metric (per chain, unless shared) read, step size and logp
+   * read; on accept q, grad and logp written; four outputs per chain. */
+  double bytes = (double)chains * ((shared_metric ? 1.0 : 2.0) * DIM * 4 + 8 + 10) +
+                 (double)n_accepted * (2.0 * DIM * 4 + 4);
   row.gbytes_per_s = bytes / (row.iteration_ms * 1e-3) / 1e9;
   free(ms); free(ones); free(flags);
   gpu->release(gpu, q); gpu->release(gpu, grad); gpu->release(gpu, inv_metric); gpu->release(gpu, logp);
@@ -332,7 +336,7 @@ static double phi_accuracy(const dsampler_target *target, int64_t n) {
 /* One SVGD step at N=32768 and one HMC iteration at 2^20 chains, for a profiler. */
 static int run_quick(curandGenerator_t generator, const dsampler_target *target) {
   (void)bench_svgd(generator, target, 32768, 1);
-  (void)bench_hmc(generator, target, 1048576, 1);
+  (void)bench_hmc(generator, target, 1048576, 1, 1);
   return DS_OK;
 }
 
@@ -368,7 +372,7 @@ static int run(int quick) {
   printf("chosen: histogram chunk %d\n", best.hist_chunk);
   for (int lanes = 4; lanes <= 16; lanes += 12) {
     hmc_cuda_set_lanes(lanes);
-    hmc_row_t row = bench_hmc(generator, &target, 1048576, 21);
+    hmc_row_t row = bench_hmc(generator, &target, 1048576, 21, 0);
     printf("HMC 1048576 chains, %2d lanes per chain: %.4f ms\n", lanes, row.iteration_ms);
   }
   hmc_cuda_set_lanes(0);
@@ -377,8 +381,8 @@ static int run(int quick) {
   svgd_row_t svgd[4];
   for (int c = 0; c < 4; ++c) svgd[c] = bench_svgd(generator, &target, svgd_sizes[c], svgd_sizes[c] >= 262144 ? 3 : 9);
   const int64_t hmc_sizes[] = {2048, 1048576};
-  hmc_row_t hmc[2];
-  for (int c = 0; c < 2; ++c) hmc[c] = bench_hmc(generator, &target, hmc_sizes[c], 21);
+  hmc_row_t hmc[4];
+  for (int c = 0; c < 4; ++c) hmc[c] = bench_hmc(generator, &target, hmc_sizes[c % 2], 21, c / 2);
   const double accuracy = phi_accuracy(&target, 2048);
   /* Runs: at the target (N(0, 1) start, step 0.01, as the table above), and from dsampler's
    * default start U(-2, 2) with its default step 0.1. */
@@ -401,11 +405,11 @@ static int run(int quick) {
     printf("| %7lld | %20.3f | %16.3f | %16.3f | %6.3f | %15.3f | %11.1f | %14.3f |\n", (long long)svgd[c].n,
            svgd[c].step_ms, svgd[c].pass1_ms, svgd[c].pass2_ms, svgd[c].phi_ms, svgd[c].rest_ms,
            (double)svgd[c].n * (double)svgd[c].n / (svgd[c].phi_ms * 1e-3) / 1e9, svgd[c].window_ms);
-  printf("| HMC chains | iteration ms (L=10, eps=0.1) | accept rate | GB/s moved |\n");
-  printf("|------------|------------------------------|-------------|------------|\n");
-  for (int c = 0; c < 2; ++c)
-    printf("| %10lld | %28.4f | %11.3f | %10.0f |\n", (long long)hmc[c].chains, hmc[c].iteration_ms,
-           hmc[c].accept_rate, hmc[c].gbytes_per_s);
+  printf("| HMC chains | metric    | iteration ms (L=10, eps=0.1) | accept rate | GB/s moved |\n");
+  printf("|------------|-----------|------------------------------|-------------|------------|\n");
+  for (int c = 0; c < 4; ++c)
+    printf("| %10lld | %-9s | %28.4f | %11.3f | %10.0f |\n", (long long)hmc[c].chains,
+           hmc[c].shared_metric ? "shared" : "per chain", hmc[c].iteration_ms, hmc[c].accept_rate, hmc[c].gbytes_per_s);
   printf("phi accuracy at N=2048, d=64: ||phi - phi_f64|| / ||phi_f64|| = %.3e\n", accuracy);
   printf("\nSVGD steps in sequence, each median after the last (window pass, radix select on a miss); medians "
          "over the steps after the first\n");
