@@ -14,7 +14,8 @@
 #include "status.h"
 #include "summary.h"
 
-/* Host memory for buffered draws, per rank and phase, before a collective write. */
+/* Host memory for buffered draws, per rank and phase, before a collective write; the
+ * environment variable DSAMPLER_DRAW_BUFFER_BYTES overrides it. */
 #define HMC_DRAW_BUFFER_BYTES ((size_t)64 << 20)
 
 /* Host copies of the chains' state and of one iteration's statistics. */
@@ -100,10 +101,20 @@ static void phase_free(hmc_phase_out_t *p) {
   free(p->x); free(p->lp); free(p->accept); free(p->step); free(p->energy); free(p->diverging); free(p->n_steps);
 }
 
-static int phase_alloc(hmc_phase_out_t *p, int64_t rows, int64_t dim, int64_t draws) {
-  int64_t capacity = (int64_t)(HMC_DRAW_BUFFER_BYTES / ((size_t)(rows * dim) * sizeof(float) + 1));
+/* Draws per block. Every rank must flush at the same iterations (the writes are collective),
+ * so the block is sized for the largest rank's share, not this rank's. */
+static int64_t phase_capacity(int64_t rows_max, int64_t dim, int64_t draws) {
+  size_t budget = HMC_DRAW_BUFFER_BYTES;
+  const char *text = getenv("DSAMPLER_DRAW_BUFFER_BYTES");
+  if (text && atoll(text) > 0) budget = (size_t)atoll(text);
+  int64_t capacity = (int64_t)(budget / ((size_t)(rows_max * dim) * sizeof(float) + 1));
   if (capacity < 1) capacity = 1;
   if (capacity > draws) capacity = draws > 0 ? draws : 1;
+  return capacity;
+}
+
+static int phase_alloc(hmc_phase_out_t *p, int64_t rows, int64_t rows_max, int64_t dim, int64_t draws) {
+  int64_t capacity = phase_capacity(rows_max, dim, draws);
   p->capacity = capacity;
   size_t cells = (size_t)(rows * capacity) + 1;
   p->x = malloc(cells * (size_t)dim * sizeof *p->x);
@@ -287,8 +298,9 @@ int hmc_run(run_ctx_t *run) {
   m.shared_metric = !(settings.mode == ADAPT_PER_CHAIN && settings.diag_metric);
   int status = device_alloc(b, &m, rows, dim);
   if (status == DS_OK) status = host_alloc(&h, rows, dim);
-  if (status == DS_OK) status = phase_alloc(&sampling, rows, dim, cfg->draws);
-  if (status == DS_OK && cfg->save_warmup) status = phase_alloc(&warmup, rows, dim, cfg->warmup);
+  const int64_t rows_max = (config_items(cfg) + run->comm->size - 1) / run->comm->size;
+  if (status == DS_OK) status = phase_alloc(&sampling, rows, rows_max, dim, cfg->draws);
+  if (status == DS_OK && cfg->save_warmup) status = phase_alloc(&warmup, rows, rows_max, dim, cfg->warmup);
   if (status == DS_OK && settings.mode != ADAPT_NONE) status = adapt_create(&adapt, run->comm, &settings);
   status = comm_agree(run->comm, status);
   if (status == DS_OK) status = comm_agree(run->comm, run_check_checkpoint_dir(run));

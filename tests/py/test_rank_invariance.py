@@ -1,6 +1,8 @@
 """Same seed, any rank count: bitwise identical output datasets, HMC (fixed step; warmup
 adaptation per chain and pooled; jitter) and SVGD (sgd and adagrad), with chains or particles
 not divisible by the rank count and ranks owning none."""
+import os
+
 import numpy as np
 
 import dstest as t
@@ -19,9 +21,19 @@ RUNS = {
 }
 
 
+# Tiny draw buffers: many collective block writes, with chains split unevenly over ranks.
+SMALL_BUFFER = {"hmc_small_blocks": 3000}
+RUNS["hmc_small_blocks"] = ["hmc", "--dim", 5, "--chains", 11, "--warmup", 30, "--draws", 45, "--save-warmup",
+                            "--seed", 14]
+
+
 def main():
     for name, args in RUNS.items():
         outputs = {}
+        if name in SMALL_BUFFER:
+            os.environ["DSAMPLER_DRAW_BUFFER_BYTES"] = str(SMALL_BUFFER[name])
+        else:
+            os.environ.pop("DSAMPLER_DRAW_BUFFER_BYTES", None)
         for ranks in (1, 2, 3, 4):
             out = t.path(f"ranks_{name}_{ranks}.h5")
             t.run(ranks, *args, "--out", out, "--quiet", "--backend", "cpu")
