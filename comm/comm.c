@@ -168,7 +168,8 @@ int comm_allgather_rows(comm_ctx_t *ctx, float *buf, int64_t n, int64_t row_floa
   if (ctx->mpi_cuda_aware) return mpi_allgather_rows(ctx, buf, n, row_floats);
   /* Device buffers over an MPI that cannot read them: stage through pinned host memory. */
   size_t bytes = (size_t)(n * row_floats) * sizeof(float);
-  DS_TRY(ensure_staging(ctx, bytes));
+  /* Every rank reaches the allgather, or none does. */
+  DS_TRY(comm_agree(ctx, ensure_staging(ctx, bytes)));
   int64_t begin, end;
   comm_partition(n, ctx->size, ctx->rank, &begin, &end);
   size_t offset = (size_t)(begin * row_floats) * sizeof(float);

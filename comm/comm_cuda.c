@@ -5,6 +5,7 @@
  * ncclCommAbort and an error status, never a hang. */
 #include <nccl.h>
 #include <sched.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "comm_cuda.h"
@@ -123,9 +124,12 @@ static int nccl_finish(comm_ctx_t *ctx) {
       status = nccl_check_fail(async_rc, __FILE__, __LINE__, "asynchronous NCCL error");
     }
     if (status != DS_OK) {
-      (void)ncclCommAbort((ncclComm_t)ctx->nccl); /* the error is already recorded */
+      /* Peers may be waiting inside the collective: abort the communicator, then the job, so
+       * no rank is left hanging (DESIGN.md). */
+      (void)ncclCommAbort((ncclComm_t)ctx->nccl);
       ctx->nccl = NULL;
-      break;
+      fprintf(stderr, "dsampler: error: rank %d on %s: %s\n", ctx->rank, ctx->host, ds_error_message());
+      comm_abort(ctx, 1);
     }
     sched_yield();
   }

@@ -26,6 +26,17 @@ static uint64_t row_hash(int64_t row, const void *bytes, size_t size) {
   return hash;
 }
 
+/* A hash of the metadata, so a damaged header is refused like damaged arrays are. */
+static uint64_t meta_hash(const ckpt_meta_t *meta) {
+  char head[1024];
+  int length = snprintf(head, sizeof head, "v%d|%s|%lld|%lld|%lld|%lld|%llu|%s|%s|", CKPT_FORMAT_VERSION,
+                        meta->algorithm, (long long)meta->iteration, (long long)meta->draws_written,
+                        (long long)meta->n_items, (long long)meta->dim, (unsigned long long)meta->seed, meta->target,
+                        meta->run_id);
+  uint64_t hash = row_hash(0, head, (size_t)(length < (int)sizeof head ? length : (int)sizeof head - 1));
+  return hash ^ row_hash(1, meta->config, strlen(meta->config));
+}
+
 static size_t dtype_size(ckpt_dtype_t dtype) { return dtype == CKPT_FLOAT64 ? 8 : 4; }
 static hid_t dtype_memory(ckpt_dtype_t dtype) { return dtype == CKPT_FLOAT64 ? H5T_NATIVE_DOUBLE : H5T_NATIVE_FLOAT; }
 static hid_t dtype_file(ckpt_dtype_t dtype) { return dtype == CKPT_FLOAT64 ? H5T_IEEE_F64LE : H5T_IEEE_F32LE; }
@@ -127,6 +138,8 @@ static int write_contents(MPI_Comm comm, int rank, hid_t file, const ckpt_meta_t
   DS_TRY(write_string(file, "target", meta->target));
   DS_TRY(write_string(file, "run_id", meta->run_id));
   DS_TRY(write_string(file, "config", meta->config));
+  const uint64_t header_checksum = meta_hash(meta);
+  DS_TRY(write_attr(file, "meta_checksum", H5T_NATIVE_UINT64, &header_checksum));
   hid_t xfer = H5Pcreate(H5P_DATASET_XFER);
   H5_CHECK(xfer);
   H5_CHECK(H5Pset_dxpl_mpio(xfer, H5FD_MPIO_COLLECTIVE));
@@ -329,6 +342,15 @@ int ckpt_read_meta(MPI_Comm comm, const char *path, ckpt_meta_t *meta) {
        read_string(file, "run_id", meta->run_id, sizeof meta->run_id) != DS_OK ||
        read_string(file, "config", meta->config, sizeof meta->config) != DS_OK))
     status = ds_fail(DS_ERR_INPUT, "checkpoint %s: metadata missing or unreadable", path);
+  uint64_t stored = 0;
+  if (status == DS_OK && (read_attr(file, "meta_checksum", H5T_NATIVE_UINT64, &stored) != DS_OK || stored != meta_hash(meta)))
+    status = ds_fail(DS_ERR_INPUT, "checkpoint %s: the metadata do not match their checksum (the file is damaged)", path);
+  /* A checkpoint's name carries its iteration too. */
+  const char *name = strrchr(path, '/');
+  long long named = checkpoint_number(name ? name + 1 : path);
+  if (status == DS_OK && named >= 0 && named != meta->iteration)
+    status = ds_fail(DS_ERR_INPUT, "checkpoint %s: holds iteration %lld, its name says %lld", path,
+                     (long long)meta->iteration, named);
   H5Fclose(file);
   return status;
 }

@@ -207,7 +207,10 @@ int adapt_after_iteration(adapt_t *a, int64_t iteration, const float *accept, co
   /* 2. The metric, in Stan's windows; a new metric restarts the step size's averaging. */
   if (a->s.diag_metric) {
     const int64_t window_counter = (int64_t)a->scalars[SC_WINDOW_COUNTER];
-    if (in_window(a, window_counter)) DS_TRY(add_sample(a, q));
+    int status = in_window(a, window_counter) ? add_sample(a, q) : DS_OK;
+    /* Pooled: a window's end is collective, so every rank learns of any rank's failure first. */
+    if (pooled) status = comm_agree(a->comm, status);
+    if (status != DS_OK) return status;
     if (window_ends(a, window_counter)) {
       next_window(a);
       DS_TRY(end_window(a, inv_metric));

@@ -42,9 +42,14 @@ static int resume_main(comm_ctx_t *comm, int argc, char **argv) {
       status = run_main(comm, &cfg, paths[i], &meta);
       if (status != DS_ERR_CHECKPOINT) return status;
     }
-    if (comm->rank == 0)
-      fprintf(stderr, "dsampler: skipping checkpoint %s: %s%s\n", paths[i], ds_error_message(),
-              i + 1 < count ? "; trying the one before it" : "");
+    /* Set aside, so the checkpoints written from here on do not count it among the newest. */
+    if (comm->rank == 0) {
+      char aside[4200];
+      snprintf(aside, sizeof aside, "%.4095s.unusable", paths[i]);
+      int moved = rename(paths[i], aside) == 0;
+      fprintf(stderr, "dsampler: skipping checkpoint %s: %s%s%s\n", paths[i], ds_error_message(),
+              moved ? " (renamed *.unusable)" : "", i + 1 < count ? "; trying the one before it" : "");
+    }
     ds_error_clear();
   }
   return ds_fail(DS_ERR_INPUT, "resume %s: no usable checkpoint", argv[2]);

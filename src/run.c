@@ -68,7 +68,11 @@ int run_open_output(run_ctx_t *run, h5out_t **out) {
   char ranks[32];
   snprintf(ranks, sizeof ranks, "%d", run->comm->size);
   add_attr(list, "ranks", ranks);
-  add_attr(list, "backend_used", run->backend->name);
+  /* Attributes are written collectively: every rank must give the same value, rank 0's. */
+  char backend_used[16];
+  snprintf(backend_used, sizeof backend_used, "%s", run->backend->name);
+  MPI_Bcast(backend_used, sizeof backend_used, MPI_CHAR, 0, run->comm->world);
+  add_attr(list, "backend_used", backend_used);
   list->attrs[list->count].key = "run_id";
   list->attrs[list->count].value = run->run_id;
   list->count++;

@@ -1,6 +1,6 @@
 """Checkpoint faults: a rank killed (SIGKILL) while a checkpoint is being written leaves the
-previous one intact and `resume` uses it; a truncated or corrupted newest checkpoint is passed
-over, saying so, for the one before it; a second signal during a checkpoint does not spoil it;
+previous one intact and `resume` uses it; a truncated, corrupted or header-damaged newest
+checkpoint is passed over, saying so, for the one before it; a second signal during a checkpoint does not spoil it;
 an output overwritten by another run, a checkpoint of another dimension, and a missing
 directory each give a clear error. Every resumed run must equal an uninterrupted one."""
 import glob
@@ -9,6 +9,9 @@ import shutil
 import signal
 import subprocess
 import time
+
+import h5py
+import numpy as np
 
 import dstest as t
 
@@ -68,13 +71,16 @@ def main():
     t.check(rc == 0 and equal(full, out), f"kill: resumed from 100 on 3 ranks equals the uninterrupted run (rc {rc})")
 
     # 2. and 3. A truncated, then a corrupted newest checkpoint: fall back to the previous one.
-    for damage in ("truncated", "corrupted"):
+    for damage in ("truncated", "corrupted", "header"):
         out, ckpt = fresh(damage)
         t.run(2, *ARGS, "--out", out, "--checkpoint-dir", ckpt, "--checkpoint-every", 150, "--keep", 3)
         newest = os.path.join(ckpt, "ckpt-600.h5")
         size = os.path.getsize(newest)
         if damage == "truncated":
             os.truncate(newest, size // 2)
+        elif damage == "header":  # a plausible but wrong iteration in the metadata
+            with h5py.File(newest, "r+") as f:
+                f.attrs.modify("iteration", np.int64(590))
         else:
             with open(newest, "r+b") as f:  # overwrite a stretch of the particle data
                 f.seek(int(size * 0.5))
