@@ -40,9 +40,9 @@ static const option_spec_t option_table[] = {
     {"step-size", NUM(OPT_DOUBLE, step_size), FOR_BOTH, "EPS",
      "SVGD step; HMC leapfrog step (the initial one when warmup adapts it) (default 0.1)"},
     {"target-accept", NUM(OPT_DOUBLE, target_accept), FOR_HMC, "A", "acceptance rate warmup aims at (default 0.8)"},
-    {"adapt", STR(adapt), FOR_HMC, "MODE", "per-chain (default), pooled (one step size and metric for all chains) or none"},
+    {"adapt", STR(adapt), FOR_HMC, "MODE", "pooled (default: one step size and metric for all chains), per-chain or none"},
     {"metric", STR(metric), FOR_HMC, "M", "diag (default: adapted in warmup) or unit"},
-    {"jitter", NUM(OPT_DOUBLE, jitter), FOR_HMC, "J", "step size jitter: times 1 + J * U(-1, 1) (default 0)"},
+    {"jitter", NUM(OPT_DOUBLE, jitter), FOR_HMC, "J", "step size jitter: times 1 + J * U(-1, 1) (default 0.3)"},
     {"save-warmup", NUM(OPT_FLAG, save_warmup), FOR_HMC, NULL, "also write the warmup draws (warmup_* groups)"},
     {"update", STR(update), FOR_SVGD, "KIND", "SVGD update: sgd (default) or adagrad"},
     {"bandwidth", STR(bandwidth), FOR_SVGD, "H", "median (default) or a fixed positive bandwidth"},
@@ -76,7 +76,8 @@ static void config_defaults(config_t *cfg, algorithm_t algorithm) {
   cfg->warmup = 1000;
   cfg->draws = 1000;
   cfg->target_accept = 0.8;
-  strcpy(cfg->adapt, "per-chain");
+  strcpy(cfg->adapt, "pooled");
+  cfg->jitter = 0.3;
   strcpy(cfg->metric, "diag");
   cfg->iters = 500;
   cfg->steps = 10;

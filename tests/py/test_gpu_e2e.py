@@ -31,7 +31,7 @@ def main():
         print(f"skip: no usable GPU ({why.strip().splitlines()[-1] if why.strip() else 'unknown'})")
         sys.exit(77)
     runs = {
-        "hmc_fixed": (["hmc", "--dim", 64, "--chains", 4096, "--warmup", 0, "--adapt", "none", "--draws", 20,
+        "hmc_fixed": (["hmc", "--dim", 64, "--chains", 4096, "--warmup", 0, "--adapt", "none", "--jitter", 0, "--draws", 20,
                        "--steps", 10, "--step-size", 0.1, "--seed", 5], DATASETS + ["sample_stats/energy"]),
         "hmc_pooled": (["hmc", "--dim", 16, "--chains", 2048, "--warmup", 200, "--adapt", "pooled", "--draws", 50,
                         "--seed", 6], DATASETS + ["sample_stats/step_size"]),
@@ -51,7 +51,7 @@ def main():
     rng = np.random.default_rng(11)
     x0 = rng.normal(0, 1.2, size=(20000, 64)).astype(np.float32)
     init = t.write_init("gpu_hmc_init.h5", x0)
-    common = ["hmc", "--dim", 64, "--chains", 20000, "--warmup", 0, "--adapt", "none", "--draws", 1, "--steps", 10,
+    common = ["hmc", "--dim", 64, "--chains", 20000, "--warmup", 0, "--adapt", "none", "--jitter", 0, "--draws", 1, "--steps", 10,
               "--step-size", 0.25, "--seed", 9, "--init", init, "--quiet"]
     cpu, gpu = t.path("gpu_hmc_cpu.h5"), t.path("gpu_hmc_gpu.h5")
     t.run(2, *common, "--backend", "cpu", "--out", cpu)

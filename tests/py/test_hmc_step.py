@@ -47,7 +47,7 @@ def main():
         out = t.path(f"hmc_step_{dim}.h5")
         seed = 123456789012345
         extra = ["--target-args", args] if args else []
-        t.run(3, "hmc", "--dim", dim, "--chains", chains, "--warmup", 0, "--draws", 1, "--steps", steps, "--step-size", eps,
+        t.run(3, "hmc", "--dim", dim, "--chains", chains, "--warmup", 0, "--jitter", 0, "--draws", 1, "--steps", steps, "--step-size", eps,
               "--seed", seed, "--init", init, "--out", out, "--quiet", "--backend", "cpu", *extra)
         x1, accept, accept_prob, energy, lp, margin = reference(x0, seed, eps, steps, mean, scale)
         got = t.read(out, "posterior/x")[:, 0, :]

@@ -10,7 +10,7 @@ import dstest as t
 
 def hmc():
     out = t.path("stats_hmc.h5")
-    t.run(2, "hmc", "--dim", 64, "--chains", 2048, "--warmup", 100, "--adapt", "none", "--draws", 200, "--steps", 10,
+    t.run(2, "hmc", "--dim", 64, "--chains", 2048, "--warmup", 100, "--adapt", "none", "--jitter", 0, "--draws", 200, "--steps", 10,
           "--step-size", 0.1, "--seed", 7, "--out", out, "--quiet", "--backend", "cpu", timeout=900)
     x = t.read(out, "posterior/x").astype(np.float64)  # [chain, draw, dim]
     chain_means = x.mean(axis=1)
