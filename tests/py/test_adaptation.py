@@ -6,6 +6,7 @@ itself checked against ArviZ elsewhere).
 Per-chain adaptation comes within 0.1 of the target acceptance. Neal's funnel: divergences are counted, the run completes. --save-warmup writes the warmup
 groups; --jitter spreads the step sizes within their bounds."""
 import csv
+import shutil
 
 import h5py
 import numpy as np
@@ -26,6 +27,7 @@ def summary_rows(path):
 
 def diag_case(name, step, adapt, chains, warmup, draws, tolerance=0.05):
     out, ckpt = t.path(f"adapt_{name}.h5"), t.path(f"adapt_{name}.ckpt")
+    shutil.rmtree(ckpt, ignore_errors=True)  # a fresh run refuses a directory holding checkpoints
     total = warmup + draws
     t.run(2, "hmc", "--dim", D, "--target-args", SCALE_ARG, "--chains", chains, "--warmup", warmup, "--draws", draws,
           "--step-size", step, "--adapt", adapt, "--seed", 3, "--out", out, "--quiet", "--backend", "cpu",
@@ -38,7 +40,7 @@ def diag_case(name, step, adapt, chains, warmup, draws, tolerance=0.05):
 
 def main():
     for step in (1e-3, 10.0):
-        out, ckpt, total = diag_case(f"pooled_{step:g}", step, "pooled", 256, 1000, 400)
+        out, ckpt, total = diag_case(f"pooled_{step:g}", step, "pooled", 256, 1000, 1000)
         with h5py.File(f"{ckpt}/ckpt-{total}.h5") as f:
             metric = f["inv_metric"][...]
         ratio = metric / SCALES ** 2
