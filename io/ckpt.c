@@ -37,6 +37,14 @@ static uint64_t meta_hash(const ckpt_meta_t *meta) {
   return hash ^ row_hash(1, meta->config, strlen(meta->config));
 }
 
+/* The worst status over all ranks (a rank that failed keeps its own message). */
+static int agree(MPI_Comm comm, int status) {
+  int worst = status;
+  if (MPI_Allreduce(&status, &worst, 1, MPI_INT, MPI_MAX, comm) != MPI_SUCCESS) return DS_ERR_MPI;
+  if (worst != DS_OK && status == DS_OK) return ds_fail(worst, "checkpoint: another rank failed to write its part");
+  return worst;
+}
+
 static size_t dtype_size(ckpt_dtype_t dtype) { return dtype == CKPT_FLOAT64 ? 8 : 4; }
 static hid_t dtype_memory(ckpt_dtype_t dtype) { return dtype == CKPT_FLOAT64 ? H5T_NATIVE_DOUBLE : H5T_NATIVE_FLOAT; }
 static hid_t dtype_file(ckpt_dtype_t dtype) { return dtype == CKPT_FLOAT64 ? H5T_IEEE_F64LE : H5T_IEEE_F32LE; }
@@ -128,22 +136,23 @@ static int write_contents(MPI_Comm comm, int rank, hid_t file, const ckpt_meta_t
                           int n_arrays, const ckpt_global_t *globals, int n_globals, int64_t row_begin,
                           int64_t row_end) {
   const int version = CKPT_FORMAT_VERSION;
-  DS_TRY(write_attr(file, "format_version", H5T_NATIVE_INT, &version));
-  DS_TRY(write_string(file, "algorithm", meta->algorithm));
-  DS_TRY(write_attr(file, "iteration", H5T_NATIVE_INT64, &meta->iteration));
-  DS_TRY(write_attr(file, "draws_written", H5T_NATIVE_INT64, &meta->draws_written));
-  DS_TRY(write_attr(file, "n_items", H5T_NATIVE_INT64, &meta->n_items));
-  DS_TRY(write_attr(file, "dim", H5T_NATIVE_INT64, &meta->dim));
-  DS_TRY(write_attr(file, "seed", H5T_NATIVE_UINT64, &meta->seed));
-  DS_TRY(write_string(file, "target", meta->target));
-  DS_TRY(write_string(file, "run_id", meta->run_id));
-  DS_TRY(write_string(file, "config", meta->config));
   const uint64_t header_checksum = meta_hash(meta);
-  DS_TRY(write_attr(file, "meta_checksum", H5T_NATIVE_UINT64, &header_checksum));
+  int status = write_attr(file, "format_version", H5T_NATIVE_INT, &version);
+  if (status == DS_OK) status = write_string(file, "algorithm", meta->algorithm);
+  if (status == DS_OK) status = write_attr(file, "iteration", H5T_NATIVE_INT64, &meta->iteration);
+  if (status == DS_OK) status = write_attr(file, "draws_written", H5T_NATIVE_INT64, &meta->draws_written);
+  if (status == DS_OK) status = write_attr(file, "n_items", H5T_NATIVE_INT64, &meta->n_items);
+  if (status == DS_OK) status = write_attr(file, "dim", H5T_NATIVE_INT64, &meta->dim);
+  if (status == DS_OK) status = write_attr(file, "seed", H5T_NATIVE_UINT64, &meta->seed);
+  if (status == DS_OK) status = write_string(file, "target", meta->target);
+  if (status == DS_OK) status = write_string(file, "run_id", meta->run_id);
+  if (status == DS_OK) status = write_string(file, "config", meta->config);
+  if (status == DS_OK) status = write_attr(file, "meta_checksum", H5T_NATIVE_UINT64, &header_checksum);
+  /* The ranks stop together (before the next collective) if any one failed. */
+  DS_TRY(agree(comm, status));
   hid_t xfer = H5Pcreate(H5P_DATASET_XFER);
   H5_CHECK(xfer);
   H5_CHECK(H5Pset_dxpl_mpio(xfer, H5FD_MPIO_COLLECTIVE));
-  int status = DS_OK;
   for (int a = 0; a < n_arrays && status == DS_OK; ++a) {
     uint64_t checksum = 0;
     status = local_checksum(comm, &arrays[a], row_begin, row_end, &checksum);
@@ -163,6 +172,7 @@ static int write_contents(MPI_Comm comm, int rank, hid_t file, const ckpt_meta_t
     if (mem_space >= 0) H5Sclose(mem_space);
     if (dataset >= 0) H5Dclose(dataset);
     if (space >= 0) H5Sclose(space);
+    status = agree(comm, status);
   }
   for (int g = 0; g < n_globals && status == DS_OK; ++g) {
     uint64_t checksum = row_hash(0, globals[g].values, (size_t)globals[g].count * sizeof(double));
@@ -180,6 +190,7 @@ static int write_contents(MPI_Comm comm, int rank, hid_t file, const ckpt_meta_t
     if (dataset >= 0) H5Dclose(dataset);
     if (mem_space >= 0) H5Sclose(mem_space);
     if (space >= 0) H5Sclose(space);
+    status = agree(comm, status);
   }
   H5Pclose(xfer);
   return status;

@@ -216,40 +216,65 @@ int h5out_add_group(h5out_t *f, const char *name, int64_t n_chains, int64_t dim,
 }
 
 
+/* The worst status over the file's ranks, so all of them stop together before the next
+ * collective call when any one failed. */
+static int h5out_agree(h5out_t *f, int status) {
+  int worst = status;
+  if (MPI_Allreduce(&status, &worst, 1, MPI_INT, MPI_MAX, f->comm) != MPI_SUCCESS) return DS_ERR_MPI;
+  if (worst != DS_OK && status == DS_OK) return ds_fail(worst, "output %s: another rank failed writing it", f->path);
+  return worst;
+}
+
+/* This rank's selections for variable v: its box, or none. Local, no communication. */
+static int select_box(const h5out_group_t *g, int v, int64_t chain_begin, int64_t chain_count, int64_t draw_begin,
+                      int64_t draw_count, hid_t *file_space, hid_t *mem_space) {
+  const int empty = chain_count <= 0 || draw_count <= 0;
+  const int rank = g->vars[v].has_dim ? 3 : 2;
+  hsize_t start[3] = {(hsize_t)chain_begin, (hsize_t)draw_begin, 0};
+  hsize_t count[3] = {(hsize_t)chain_count, (hsize_t)draw_count, (hsize_t)g->dim};
+  *file_space = H5Dget_space(g->datasets[v]);
+  H5_CHECK(*file_space);
+  hsize_t elements = empty ? 1 : (hsize_t)chain_count * (hsize_t)draw_count * (rank == 3 ? (hsize_t)g->dim : 1);
+  *mem_space = H5Screate_simple(1, &elements, NULL);
+  H5_CHECK(*mem_space);
+  if (empty) {
+    H5_CHECK(H5Sselect_none(*file_space));
+    H5_CHECK(H5Sselect_none(*mem_space));
+  } else {
+    H5_CHECK(H5Sselect_hyperslab(*file_space, H5S_SELECT_SET, start, NULL, count, NULL));
+  }
+  return DS_OK;
+}
+
 int h5out_write(h5out_t *f, int group_id, int64_t total_draws, int64_t chain_begin, int64_t chain_count,
                 int64_t draw_begin, int64_t draw_count, const void *const *data) {
   h5out_group_t *g = &f->groups[group_id];
   if (total_draws > g->n_draws) {
-    for (int v = 0; v < g->n_vars; ++v) {
+    int status = DS_OK;
+    for (int v = 0; v < g->n_vars && status == DS_OK; ++v) {
       hsize_t dims[3] = {(hsize_t)g->n_chains, (hsize_t)total_draws, (hsize_t)g->dim};
-      H5_CHECK(H5Dset_extent(g->datasets[v], dims));
+      if (H5Dset_extent(g->datasets[v], dims) < 0) status = h5_fail(__FILE__, __LINE__, "H5Dset_extent");
     }
     hsize_t draws = (hsize_t)total_draws;
-    H5_CHECK(H5Dset_extent(g->draw_scale, &draws));
-    DS_TRY(write_index_range(f, g->draw_scale, g->n_draws, total_draws - g->n_draws));
+    if (status == DS_OK && H5Dset_extent(g->draw_scale, &draws) < 0) status = h5_fail(__FILE__, __LINE__, "H5Dset_extent");
+    DS_TRY(h5out_agree(f, status));
+    DS_TRY(h5out_agree(f, write_index_range(f, g->draw_scale, g->n_draws, total_draws - g->n_draws)));
     g->n_draws = total_draws;
   }
   const int empty = chain_count <= 0 || draw_count <= 0;
   for (int v = 0; v < g->n_vars; ++v) {
-    const int rank = g->vars[v].has_dim ? 3 : 2;
-    hsize_t start[3] = {(hsize_t)chain_begin, (hsize_t)draw_begin, 0};
-    hsize_t count[3] = {(hsize_t)chain_count, (hsize_t)draw_count, (hsize_t)g->dim};
-    hid_t file_space = H5Dget_space(g->datasets[v]);
-    H5_CHECK(file_space);
-    hsize_t elements = empty ? 1 : (hsize_t)chain_count * (hsize_t)draw_count * (rank == 3 ? (hsize_t)g->dim : 1);
-    hid_t mem_space = H5Screate_simple(1, &elements, NULL);
-    H5_CHECK(mem_space);
-    if (empty) {
-      H5_CHECK(H5Sselect_none(file_space));
-      H5_CHECK(H5Sselect_none(mem_space));
-    } else {
-      H5_CHECK(H5Sselect_hyperslab(file_space, H5S_SELECT_SET, start, NULL, count, NULL));
-    }
+    hid_t file_space = H5I_INVALID_HID, mem_space = H5I_INVALID_HID;
+    int status = h5out_agree(f, select_box(g, v, chain_begin, chain_count, draw_begin, draw_count, &file_space,
+                                           &mem_space));
     static const int64_t placeholder[1] = {0};
     const void *buffer = empty ? (const void *)placeholder : data[v];
-    H5_CHECK(H5Dwrite(g->datasets[v], memory_type(f, g->vars[v].dtype), mem_space, file_space, f->xfer, buffer));
-    H5Sclose(mem_space);
-    H5Sclose(file_space);
+    /* Every rank calls the collective write, or (after a failure anywhere) none does. */
+    if (status == DS_OK && H5Dwrite(g->datasets[v], memory_type(f, g->vars[v].dtype), mem_space, file_space, f->xfer,
+                                    buffer) < 0)
+      status = h5_fail(__FILE__, __LINE__, "H5Dwrite");
+    if (mem_space >= 0) H5Sclose(mem_space);
+    if (file_space >= 0) H5Sclose(file_space);
+    DS_TRY(h5out_agree(f, status));
   }
   return DS_OK;
 }
