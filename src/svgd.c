@@ -99,7 +99,10 @@ static int svgd_write_output(run_ctx_t *run, svgd_state_t *s) {
   status = comm_agree(run->comm, status);
 
   h5out_t *out = NULL;
-  if (status == DS_OK) status = run_open_output(run, &out);
+  if (status == DS_OK) {
+    status = run_open_output(run, &out);
+    if (status != DS_OK && out) h5out_close(out); /* created, then failed: close it before MPI ends */
+  }
   if (status == DS_OK) {
     /* Particles are one chain of n draws: this rank's particles are draws [begin, end). */
     const h5out_var_t posterior[] = {{run->target->var_name, H5OUT_FLOAT32, 1}};
