@@ -26,7 +26,7 @@ typedef struct hmc_host {
   float *inv_metric;
   float *accept, *energy;        /* this iteration's statistics */
   uint8_t *diverging;
-  double divergences;            /* over the whole run so far */
+  double divergences[2];         /* divergent transitions so far: in warmup, in sampling */
 } hmc_host_t;
 
 /* One phase's output (warmup or sampling): its groups and a block of buffered draws. */
@@ -230,7 +230,7 @@ static void ckpt_items(hmc_host_t *h, adapt_t *adapt, int64_t dim, hmc_ckpt_item
   items->arrays[2] = (ckpt_array_t){"grad", CKPT_FLOAT32, dim, h->grad};
   items->arrays[3] = (ckpt_array_t){"step_size", CKPT_FLOAT32, 1, h->step_nominal};
   items->arrays[4] = (ckpt_array_t){"inv_metric", CKPT_FLOAT32, dim, h->inv_metric};
-  items->globals[0] = (ckpt_global_t){"divergences", 1, &h->divergences};
+  items->globals[0] = (ckpt_global_t){"divergences", 2, h->divergences};
   int n_arrays = 0, n_globals = 0;
   if (adapt) adapt_checkpoint_items(adapt, items->arrays + 5, &n_arrays, items->globals + 1, &n_globals);
   items->n_arrays = 5 + n_arrays;
@@ -376,11 +376,11 @@ int hmc_run(run_ctx_t *run) {
     }
     status = comm_allreduce_sum_double(run->comm, sums, 4);
     if (status != DS_OK) break;
-    h.divergences += sums[1];
+    h.divergences[in_warmup ? 0 : 1] += sums[1];
     char detail[160];
     const double chains = (double)config_items(cfg);
     snprintf(detail, sizeof detail, "accept %.3f  step %.3g  divergences %.0f", sums[0] / chains, sums[2] / chains,
-             h.divergences);
+             h.divergences[in_warmup ? 0 : 1]);
     progress_update(&run->progress, in_warmup ? "warmup" : "sampling", it + 1, detail);
 
     const int64_t completed = it + 1;
@@ -412,8 +412,9 @@ int hmc_run(run_ctx_t *run) {
   if (status == DS_OK && stopped) status = DS_INTERRUPTED;
   if (status == DS_OK) {
     char what[CONFIG_PATH_MAX + 256];
-    snprintf(what, sizeof what, "hmc: %lld draws of %lld chains written to %s (%.0f divergences)",
-             (long long)cfg->draws, (long long)config_items(cfg), cfg->out, h.divergences);
+    snprintf(what, sizeof what, "hmc: %lld draws of %lld chains written to %s (%.0f divergent draws; %.0f divergent "
+             "transitions in warmup)", (long long)cfg->draws, (long long)config_items(cfg), cfg->out, h.divergences[1],
+             h.divergences[0]);
     progress_finish(&run->progress, what);
     if (!cfg->quiet && cfg->draws >= 4)
       status = summary_print_file(run->comm, cfg->out, run->comm->rank == 0 ? stdout : NULL, 20);
