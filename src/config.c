@@ -182,8 +182,11 @@ static void print_help(FILE *out, algorithm_t algorithm) {
     fprintf(out,
             "usage: dsampler <command> [options]\n\n"
             "commands:\n"
-            "  hmc     Hamiltonian Monte Carlo over many chains\n"
-            "  svgd    Stein variational gradient descent over many particles\n\n"
+            "  hmc      Hamiltonian Monte Carlo over many chains\n"
+            "  svgd     Stein variational gradient descent over many particles\n"
+            "  resume   continue a run from its checkpoints: dsampler resume DIR|FILE [options]\n"
+            "  summary  mean, sd, MCSE, quantiles, R-hat and ESS of an output: dsampler summary FILE\n"
+            "  targets  the built-in targets and their parameters\n\n"
             "run under mpirun/srun to spread the chains or particles over ranks;\n"
             "`dsampler <command> --help` lists the command's options.\n");
     return;
