@@ -17,6 +17,8 @@
 /* Host memory for buffered draws, per rank and phase, before a collective write; the
  * environment variable DSAMPLER_DRAW_BUFFER_BYTES overrides it. */
 #define HMC_DRAW_BUFFER_BYTES ((size_t)64 << 20)
+/* Above this many values (chains x draws x dim) a run does not print the summary itself. */
+#define HMC_SUMMARY_MAX_VALUES 2.5e7
 
 /* Host copies of the chains' state and of one iteration's statistics. */
 typedef struct hmc_host {
@@ -416,8 +418,14 @@ int hmc_run(run_ctx_t *run) {
              "transitions in warmup)", (long long)cfg->draws, (long long)config_items(cfg), cfg->out, h.divergences[1],
              h.divergences[0]);
     progress_finish(&run->progress, what);
-    if (!cfg->quiet && cfg->draws >= 4)
+    /* The closing table, unless the draws are too many to summarise in a few seconds (ranking
+     * and FFTs over every draw of every parameter): then say how to get it. */
+    const double values = (double)config_items(cfg) * (double)cfg->draws * (double)dim;
+    if (!cfg->quiet && cfg->draws >= 4 && values <= HMC_SUMMARY_MAX_VALUES)
       status = summary_print_file(run->comm, cfg->out, run->comm->rank == 0 ? stdout : NULL, 20);
+    else if (!cfg->quiet && cfg->draws >= 4 && run->comm->rank == 0)
+      printf("%.3g draws x parameters: for R-hat, ESS and MCSE run `dsampler summary %s` (in parallel under "
+             "mpirun)\n", values, cfg->out);
   }
   device_free(b, &m);
   host_free(&h);
