@@ -21,9 +21,11 @@ struct adapt {
   int64_t init_buffer, term_buffer, base_window; /* the window schedule */
   double scalars[SC_COUNT];
   double *dual;            /* per chain: [rows, DA_FIELDS]; pooled: scalars + SC_POOLED_DA */
-  double *mean, *m2;       /* per chain Welford [rows, dim] */
-  exact_sum_t *sum_x, *sum_x2; /* pooled [dim] */
-  double *pooled_digits;   /* checkpoint copy of the pooled totals: [2, dim, EXACT_DIGITS] */
+  /* The window's estimate, per chain [rows, dim]: Welford's mean and M2 (per-chain mode), or
+   * the plain sums of x and x^2 over the window's iterations, in iteration order (pooled mode:
+   * combined over chains exactly at the window's end, so any rank split gives the same bits). */
+  double *mean, *m2;
+  exact_sum_t *sum_x, *sum_x2; /* pooled [dim]: the exact totals at a window's end */
   float *metric_scratch;   /* [dim] */
 };
 
@@ -77,7 +79,7 @@ int adapt_create(adapt_t **out, comm_ctx_t *comm, const adapt_settings_t *settin
     return DS_FAIL_ALLOC("adaptation state", (size_t)rows * DA_FIELDS * sizeof(double));
   }
   for (int64_t c = 0; c < (pooled ? 1 : rows); ++c) dual_restart(a->dual + c * DA_FIELDS, settings->initial_step);
-  if (a->s.diag_metric && !pooled) {
+  if (a->s.diag_metric) {
     a->mean = calloc((size_t)(rows * dim + 1), sizeof(double));
     a->m2 = calloc((size_t)(rows * dim + 1), sizeof(double));
     if (!a->mean || !a->m2) {
@@ -88,8 +90,7 @@ int adapt_create(adapt_t **out, comm_ctx_t *comm, const adapt_settings_t *settin
   if (a->s.diag_metric && pooled) {
     a->sum_x = calloc((size_t)dim, sizeof(exact_sum_t));
     a->sum_x2 = calloc((size_t)dim, sizeof(exact_sum_t));
-    a->pooled_digits = calloc((size_t)(2 * dim * EXACT_DIGITS), sizeof(double));
-    if (!a->sum_x || !a->sum_x2 || !a->pooled_digits) {
+    if (!a->sum_x || !a->sum_x2) {
       adapt_free(a);
       return DS_FAIL_ALLOC("metric totals", (size_t)dim * 2 * sizeof(exact_sum_t));
     }
@@ -105,7 +106,6 @@ void adapt_free(adapt_t *a) {
   free(a->m2);
   free(a->sum_x);
   free(a->sum_x2);
-  free(a->pooled_digits);
   free(a->metric_scratch);
   free(a);
 }
@@ -133,20 +133,18 @@ static void next_window(adapt_t *a) {
 
 /* Adds this iteration's positions to the window's estimate. */
 static int add_sample(adapt_t *a, const float *q) {
-  const int64_t rows = a->s.rows, dim = a->s.dim;
+  const int64_t count = a->s.rows * a->s.dim;
   a->scalars[SC_WINDOW_SAMPLES] += 1.0;
   if (a->s.mode == ADAPT_POOLED) {
-    for (int64_t c = 0; c < rows; ++c)
-      for (int64_t k = 0; k < dim; ++k) {
-        double x = q[c * dim + k];
-        if (exact_sum_add(&a->sum_x[k], x) != 0 || exact_sum_add(&a->sum_x2[k], x * x) != 0)
-          return ds_fail(DS_ERR_TARGET, "adaptation: chain %lld has position %g in dimension %lld, out of range",
-                         (long long)c, x, (long long)k);
-      }
+    for (int64_t e = 0; e < count; ++e) {
+      const double x = q[e];
+      a->mean[e] += x;
+      a->m2[e] += x * x;
+    }
     return DS_OK;
   }
   const double n = a->scalars[SC_WINDOW_SAMPLES];
-  for (int64_t e = 0; e < rows * dim; ++e) {
+  for (int64_t e = 0; e < count; ++e) {
     double delta = (double)q[e] - a->mean[e];
     a->mean[e] += delta / n;
     a->m2[e] += delta * ((double)q[e] - a->mean[e]);
@@ -159,6 +157,17 @@ static int end_window(adapt_t *a, float *inv_metric) {
   const int64_t rows = a->s.rows, dim = a->s.dim;
   const double n_chain = a->scalars[SC_WINDOW_SAMPLES];
   if (a->s.mode == ADAPT_POOLED) {
+    /* Each chain's sums in iteration order, then exactly over chains and ranks. */
+    int status = DS_OK;
+    for (int64_t c = 0; c < rows && status == DS_OK; ++c)
+      for (int64_t k = 0; k < dim; ++k)
+        if (exact_sum_add(&a->sum_x[k], a->mean[c * dim + k]) != 0 ||
+            exact_sum_add(&a->sum_x2[k], a->m2[c * dim + k]) != 0) {
+          status = ds_fail(DS_ERR_TARGET, "adaptation: chain %lld's positions in dimension %lld are out of range "
+                                          "(sum %g)", (long long)c, (long long)k, a->mean[c * dim + k]);
+          break;
+        }
+    DS_TRY(comm_agree(a->comm, status));
     DS_TRY(exact_sum_allreduce(a->comm, a->sum_x, dim));
     DS_TRY(exact_sum_allreduce(a->comm, a->sum_x2, dim));
     const double n = n_chain * (double)a->s.chains_total;
@@ -171,6 +180,8 @@ static int end_window(adapt_t *a, float *inv_metric) {
       exact_sum_clear(&a->sum_x2[k]);
     }
     for (int64_t c = 0; c < rows; ++c) memcpy(inv_metric + c * dim, a->metric_scratch, (size_t)dim * sizeof(float));
+    memset(a->mean, 0, (size_t)(rows * dim) * sizeof(double));
+    memset(a->m2, 0, (size_t)(rows * dim) * sizeof(double));
   } else {
     const double n = n_chain;
     for (int64_t e = 0; e < rows * dim; ++e) {
@@ -237,40 +248,10 @@ int adapt_checkpoint_items(adapt_t *a, ckpt_array_t *arrays, int *n_arrays, ckpt
   *n_arrays = 0;
   *n_globals = 0;
   globals[(*n_globals)++] = (ckpt_global_t){"adapt_scalars", SC_COUNT, a->scalars};
-  if (a->s.mode == ADAPT_PER_CHAIN) {
-    arrays[(*n_arrays)++] = (ckpt_array_t){"adapt_dual", CKPT_FLOAT64, DA_FIELDS, a->dual};
-    if (a->mean) {
-      arrays[(*n_arrays)++] = (ckpt_array_t){"adapt_mean", CKPT_FLOAT64, a->s.dim, a->mean};
-      arrays[(*n_arrays)++] = (ckpt_array_t){"adapt_m2", CKPT_FLOAT64, a->s.dim, a->m2};
-    }
+  if (a->s.mode == ADAPT_PER_CHAIN) arrays[(*n_arrays)++] = (ckpt_array_t){"adapt_dual", CKPT_FLOAT64, DA_FIELDS, a->dual};
+  if (a->mean) {
+    arrays[(*n_arrays)++] = (ckpt_array_t){"adapt_mean", CKPT_FLOAT64, a->s.dim, a->mean};
+    arrays[(*n_arrays)++] = (ckpt_array_t){"adapt_m2", CKPT_FLOAT64, a->s.dim, a->m2};
   }
-  if (a->pooled_digits)
-    globals[(*n_globals)++] = (ckpt_global_t){"adapt_pooled_sums", 2 * a->s.dim * EXACT_DIGITS, a->pooled_digits};
   return DS_OK;
-}
-
-int adapt_prepare_checkpoint(adapt_t *a) {
-  if (!a->pooled_digits) return DS_OK;
-  const int64_t dim = a->s.dim;
-  exact_sum_t *copy = malloc((size_t)(2 * dim) * sizeof *copy);
-  if (!copy) return DS_FAIL_ALLOC("metric totals", (size_t)(2 * dim) * sizeof *copy);
-  memcpy(copy, a->sum_x, (size_t)dim * sizeof *copy);
-  memcpy(copy + dim, a->sum_x2, (size_t)dim * sizeof *copy);
-  int status = exact_sum_allreduce(a->comm, copy, 2 * dim);
-  for (int64_t i = 0; status == DS_OK && i < 2 * dim; ++i)
-    for (int d = 0; d < EXACT_DIGITS; ++d) a->pooled_digits[i * EXACT_DIGITS + d] = (double)copy[i].digit[d];
-  free(copy);
-  return status;
-}
-
-void adapt_restored(adapt_t *a) {
-  if (!a->pooled_digits) return;
-  /* The global totals go to rank 0 alone, so the ranks' totals still add up to them. */
-  const int64_t dim = a->s.dim;
-  for (int64_t i = 0; i < 2 * dim; ++i) {
-    exact_sum_t *sum = i < dim ? &a->sum_x[i] : &a->sum_x2[i - dim];
-    exact_sum_clear(sum);
-    if (a->comm->rank == 0)
-      for (int d = 0; d < EXACT_DIGITS; ++d) sum->digit[d] = (int64_t)a->pooled_digits[i * EXACT_DIGITS + d];
-  }
 }

@@ -2,8 +2,8 @@
  * 0.05, kappa 0.75, t0 10, mu = log(10 eps), restarted at each metric update) and a windowed
  * diagonal metric (75 / 25 doubling / 50 iterations, 15/75/10 % for short warmups; Welford
  * variance with Stan's shrinkage n/(n+5) var + 1e-3 * 5/(n+5)). Per chain, or pooled over all
- * chains of all ranks; pooled totals are exact sums, so the result is the same bits on any
- * rank count. Runs on the host for either backend. */
+ * chains of all ranks; pooled totals over chains are exact sums, so the result is the same bits
+ * on any rank count. Runs on the host for either backend. */
 #ifndef DSAMPLER_ADAPT_H
 #define DSAMPLER_ADAPT_H
 
@@ -35,11 +35,8 @@ void adapt_free(adapt_t *a);
 int adapt_after_iteration(adapt_t *a, int64_t iteration, const float *accept, const float *q, float *step_size,
                           float *inv_metric, int *metric_changed);
 
-/* The adaptation's state for a checkpoint: arrays (per-chain rows) and globals. The pointers
- * stay valid until adapt_free. adapt_prepare_checkpoint makes pooled totals global first
- * (collective); adapt_restored reinstates them after ckpt_read. */
+/* The adaptation's state for a checkpoint: arrays (per-chain rows) and globals, read back in
+ * place by ckpt_read. The pointers stay valid until adapt_free. */
 int adapt_checkpoint_items(adapt_t *a, ckpt_array_t *arrays, int *n_arrays, ckpt_global_t *globals, int *n_globals);
-int adapt_prepare_checkpoint(adapt_t *a);
-void adapt_restored(adapt_t *a);
 
 #endif

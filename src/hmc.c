@@ -317,7 +317,6 @@ int hmc_run(run_ctx_t *run) {
                          items.n_globals, run->item_begin, run->item_end, config_items(cfg));
       status = comm_agree(run->comm, status == DS_OK ? DS_OK : DS_ERR_CHECKPOINT);
     }
-    if (status == DS_OK && adapt) adapt_restored(adapt);
     if (status == DS_OK) status = comm_agree(run->comm, state_upload(b, &m, &h, rows, dim));
     first_iteration = run->resume_meta->iteration;
   } else if (status == DS_OK) {
@@ -396,7 +395,6 @@ int hmc_run(run_ctx_t *run) {
         status = comm_agree(run->comm, phase_flush(run, out, &sampling, rows, dim));
       if (status == DS_OK) status = comm_agree(run->comm, h5out_flush(out));
       if (status == DS_OK) status = comm_agree(run->comm, state_download(b, &m, &h, rows, dim));
-      if (status == DS_OK && adapt) status = comm_agree(run->comm, adapt_prepare_checkpoint(adapt));
       ckpt_meta_t meta;
       if (status == DS_OK) status = run_checkpoint_meta(run, completed, sampling.first_draw, &meta);
       if (status == DS_OK)
