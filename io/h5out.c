@@ -162,8 +162,8 @@ static hid_t memory_type(const h5out_t *f, h5out_dtype_t dtype) {
   return dtype == H5OUT_FLOAT32 ? H5T_NATIVE_FLOAT : dtype == H5OUT_INT32 ? H5T_NATIVE_INT32 : f->bool_type;
 }
 
-int h5out_add_group(h5out_t *f, const char *name, int64_t n_chains, int64_t dim, const h5out_var_t *vars,
-                    int n_vars, int *group_id) {
+int h5out_add_group(h5out_t *f, const char *name, int64_t n_chains, int64_t dim, int64_t draws_per_write,
+                    const h5out_var_t *vars, int n_vars, int *group_id) {
   if (f->n_groups >= H5OUT_MAX_GROUPS || n_vars > H5OUT_MAX_VARS)
     return ds_fail(DS_ERR_INTERNAL, "h5out: too many groups or variables");
   h5out_group_t *g = &f->groups[f->n_groups];
@@ -191,10 +191,13 @@ int h5out_add_group(h5out_t *f, const char *name, int64_t n_chains, int64_t dim,
     hsize_t dims[3] = {(hsize_t)n_chains, 0, (hsize_t)dim};
     hsize_t max_dims[3] = {(hsize_t)n_chains, H5S_UNLIMITED, (hsize_t)dim};
     hsize_t trailing = vars[v].has_dim ? (hsize_t)dim : 1;
-    hsize_t chunk_chains = n_chains < 64 ? (hsize_t)n_chains : 64;
-    hsize_t chunk_draws = H5OUT_CHUNK_ELEMENTS / (chunk_chains * trailing);
-    if (chunk_draws < 1) chunk_draws = 1;
-    if (chunk_draws > 4096) chunk_draws = 4096;
+    /* Chunks span exactly the draws of one write, so each write fills whole chunks (no
+     * read-modify-write of partly written chunks) and no space is allocated for draws never
+     * written; chains fill the chunk up to about 1 MiB. */
+    hsize_t chunk_draws = draws_per_write < 1 ? 1 : draws_per_write > 4096 ? 4096 : (hsize_t)draws_per_write;
+    hsize_t chunk_chains = H5OUT_CHUNK_ELEMENTS / (chunk_draws * trailing);
+    if (chunk_chains < 1) chunk_chains = 1;
+    if (chunk_chains > (hsize_t)n_chains) chunk_chains = (hsize_t)n_chains;
     hsize_t chunk[3] = {chunk_chains, chunk_draws, (hsize_t)dim};
     hid_t space = H5Screate_simple(rank, dims, max_dims);
     H5_CHECK(space);

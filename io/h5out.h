@@ -27,8 +27,9 @@ typedef struct h5out h5out_t;
  * inference_library and inference_library_version. */
 int h5out_create(h5out_t **out, MPI_Comm comm, const char *path, const h5out_attr_t *attrs, int n_attrs);
 /* Adds a group of n_vars variables with n_chains chains, 0 draws (they grow with writes),
- * and trailing axis `dim` for variables that have it. */
-int h5out_add_group(h5out_t *f, const char *name, int64_t n_chains, int64_t dim,
+ * and trailing axis `dim` for variables that have it. draws_per_write: how many draws each
+ * write will add (the same on every rank); the chunks are shaped for it. */
+int h5out_add_group(h5out_t *f, const char *name, int64_t n_chains, int64_t dim, int64_t draws_per_write,
                     const h5out_var_t *vars, int n_vars, int *group_id);
 /* Grows the group to `total_draws` draws if it has fewer, then writes, for each variable v,
  * data[v] laid out [chain_count, draw_count(, dim)] into chains [chain_begin, +chain_count)

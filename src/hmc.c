@@ -247,13 +247,16 @@ static int open_output(run_ctx_t *run, h5out_t **out, hmc_phase_out_t *warmup, h
   int status;
   if (!run->resume_path) {
     DS_TRY(run_open_output(run, out));
-    status = h5out_add_group(*out, "posterior", chains, dim, posterior, 1, &sampling->g_posterior);
-    if (status == DS_OK) status = h5out_add_group(*out, "sample_stats", chains, dim, hmc_stats_vars, HMC_N_STATS,
-                                                  &sampling->g_stats);
+    status = h5out_add_group(*out, "posterior", chains, dim, sampling->capacity, posterior, 1, &sampling->g_posterior);
+    if (status == DS_OK)
+      status = h5out_add_group(*out, "sample_stats", chains, dim, sampling->capacity, hmc_stats_vars, HMC_N_STATS,
+                               &sampling->g_stats);
     if (status == DS_OK && cfg->save_warmup)
-      status = h5out_add_group(*out, "warmup_posterior", chains, dim, posterior, 1, &warmup->g_posterior);
+      status = h5out_add_group(*out, "warmup_posterior", chains, dim, warmup->capacity, posterior, 1,
+                               &warmup->g_posterior);
     if (status == DS_OK && cfg->save_warmup)
-      status = h5out_add_group(*out, "warmup_sample_stats", chains, dim, hmc_stats_vars, HMC_N_STATS, &warmup->g_stats);
+      status = h5out_add_group(*out, "warmup_sample_stats", chains, dim, warmup->capacity, hmc_stats_vars,
+                               HMC_N_STATS, &warmup->g_stats);
     return comm_agree(run->comm, status);
   }
   DS_TRY(run_reopen_output(run, out));
