@@ -132,7 +132,7 @@ static void next_window(adapt_t *a) {
 }
 
 /* Adds this iteration's positions to the window's estimate. */
-static int add_sample(adapt_t *a, const float *q) {
+static void add_sample(adapt_t *a, const float *q) {
   const int64_t count = a->s.rows * a->s.dim;
   a->scalars[SC_WINDOW_SAMPLES] += 1.0;
   if (a->s.mode == ADAPT_POOLED) {
@@ -141,7 +141,7 @@ static int add_sample(adapt_t *a, const float *q) {
       a->mean[e] += x;
       a->m2[e] += x * x;
     }
-    return DS_OK;
+    return;
   }
   const double n = a->scalars[SC_WINDOW_SAMPLES];
   for (int64_t e = 0; e < count; ++e) {
@@ -149,7 +149,6 @@ static int add_sample(adapt_t *a, const float *q) {
     a->mean[e] += delta / n;
     a->m2[e] += delta * ((double)q[e] - a->mean[e]);
   }
-  return DS_OK;
 }
 
 /* Ends a window: the regularised variances become the inverse metric; the estimate restarts. */
@@ -218,10 +217,8 @@ int adapt_after_iteration(adapt_t *a, int64_t iteration, const float *accept, co
   /* 2. The metric, in Stan's windows; a new metric restarts the step size's averaging. */
   if (a->s.diag_metric) {
     const int64_t window_counter = (int64_t)a->scalars[SC_WINDOW_COUNTER];
-    int status = in_window(a, window_counter) ? add_sample(a, q) : DS_OK;
-    /* Pooled: a window's end is collective, so every rank learns of any rank's failure first. */
-    if (pooled) status = comm_agree(a->comm, status);
-    if (status != DS_OK) return status;
+    /* Adding a sample is local and cannot fail; end_window agrees before its collectives. */
+    if (in_window(a, window_counter)) add_sample(a, q);
     if (window_ends(a, window_counter)) {
       next_window(a);
       DS_TRY(end_window(a, inv_metric));
