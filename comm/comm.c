@@ -40,7 +40,9 @@ int comm_init(comm_ctx_t *ctx, int *argc, char ***argv) {
   ctx->device = -1;
   int initialized = 0;
   MPI_CHECK(MPI_Initialized(&initialized));
-  if (!initialized) MPI_CHECK(MPI_Init(argc, argv));
+  /* Threads: the output's writer runs its collectives beside the sampler's (draw_writer.h). */
+  int provided = MPI_THREAD_SINGLE;
+  if (!initialized) MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided));
   MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &ctx->world));
   /* Errors come back as codes, so every failure is reported where it happens. */
   MPI_CHECK(MPI_Comm_set_errhandler(ctx->world, MPI_ERRORS_RETURN));

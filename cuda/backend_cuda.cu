@@ -28,6 +28,10 @@ struct cuda_impl {
   size_t hmc_work_bytes;
   void *stage;                  /* pinned host staging for targets with a host gradient only */
   size_t stage_bytes;
+  void *sums_dev, *sums_host;   /* exact sums' digits (device, pinned), grow-only */
+  size_t sums_dev_bytes, sums_host_bytes;
+  void *center_dev;             /* column_sums' centre, grow-only */
+  size_t center_bytes;
 };
 
 cuda_impl *impl_of(backend_t *b) { return static_cast<cuda_impl *>(b->impl); }
@@ -189,6 +193,90 @@ int cuda_hmc_transition(backend_t *b, const dsampler_target *t, hmc_batch_t *bat
   return hmc_launch_finish(batch, q_work, p_work, grad_work, logp_work, uniform, h0, impl->stream);
 }
 
+/* Device digits -> exact sums: digits[k * EXACT_DIGITS + d]. */
+void digits_to_sums(const unsigned long long *digits, int64_t count, int64_t additions, exact_sum_t *sums) {
+  for (int64_t k = 0; k < count; ++k) {
+    for (int d = 0; d < EXACT_DIGITS; ++d) sums[k].digit[d] = (int64_t)digits[k * EXACT_DIGITS + d];
+    sums[k].pending = additions;
+  }
+}
+
+int ensure_sums(cuda_impl *impl, size_t count) {
+  const size_t bytes = count * sizeof(unsigned long long);
+  DS_TRY(ensure_device(&impl->sums_dev, &impl->sums_dev_bytes, bytes, "exact sums"));
+  return ensure_pinned(&impl->sums_host, &impl->sums_host_bytes, bytes);
+}
+
+int cuda_hmc_stats(backend_t *b, const hmc_batch_t *batch, hmc_stats_t *stats) {
+  cuda_impl *impl = impl_of(b);
+  const size_t count = 2 * EXACT_DIGITS + 2;
+  DS_TRY(ensure_sums(impl, count));
+  unsigned long long *totals = static_cast<unsigned long long *>(impl->sums_dev);
+  DS_TRY(hmc_launch_stats(batch, totals, impl->sm_count, impl->stream));
+  unsigned long long *host = static_cast<unsigned long long *>(impl->sums_host);
+  DS_TRY(cuda_download(b, host, totals, count * sizeof *host));
+  digits_to_sums(host, 1, batch->n_chains, &stats->accept);
+  digits_to_sums(host + EXACT_DIGITS, 1, batch->n_chains, &stats->step);
+  stats->divergent = (int64_t)host[2 * EXACT_DIGITS];
+  if (host[2 * EXACT_DIGITS + 1]) return ds_fail(DS_ERR_TARGET, "HMC: a step size is not finite (adaptation diverged?)");
+  return DS_OK;
+}
+
+int cuda_hmc_record_draw(backend_t *b, const hmc_batch_t *batch, hmc_draw_block_t *block, int64_t slot) {
+  return hmc_launch_record_draw(batch, block, slot, impl_of(b)->stream);
+}
+
+int cuda_fill(backend_t *b, float *dst, float value, int64_t count) {
+  return launch_fill(dst, value, count, impl_of(b)->stream);
+}
+
+int cuda_column_sums(backend_t *b, const float *values, int64_t rows, int64_t cols, const double *center,
+                     exact_sum_t *sums) {
+  cuda_impl *impl = impl_of(b);
+  const size_t count = (size_t)cols * EXACT_DIGITS + 1;
+  DS_TRY(ensure_sums(impl, count));
+  const double *center_dev = NULL;
+  if (center) {
+    DS_TRY(ensure_device(&impl->center_dev, &impl->center_bytes, (size_t)cols * sizeof(double), "column centres"));
+    DS_TRY(cuda_upload(b, impl->center_dev, center, (size_t)cols * sizeof(double)));
+    center_dev = static_cast<const double *>(impl->center_dev);
+  }
+  unsigned long long *totals = static_cast<unsigned long long *>(impl->sums_dev);
+  DS_TRY(launch_column_sums(values, rows, cols, center_dev, totals, impl->stream));
+  unsigned long long *host = static_cast<unsigned long long *>(impl->sums_host);
+  DS_TRY(cuda_download(b, host, totals, count * sizeof *host));
+  digits_to_sums(host, cols, rows, sums);
+  if (host[(size_t)cols * EXACT_DIGITS])
+    return ds_fail(DS_ERR_TARGET, "a chain's position or moment is out of range (not finite or > 1e111)");
+  return DS_OK;
+}
+
+int cuda_dual_average(backend_t *b, double *state, const float *accept, float *step_out, int64_t rows,
+                      const dual_average_step_t *step) {
+  return launch_dual_average(state, accept, step_out, rows, step, impl_of(b)->stream);
+}
+
+int cuda_moments_to_metric(backend_t *b, float *mean, float *m2, int64_t count, double n, float *inv_metric) {
+  return launch_moments_to_metric(mean, m2, count, n, inv_metric, impl_of(b)->stream);
+}
+
+int cuda_alloc_host(backend_t *b, void **ptr, size_t bytes) {
+  (void)b;
+  *ptr = NULL;
+  if (bytes == 0) return DS_OK;
+  if (cudaMallocHost(ptr, bytes) != cudaSuccess) {
+    (void)cudaGetLastError();
+    *ptr = NULL;
+    return DS_FAIL_ALLOC("pinned host memory", bytes);
+  }
+  return DS_OK;
+}
+
+void cuda_release_host(backend_t *b, void *ptr) {
+  (void)b;
+  if (ptr) CUDA_CHECK_NORETURN(cudaFreeHost(ptr));
+}
+
 void cuda_destroy(backend_t *b) {
   cuda_impl *impl = impl_of(b);
   if (impl) {
@@ -198,6 +286,9 @@ void cuda_destroy(backend_t *b) {
     if (impl->phi_scratch) CUDA_CHECK_NORETURN(cudaFree(impl->phi_scratch));
     if (impl->hmc_work) CUDA_CHECK_NORETURN(cudaFree(impl->hmc_work));
     if (impl->stage) CUDA_CHECK_NORETURN(cudaFreeHost(impl->stage));
+    if (impl->sums_dev) CUDA_CHECK_NORETURN(cudaFree(impl->sums_dev));
+    if (impl->sums_host) CUDA_CHECK_NORETURN(cudaFreeHost(impl->sums_host));
+    if (impl->center_dev) CUDA_CHECK_NORETURN(cudaFree(impl->center_dev));
     if (impl->cublas) {
       cublasStatus_t status = cublasDestroy(impl->cublas);
       if (status != CUBLAS_STATUS_SUCCESS)
@@ -250,6 +341,14 @@ extern "C" int backend_cuda_create(int device, backend_t **out) {
   b->svgd_phi = cuda_svgd_phi;
   b->svgd_update = cuda_svgd_update;
   b->hmc_transition = cuda_hmc_transition;
+  b->hmc_stats = cuda_hmc_stats;
+  b->hmc_record_draw = cuda_hmc_record_draw;
+  b->fill = cuda_fill;
+  b->column_sums = cuda_column_sums;
+  b->dual_average = cuda_dual_average;
+  b->moments_to_metric = cuda_moments_to_metric;
+  b->alloc_host = cuda_alloc_host;
+  b->release_host = cuda_release_host;
   b->destroy = cuda_destroy;
   int status = cuda_setup(device, b, impl);
   if (status != DS_OK) {

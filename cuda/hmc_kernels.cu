@@ -14,6 +14,8 @@
 #include "cuda_check.h"
 #include "hmc_kernels.h"
 #include "rng.h"
+#include "dual_average.h"
+#include "exactsum_core.h"
 
 namespace {
 
@@ -46,6 +48,39 @@ __device__ __forceinline__ hmc_verdict hmc_decide(double h0, double h1, float un
   return v;
 }
 
+/* Welford's update of a chain's running moments (backend.h) with x, in float as the CPU. */
+__device__ __forceinline__ void welford_add(float *mean, float *m2, float x, float n) {
+  const float delta = __fsub_rn(x, *mean);
+  *mean = __fadd_rn(*mean, __fdiv_rn(delta, n));
+  *m2 = __fadd_rn(*m2, __fmul_rn(delta, __fsub_rn(x, *mean)));
+}
+
+/* A lane's coordinates of the state kept, into the chain's moments: coordinates
+ * first + stride m + 0..3 for m < MB. */
+template <int MB, bool VEC4>
+__device__ __forceinline__ void add_moments(const hmc_batch_t &b, long long row, int first, int stride,
+                                            const float *q, const bool *valid) {
+  const float n = (float)b.moment_count;
+#pragma unroll
+  for (int m = 0; m < MB; ++m) {
+    const int base = first + stride * m;
+    if (VEC4 && base < b.dim) {
+      float4 mean = *reinterpret_cast<const float4 *>(b.moment_mean + row + base);
+      float4 m2 = *reinterpret_cast<const float4 *>(b.moment_m2 + row + base);
+      welford_add(&mean.x, &m2.x, q[4 * m], n);
+      welford_add(&mean.y, &m2.y, q[4 * m + 1], n);
+      welford_add(&mean.z, &m2.z, q[4 * m + 2], n);
+      welford_add(&mean.w, &m2.w, q[4 * m + 3], n);
+      *reinterpret_cast<float4 *>(b.moment_mean + row + base) = mean;
+      *reinterpret_cast<float4 *>(b.moment_m2 + row + base) = m2;
+    } else if (!VEC4) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        if (valid[4 * m + e]) welford_add(b.moment_mean + row + base + e, b.moment_m2 + row + base + e, q[4 * m + e], n);
+    }
+  }
+}
+
 /* LANES lanes per chain; lane g owns Philox blocks g, g + LANES, ... (MB of them), i.e.
  * coordinates 4 block .. 4 block + 3: each lane draws its momenta from whole blocks and a
  * chain's lanes read contiguous 16-byte pieces. Fewer lanes per chain spread the per-chain
@@ -67,7 +102,17 @@ hmc_gaussian_kernel(const builtin_params_t params, const hmc_batch_t b) {
   const int dim = (int)b.dim;
   const long long row = chain * b.dim;
   const long long metric_row = b.shared_metric ? 0 : row; /* a shared metric is one row */
-  const float eps = b.step_size[chain];
+  const uint64_t item = (uint64_t)(b.chain_begin + chain);
+  /* The accept uniform and the step's jitter: one Philox block, drawn by lane 0. */
+  float uniform = 0.0f, eps = 0.0f;
+  if (lane == 0) {
+    const uint32_t word = rng_hmc_uniform_word(b.dim);
+    const rng_words_t words = rng_block(b.seed, item, b.iteration, word / 4);
+    uniform = rng_uniform(word % 4 == 0 ? words.v[0] : words.v[2]); /* the word is even */
+    eps = rng_jitter_step(b.step_nominal[chain], b.jitter, word % 4 == 0 ? words.v[1] : words.v[3]);
+  }
+  uniform = __shfl_sync(0xffffffffu, uniform, 0, LANES);
+  eps = __shfl_sync(0xffffffffu, eps, 0, LANES);
   const float mean = params.mean, neg_inv_scale2 = -params.inv_scale2;
 
   float q[PER], p[PER], inv_metric[PER];
@@ -96,7 +141,6 @@ hmc_gaussian_kernel(const builtin_params_t params, const hmc_batch_t b) {
 
   /* Momenta p = z / sqrt(m_inv): block `block` of the chain's Philox stream gives
    * coordinates 4 block .. + 3. */
-  const uint64_t item = (uint64_t)(b.chain_begin + chain);
   double kinetic = 0.0;
 #pragma unroll
   for (int m = 0; m < MB; ++m) {
@@ -148,13 +192,6 @@ hmc_gaussian_kernel(const builtin_params_t params, const hmc_batch_t b) {
   const float logp1 = (float)(-0.5 * group_sum<LANES>(centred_sq) * (double)params.inv_scale2);
   const double h1 = -(double)logp1 + 0.5 * group_sum<LANES>(kinetic);
 
-  float uniform = 0.0f;
-  if (lane == 0) {
-    const uint32_t word = rng_hmc_uniform_word(b.dim);
-    const rng_words_t words = rng_block(b.seed, item, b.iteration, word / 4);
-    uniform = rng_uniform(word % 4 == 0 ? words.v[0] : words.v[2]); /* the word is even */
-  }
-  uniform = __shfl_sync(0xffffffffu, uniform, 0, LANES);
   const hmc_verdict v = hmc_decide(h0, h1, uniform);
   if (!active) return;
 
@@ -163,7 +200,19 @@ hmc_gaussian_kernel(const builtin_params_t params, const hmc_batch_t b) {
     b.accepted[chain] = (uint8_t)v.accept;
     b.accept_prob[chain] = v.accept_prob;
     b.energy[chain] = v.energy;
+    b.step_size[chain] = eps;
     if (v.accept) b.logp[chain] = logp1;
+  }
+  if (b.moment_mean) {
+    /* The state kept: the proposal, or the start read again. */
+    if (!v.accept) {
+#pragma unroll
+      for (int r = 0; r < PER; ++r) {
+        const int k = 4 * (lane + LANES * (r / 4)) + r % 4;
+        q[r] = valid[r] ? b.q[row + k] : 0.0f;
+      }
+    }
+    add_moments<MB, VEC4>(b, row, lane * 4, LANES * 4, q, valid);
   }
   if (!v.accept) return;
 #pragma unroll
@@ -186,31 +235,40 @@ hmc_gaussian_kernel(const builtin_params_t params, const hmc_batch_t b) {
   }
 }
 
-/* Generic path: momenta, uniform and H0 of each chain, as backend_cpu.c's hmc_draw. */
+/* Generic path, GENERIC_LANES lanes per chain so a chain's coordinates are read and written
+ * together (coalesced): momenta, the step, the uniform and H0, as backend_cpu.c's hmc_draw;
+ * lane g draws Philox blocks g, g + GENERIC_LANES, ... (coordinates 4 block .. + 3). */
+constexpr int GENERIC_LANES = 8;
+
 __global__ void hmc_begin_kernel(const hmc_batch_t b, float *p_work, float *uniform_out, double *h0_out) {
-  const long long chain = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-  if (chain >= b.n_chains) return;
+  const long long thread = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  long long chain = thread / GENERIC_LANES;
+  const int lane = threadIdx.x % GENERIC_LANES;
+  const bool active = chain < b.n_chains;
+  if (!active) chain = b.n_chains - 1; /* idle lanes still take part in the shuffles */
   const long long dim = b.dim;
   const float *inv_metric = b.inv_metric + (b.shared_metric ? 0 : chain * dim);
   float *p = p_work + chain * dim;
   const uint64_t item = (uint64_t)(b.chain_begin + chain);
-  const uint32_t uniform_word = rng_hmc_uniform_word(dim);
-  rng_words_t words = {{0u, 0u, 0u, 0u}};
-  for (uint32_t word = 0; word <= uniform_word; word += 2) {
-    if (word % 4 == 0) words = rng_block(b.seed, item, b.iteration, word / 4);
-    const uint32_t w0 = words.v[word % 4], w1 = words.v[word % 4 + 1];
-    if (word == uniform_word) {
-      uniform_out[chain] = rng_uniform(w0);
-      break;
-    }
-    float z0, z1;
-    rng_normal_pair(w0, w1, &z0, &z1);
-    p[word] = __fdiv_rn(z0, __fsqrt_rn(inv_metric[word]));
-    if (word + 1 < dim) p[word + 1] = __fdiv_rn(z1, __fsqrt_rn(inv_metric[word + 1]));
-  }
   double kinetic = 0.0;
-  for (long long k = 0; k < dim; ++k)
-    kinetic = __dadd_rn(kinetic, __dmul_rn(__dmul_rn((double)inv_metric[k], (double)p[k]), (double)p[k]));
+  for (long long block = lane; 4 * block < dim; block += GENERIC_LANES) {
+    const rng_words_t words = rng_block(b.seed, item, b.iteration, (uint32_t)block);
+    float z[4];
+    rng_normal_pair(words.v[0], words.v[1], &z[0], &z[1]);
+    rng_normal_pair(words.v[2], words.v[3], &z[2], &z[3]);
+    for (int e = 0; e < 4 && 4 * block + e < dim; ++e) {
+      const long long k = 4 * block + e;
+      const float value = __fdiv_rn(z[e], __fsqrt_rn(inv_metric[k]));
+      if (active) p[k] = value;
+      kinetic = __dadd_rn(kinetic, __dmul_rn(__dmul_rn((double)inv_metric[k], (double)value), (double)value));
+    }
+  }
+  kinetic = group_sum<GENERIC_LANES>(kinetic);
+  if (!active || lane != 0) return;
+  const uint32_t word = rng_hmc_uniform_word(dim);
+  const rng_words_t words = rng_block(b.seed, item, b.iteration, word / 4);
+  uniform_out[chain] = rng_uniform(word % 4 == 0 ? words.v[0] : words.v[2]);
+  b.step_size[chain] = rng_jitter_step(b.step_nominal[chain], b.jitter, word % 4 == 0 ? words.v[1] : words.v[3]);
   h0_out[chain] = -(double)b.logp[chain] + 0.5 * kinetic;
 }
 
@@ -231,30 +289,153 @@ __global__ void hmc_kick_drift_kernel(const hmc_batch_t b, int step, float *q_wo
 __global__ void hmc_finish_kernel(const hmc_batch_t b, const float *q_work, float *p_work,
                                   const float *grad_work, const float *logp_work,
                                   const float *uniform, const double *h0) {
-  const long long chain = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-  if (chain >= b.n_chains) return;
+  const long long thread = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  long long chain = thread / GENERIC_LANES;
+  const int lane = threadIdx.x % GENERIC_LANES;
+  const bool active = chain < b.n_chains;
+  if (!active) chain = b.n_chains - 1;
   const long long dim = b.dim, row = chain * dim;
   const float half_eps = 0.5f * b.step_size[chain];
   double kinetic = 0.0;
-  for (long long k = 0; k < dim; ++k) {
+  for (long long k = lane; k < dim; k += GENERIC_LANES) {
     const float p = __fadd_rn(p_work[row + k], __fmul_rn(half_eps, grad_work[row + k]));
-    p_work[row + k] = p;
     const double m_inv = (double)b.inv_metric[(b.shared_metric ? 0 : row) + k];
     kinetic = __dadd_rn(kinetic, __dmul_rn(__dmul_rn(m_inv, (double)p), (double)p));
   }
+  kinetic = group_sum<GENERIC_LANES>(kinetic);
   const double h1 = -(double)logp_work[chain] + 0.5 * kinetic;
   const hmc_verdict v = hmc_decide(h0[chain], h1, uniform[chain]);
-  b.diverging[chain] = (uint8_t)v.divergent;
-  b.accepted[chain] = (uint8_t)v.accept;
-  b.accept_prob[chain] = v.accept_prob;
-  b.energy[chain] = v.energy;
-  if (v.accept) {
-    for (long long k = 0; k < dim; ++k) {
-      b.q[row + k] = q_work[row + k];
+  if (!active) return;
+  if (lane == 0) {
+    b.diverging[chain] = (uint8_t)v.divergent;
+    b.accepted[chain] = (uint8_t)v.accept;
+    b.accept_prob[chain] = v.accept_prob;
+    b.energy[chain] = v.energy;
+    if (v.accept) b.logp[chain] = logp_work[chain];
+  }
+  const float n = (float)b.moment_count;
+  for (long long k = lane; k < dim; k += GENERIC_LANES) {
+    float q = b.q[row + k];
+    if (v.accept) {
+      q = q_work[row + k];
+      b.q[row + k] = q;
       b.grad[row + k] = grad_work[row + k];
     }
-    b.logp[chain] = logp_work[chain];
+    if (b.moment_mean) welford_add(b.moment_mean + row + k, b.moment_m2 + row + k, q, n);
   }
+}
+
+/* Digits of exact sums, reduced over a block and added to the global totals with one atomic
+ * per digit per block (integer additions: the total does not depend on their order). */
+constexpr int STATS_THREADS = 256;
+
+template <int SUMS>
+__device__ void block_add_digits(int64_t (*digits)[EXACT_DIGITS], unsigned long long *total) {
+  __shared__ int64_t warp_digits[STATS_THREADS / 32][EXACT_DIGITS];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  for (int sum = 0; sum < SUMS; ++sum) {
+    for (int d = 0; d < EXACT_DIGITS; ++d) {
+      long long value = digits[sum][d];
+      for (int width = 16; width >= 1; width /= 2) value += __shfl_down_sync(0xffffffffu, value, width);
+      if (lane == 0) warp_digits[warp][d] = value;
+    }
+    __syncthreads();
+    if (threadIdx.x < EXACT_DIGITS) {
+      int64_t value = 0;
+      for (int w = 0; w < STATS_THREADS / 32; ++w) value += warp_digits[w][threadIdx.x];
+      if (value) atomicAdd(total + sum * EXACT_DIGITS + threadIdx.x, (unsigned long long)value);
+    }
+    __syncthreads();
+  }
+}
+
+/* totals: [accept digits, step digits, divergent count, failures]. */
+__global__ void __launch_bounds__(STATS_THREADS) hmc_stats_kernel(const hmc_batch_t b, unsigned long long *totals) {
+  int64_t digits[2][EXACT_DIGITS];
+  for (int d = 0; d < EXACT_DIGITS; ++d) digits[0][d] = digits[1][d] = 0;
+  unsigned long long divergent = 0, failed = 0;
+  for (long long c = (long long)blockIdx.x * blockDim.x + threadIdx.x; c < b.n_chains;
+       c += (long long)gridDim.x * blockDim.x) {
+    failed += exact_digits_add(digits[0], (double)b.accept_prob[c]) != 0;
+    failed += exact_digits_add(digits[1], (double)b.step_size[c]) != 0;
+    divergent += b.diverging[c];
+  }
+  block_add_digits<2>(digits, totals);
+  for (int width = 16; width >= 1; width /= 2) {
+    divergent += __shfl_down_sync(0xffffffffu, divergent, width);
+    failed += __shfl_down_sync(0xffffffffu, failed, width);
+  }
+  if (threadIdx.x % 32 == 0 && divergent) atomicAdd(totals + 2 * EXACT_DIGITS, divergent);
+  if (threadIdx.x % 32 == 0 && failed) atomicAdd(totals + 2 * EXACT_DIGITS + 1, failed);
+}
+
+/* Column k of values [rows, cols]: 32 columns by 8 row lanes per block; blocks along y take
+ * rows y, y + gridDim.y, ... in steps of 8. */
+__global__ void column_sums_kernel(const float *values, long long rows, long long cols, const double *center,
+                                   unsigned long long *totals, unsigned long long *failures) {
+  __shared__ int64_t partial[8][32];
+  const long long k = (long long)blockIdx.x * 32 + threadIdx.x;
+  int64_t digits[EXACT_DIGITS];
+  for (int d = 0; d < EXACT_DIGITS; ++d) digits[d] = 0;
+  unsigned long long failed = 0;
+  if (k < cols)
+    for (long long r = (long long)blockIdx.y * 8 + threadIdx.y; r < rows; r += (long long)gridDim.y * 8) {
+      double v = values[r * cols + k];
+      if (center) v = __dmul_rn(__dsub_rn(v, center[k]), __dsub_rn(v, center[k]));
+      failed += exact_digits_add(digits, v) != 0;
+    }
+  if (failed) atomicAdd(failures, failed);
+  for (int d = 0; d < EXACT_DIGITS; ++d) {
+    partial[threadIdx.y][threadIdx.x] = digits[d];
+    __syncthreads();
+    if (threadIdx.y == 0 && k < cols) {
+      int64_t value = 0;
+      for (int y = 0; y < 8; ++y) value += partial[y][threadIdx.x];
+      if (value) atomicAdd(totals + k * EXACT_DIGITS + d, (unsigned long long)value);
+    }
+    __syncthreads();
+  }
+}
+
+__global__ void hmc_record_draw_kernel(const hmc_batch_t b, hmc_draw_block_t block, long long slot) {
+  const long long count = block.rows * b.dim;
+  for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < count;
+       e += (long long)gridDim.x * blockDim.x) {
+    const long long c = e / b.dim, k = e % b.dim, cell = c * block.capacity + slot;
+    block.q[cell * b.dim + k] = b.q[e];
+    if (k == 0) {
+      block.logp[cell] = b.logp[c];
+      block.accept[cell] = b.accept_prob[c];
+      block.step[cell] = b.step_size[c];
+      block.energy[cell] = b.energy[c];
+      block.diverging[cell] = b.diverging[c];
+    }
+  }
+}
+
+__global__ void fill_kernel(float *dst, float value, long long count) {
+  for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < count; e += (long long)gridDim.x * blockDim.x)
+    dst[e] = value;
+}
+
+__global__ void dual_average_kernel(double *state, const float *accept, float *step_out, long long rows,
+                                    const dual_average_step_t step) {
+  const long long r = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (r < rows) step_out[r] = dual_iterate(state + r * DUAL_FIELDS, &step, (double)accept[r]);
+}
+
+__global__ void moments_to_metric_kernel(float *mean, float *m2, long long count, double n, float *inv_metric) {
+  for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < count; e += (long long)gridDim.x * blockDim.x) {
+    inv_metric[e] = dual_regularised_variance((double)m2[e], n);
+    mean[e] = 0.0f;
+    m2[e] = 0.0f;
+  }
+}
+
+unsigned grid_stride_blocks(long long count) {
+  long long blocks = (count + 255) / 256;
+  if (blocks > 65536) blocks = 65536;
+  return blocks < 1 ? 1u : (unsigned)blocks;
 }
 
 int check_batch(const hmc_batch_t *b, const char *who) {
@@ -316,7 +497,7 @@ extern "C" int hmc_launch_begin(const hmc_batch_t *batch, float *q_work, float *
   const size_t bytes = (size_t)(batch->n_chains * batch->dim) * sizeof(float);
   CUDA_CHECK(cudaMemcpyAsync(q_work, batch->q, bytes, cudaMemcpyDeviceToDevice, stream));
   CUDA_CHECK(cudaMemcpyAsync(grad_work, batch->grad, bytes, cudaMemcpyDeviceToDevice, stream));
-  hmc_begin_kernel<<<blocks_for(batch->n_chains, 128), 128, 0, stream>>>(*batch, p_work, uniform, h0);
+  hmc_begin_kernel<<<blocks_for(batch->n_chains * GENERIC_LANES, 128), 128, 0, stream>>>(*batch, p_work, uniform, h0);
   CUDA_CHECK_LAUNCH("hmc_begin_kernel");
   return DS_OK;
 }
@@ -340,8 +521,69 @@ extern "C" int hmc_launch_finish(const hmc_batch_t *batch, const float *q_work, 
                                  const double *h0, cudaStream_t stream) {
   DS_TRY(check_batch(batch, "hmc_launch_finish"));
   if (batch->n_chains == 0) return DS_OK;
-  hmc_finish_kernel<<<blocks_for(batch->n_chains, 128), 128, 0, stream>>>(*batch, q_work, p_work, grad_work,
-                                                                           logp_work, uniform, h0);
+  hmc_finish_kernel<<<blocks_for(batch->n_chains * GENERIC_LANES, 128), 128, 0, stream>>>(
+      *batch, q_work, p_work, grad_work, logp_work, uniform, h0);
   CUDA_CHECK_LAUNCH("hmc_finish_kernel");
+  return DS_OK;
+}
+
+extern "C" int hmc_launch_stats(const hmc_batch_t *batch, unsigned long long *totals, int sm_count, cudaStream_t stream) {
+  DS_TRY(check_batch(batch, "hmc_launch_stats"));
+  CUDA_CHECK(cudaMemsetAsync(totals, 0, (2 * EXACT_DIGITS + 2) * sizeof *totals, stream));
+  if (batch->n_chains == 0) return DS_OK;
+  long long blocks = (batch->n_chains + STATS_THREADS - 1) / STATS_THREADS;
+  if (blocks > 2 * (long long)sm_count) blocks = 2 * (long long)sm_count;
+  hmc_stats_kernel<<<(unsigned)blocks, STATS_THREADS, 0, stream>>>(*batch, totals);
+  CUDA_CHECK_LAUNCH("hmc_stats_kernel");
+  return DS_OK;
+}
+
+extern "C" int launch_column_sums(const float *values, int64_t rows, int64_t cols, const double *center,
+                                  unsigned long long *totals, cudaStream_t stream) {
+  if (rows < 0 || cols < 1) return ds_fail(DS_ERR_INTERNAL, "launch_column_sums: bad sizes %lld x %lld",
+                                           (long long)rows, (long long)cols);
+  CUDA_CHECK(cudaMemsetAsync(totals, 0, ((size_t)cols * EXACT_DIGITS + 1) * sizeof *totals, stream));
+  if (rows == 0) return DS_OK;
+  long long y_blocks = (rows + 7) / 8;
+  if (y_blocks > 256) y_blocks = 256;
+  const dim3 grid((unsigned)((cols + 31) / 32), (unsigned)y_blocks), threads(32, 8);
+  column_sums_kernel<<<grid, threads, 0, stream>>>(values, rows, cols, center, totals,
+                                                   totals + (size_t)cols * EXACT_DIGITS);
+  CUDA_CHECK_LAUNCH("column_sums_kernel");
+  return DS_OK;
+}
+
+extern "C" int hmc_launch_record_draw(const hmc_batch_t *batch, const hmc_draw_block_t *block, int64_t slot,
+                                      cudaStream_t stream) {
+  DS_TRY(check_batch(batch, "hmc_launch_record_draw"));
+  if (slot < 0 || slot >= block->capacity || block->rows > batch->n_chains || block->dim != batch->dim)
+    return ds_fail(DS_ERR_INTERNAL, "hmc_launch_record_draw: slot %lld of %lld, %lld of %lld chains",
+                   (long long)slot, (long long)block->capacity, (long long)block->rows, (long long)batch->n_chains);
+  if (block->rows == 0) return DS_OK;
+  hmc_record_draw_kernel<<<grid_stride_blocks(block->rows * batch->dim), 256, 0, stream>>>(*batch, *block, slot);
+  CUDA_CHECK_LAUNCH("hmc_record_draw_kernel");
+  return DS_OK;
+}
+
+extern "C" int launch_fill(float *dst, float value, int64_t count, cudaStream_t stream) {
+  if (count <= 0) return DS_OK;
+  fill_kernel<<<grid_stride_blocks(count), 256, 0, stream>>>(dst, value, count);
+  CUDA_CHECK_LAUNCH("fill_kernel");
+  return DS_OK;
+}
+
+extern "C" int launch_dual_average(double *state, const float *accept, float *step_out, int64_t rows,
+                                   const dual_average_step_t *step, cudaStream_t stream) {
+  if (rows <= 0) return DS_OK;
+  dual_average_kernel<<<blocks_for(rows, 256), 256, 0, stream>>>(state, accept, step_out, rows, *step);
+  CUDA_CHECK_LAUNCH("dual_average_kernel");
+  return DS_OK;
+}
+
+extern "C" int launch_moments_to_metric(float *mean, float *m2, int64_t count, double n, float *inv_metric,
+                                        cudaStream_t stream) {
+  if (count <= 0) return DS_OK;
+  moments_to_metric_kernel<<<grid_stride_blocks(count), 256, 0, stream>>>(mean, m2, count, n, inv_metric);
+  CUDA_CHECK_LAUNCH("moments_to_metric_kernel");
   return DS_OK;
 }

@@ -35,6 +35,23 @@ int hmc_launch_finish(const hmc_batch_t *batch, const float *q_work, float *p_wo
                       const float *grad_work, const float *logp_work, const float *uniform,
                       const double *h0, cudaStream_t stream);
 
+/* The batch's last transition summed: totals (device, 2 * EXACT_DIGITS + 2) receive the digits
+ * of sum accept_prob, of sum step_size, the divergent count and the count of values out of
+ * the exact sums' range. */
+int hmc_launch_stats(const hmc_batch_t *batch, unsigned long long *totals, int sm_count, cudaStream_t stream);
+/* Exact column sums of values [rows, cols] (backend.h's column_sums): totals (device,
+ * cols * EXACT_DIGITS + 1) receive each column's digits, then the count of values out of range.
+ * center: device [cols] or NULL. */
+int launch_column_sums(const float *values, int64_t rows, int64_t cols, const double *center,
+                       unsigned long long *totals, cudaStream_t stream);
+int hmc_launch_record_draw(const hmc_batch_t *batch, const hmc_draw_block_t *block, int64_t slot,
+                           cudaStream_t stream);
+int launch_fill(float *dst, float value, int64_t count, cudaStream_t stream);
+int launch_dual_average(double *state, const float *accept, float *step_out, int64_t rows,
+                        const dual_average_step_t *step, cudaStream_t stream);
+int launch_moments_to_metric(float *mean, float *m2, int64_t count, double n, float *inv_metric,
+                             cudaStream_t stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -70,8 +70,14 @@ int h5out_create(h5out_t **out, MPI_Comm comm, const char *path, const h5out_att
   *out = NULL;
   h5out_t *f = calloc(1, sizeof *f);
   if (!f) return DS_FAIL_ALLOC("the output writer", sizeof *f);
-  f->comm = comm;
   f->file = f->xfer = f->bool_type = H5I_INVALID_HID;
+  /* The file's own communicator: its collectives may run on a writer thread while the
+   * caller's run on theirs. */
+  if (MPI_Comm_dup(comm, &f->comm) != MPI_SUCCESS) {
+    free(f);
+    return ds_fail(DS_ERR_MPI, "--out %s: MPI_Comm_dup failed", path);
+  }
+  comm = f->comm;
   MPI_Comm_rank(comm, &f->rank);
   snprintf(f->path, sizeof f->path, "%s", path);
   /* Every rank must write the same attribute value: rank 0's clock decides. */
@@ -92,6 +98,7 @@ int h5out_create(h5out_t **out, MPI_Comm comm, const char *path, const h5out_att
   H5E_END_TRY;
   H5Pclose(fapl);
   if (f->file < 0) {
+    MPI_Comm_free(&f->comm);
     free(f);
     return ds_fail(DS_ERR_IO, "--out %s: cannot create the file (does its directory exist and is it writable?)", path);
   }
@@ -195,7 +202,10 @@ int h5out_add_group(h5out_t *f, const char *name, int64_t n_chains, int64_t dim,
      * read-modify-write of partly written chunks) and no space is allocated for draws never
      * written; chains fill the chunk up to about 1 MiB. */
     hsize_t chunk_draws = draws_per_write < 1 ? 1 : draws_per_write > 4096 ? 4096 : (hsize_t)draws_per_write;
-    hsize_t chunk_chains = H5OUT_CHUNK_ELEMENTS / (chunk_draws * trailing);
+    hsize_t chunk_elements = H5OUT_CHUNK_ELEMENTS;
+    const char *chunk_text = getenv("DSAMPLER_H5_CHUNK_ELEMENTS");
+    if (chunk_text && atoll(chunk_text) > 0) chunk_elements = (hsize_t)atoll(chunk_text);
+    hsize_t chunk_chains = chunk_elements / (chunk_draws * trailing);
     if (chunk_chains < 1) chunk_chains = 1;
     if (chunk_chains > (hsize_t)n_chains) chunk_chains = (hsize_t)n_chains;
     hsize_t chunk[3] = {chunk_chains, chunk_draws, (hsize_t)dim};
@@ -230,27 +240,37 @@ static int h5out_agree(h5out_t *f, int status) {
 
 /* This rank's selections for variable v: its box, or none. Local, no communication. */
 static int select_box(const h5out_group_t *g, int v, int64_t chain_begin, int64_t chain_count, int64_t draw_begin,
-                      int64_t draw_count, hid_t *file_space, hid_t *mem_space) {
+                      int64_t draw_count, int64_t buffer_draws, hid_t *file_space, hid_t *mem_space) {
   const int empty = chain_count <= 0 || draw_count <= 0;
   const int rank = g->vars[v].has_dim ? 3 : 2;
   hsize_t start[3] = {(hsize_t)chain_begin, (hsize_t)draw_begin, 0};
   hsize_t count[3] = {(hsize_t)chain_count, (hsize_t)draw_count, (hsize_t)g->dim};
   *file_space = H5Dget_space(g->datasets[v]);
   H5_CHECK(*file_space);
-  hsize_t elements = empty ? 1 : (hsize_t)chain_count * (hsize_t)draw_count * (rank == 3 ? (hsize_t)g->dim : 1);
-  *mem_space = H5Screate_simple(1, &elements, NULL);
+  /* The buffer holds buffer_draws draws per chain, of which the first draw_count are written. */
+  hsize_t buffer_dims[3] = {empty ? 1 : (hsize_t)chain_count, empty ? 1 : (hsize_t)buffer_draws, (hsize_t)g->dim};
+  *mem_space = H5Screate_simple(rank, buffer_dims, NULL);
   H5_CHECK(*mem_space);
   if (empty) {
     H5_CHECK(H5Sselect_none(*file_space));
     H5_CHECK(H5Sselect_none(*mem_space));
   } else {
     H5_CHECK(H5Sselect_hyperslab(*file_space, H5S_SELECT_SET, start, NULL, count, NULL));
+    if (buffer_draws != draw_count) {
+      const hsize_t origin[3] = {0, 0, 0};
+      H5_CHECK(H5Sselect_hyperslab(*mem_space, H5S_SELECT_SET, origin, NULL, count, NULL));
+    }
   }
   return DS_OK;
 }
 
 int h5out_write(h5out_t *f, int group_id, int64_t total_draws, int64_t chain_begin, int64_t chain_count,
                 int64_t draw_begin, int64_t draw_count, const void *const *data) {
+  return h5out_write_block(f, group_id, total_draws, chain_begin, chain_count, draw_begin, draw_count, draw_count, data);
+}
+
+int h5out_write_block(h5out_t *f, int group_id, int64_t total_draws, int64_t chain_begin, int64_t chain_count,
+                      int64_t draw_begin, int64_t draw_count, int64_t buffer_draws, const void *const *data) {
   h5out_group_t *g = &f->groups[group_id];
   if (total_draws > g->n_draws) {
     int status = DS_OK;
@@ -267,8 +287,8 @@ int h5out_write(h5out_t *f, int group_id, int64_t total_draws, int64_t chain_beg
   const int empty = chain_count <= 0 || draw_count <= 0;
   for (int v = 0; v < g->n_vars; ++v) {
     hid_t file_space = H5I_INVALID_HID, mem_space = H5I_INVALID_HID;
-    int status = h5out_agree(f, select_box(g, v, chain_begin, chain_count, draw_begin, draw_count, &file_space,
-                                           &mem_space));
+    int status = h5out_agree(f, select_box(g, v, chain_begin, chain_count, draw_begin, draw_count, buffer_draws,
+                                           &file_space, &mem_space));
     static const int64_t placeholder[1] = {0};
     const void *buffer = empty ? (const void *)placeholder : data[v];
     /* Every rank calls the collective write, or (after a failure anywhere) none does. */
@@ -300,6 +320,8 @@ static int writer_setup(h5out_t *f) {
   f->xfer = H5Pcreate(H5P_DATASET_XFER);
   H5_CHECK(f->xfer);
   H5_CHECK(H5Pset_dxpl_mpio(f->xfer, H5FD_MPIO_COLLECTIVE));
+  const char *io = getenv("DSAMPLER_H5_IO");
+  if (io && strcmp(io, "individual") == 0) H5_CHECK(H5Pset_dxpl_mpio_collective_opt(f->xfer, H5FD_MPIO_INDIVIDUAL_IO));
   f->bool_type = H5Tenum_create(H5T_NATIVE_INT8);
   H5_CHECK(f->bool_type);
   int8_t false_value = 0, true_value = 1;
@@ -312,12 +334,17 @@ int h5out_open(h5out_t **out, MPI_Comm comm, const char *path) {
   *out = NULL;
   h5out_t *f = calloc(1, sizeof *f);
   if (!f) return DS_FAIL_ALLOC("the output writer", sizeof *f);
-  f->comm = comm;
   f->xfer = f->bool_type = H5I_INVALID_HID;
+  if (MPI_Comm_dup(comm, &f->comm) != MPI_SUCCESS) {
+    free(f);
+    return ds_fail(DS_ERR_MPI, "output %s: MPI_Comm_dup failed", path);
+  }
+  comm = f->comm;
   MPI_Comm_rank(comm, &f->rank);
   snprintf(f->path, sizeof f->path, "%s", path);
   f->file = open_parallel_rdwr(comm, path);
   if (f->file < 0) {
+    MPI_Comm_free(&f->comm);
     free(f);
     return ds_fail(DS_ERR_INPUT, "output %s: cannot open for appending (missing or damaged)", path);
   }
@@ -423,6 +450,76 @@ int h5out_close(h5out_t *f) {
   if (f->xfer >= 0) H5Pclose(f->xfer);
   if (f->file >= 0 && H5Fclose(f->file) < 0 && status == DS_OK)
     status = ds_fail(DS_ERR_IO, "--out %s: closing the file failed", f->path);
+  MPI_Comm_free(&f->comm);
   free(f);
+  return status;
+}
+
+/* One float64 dataset of the summary group: dims (rank 1 or 2), the given axes attached; each
+ * rank writes `rows` rows from row `row_begin` (none when rows == 0). */
+static int write_summary_dataset(h5out_t *f, hid_t group, const char *name, int rank, const hsize_t *dims,
+                                 const hid_t *scales, int64_t row_begin, int64_t rows, const double *data) {
+  hid_t space = H5Screate_simple(rank, dims, NULL);
+  H5_CHECK(space);
+  hid_t dataset = H5Dcreate2(group, name, H5T_IEEE_F64LE, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  H5Sclose(space);
+  H5_CHECK(dataset);
+  int status = DS_OK;
+  for (int axis = 0; axis < rank && status == DS_OK; ++axis)
+    if (H5DSattach_scale(dataset, scales[axis], (unsigned)axis) < 0) status = h5_fail(__FILE__, __LINE__, "H5DSattach_scale");
+  hid_t file_space = H5Dget_space(dataset);
+  const hsize_t row_width = rank == 2 ? dims[1] : 1;
+  hsize_t count[2] = {(hsize_t)(rows > 0 ? rows : 1), dims[1]}, start[2] = {(hsize_t)row_begin, 0};
+  if (rank == 1) count[0] = dims[0];
+  hsize_t elements = count[0] * row_width;
+  hid_t mem_space = H5Screate_simple(1, &elements, NULL);
+  if (file_space < 0 || mem_space < 0) status = h5_fail(__FILE__, __LINE__, "H5Dget_space/H5Screate_simple");
+  if (status == DS_OK) {
+    if (rows > 0) {
+      if (H5Sselect_hyperslab(file_space, H5S_SELECT_SET, start, NULL, count, NULL) < 0)
+        status = h5_fail(__FILE__, __LINE__, "H5Sselect_hyperslab");
+    } else {
+      H5Sselect_none(file_space);
+      H5Sselect_none(mem_space);
+    }
+  }
+  static const double placeholder[1] = {0};
+  status = h5out_agree(f, status);
+  if (status == DS_OK &&
+      H5Dwrite(dataset, H5T_NATIVE_DOUBLE, mem_space, file_space, f->xfer, rows > 0 ? data : placeholder) < 0)
+    status = h5_fail(__FILE__, __LINE__, "H5Dwrite(summary)");
+  if (mem_space >= 0) H5Sclose(mem_space);
+  if (file_space >= 0) H5Sclose(file_space);
+  H5Dclose(dataset);
+  return h5out_agree(f, status);
+}
+
+int h5out_write_summary_group(h5out_t *f, const char *name, const char *dim_name, int64_t n_chains, int64_t dim,
+                              int64_t chain_begin, int64_t chain_count, const char *const *chain_vars,
+                              const double *const *chain_data, int n_chain_vars, const char *const *global_vars,
+                              const double *const *global_data, int n_global_vars) {
+  /* A rewrite (a resumed run that was extended) replaces the group. */
+  htri_t exists;
+  H5E_BEGIN_TRY { exists = H5Lexists(f->file, name, H5P_DEFAULT); }
+  H5E_END_TRY;
+  if (exists > 0) H5_CHECK(H5Ldelete(f->file, name, H5P_DEFAULT));
+  hid_t group = H5Gcreate2(f->file, name, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  H5_CHECK(group);
+  int status = write_library_attrs(f, group);
+  hid_t scales[2] = {H5I_INVALID_HID, H5I_INVALID_HID};
+  if (status == DS_OK) scales[0] = create_coordinate(f, group, "chain", n_chains, 0);
+  if (status == DS_OK) scales[1] = create_coordinate(f, group, dim_name, dim, 0);
+  if (status == DS_OK && (scales[0] < 0 || scales[1] < 0)) status = h5_fail(__FILE__, __LINE__, "create_coordinate");
+  status = h5out_agree(f, status);
+  const hsize_t chain_dims[2] = {(hsize_t)n_chains, (hsize_t)dim}, global_dims[1] = {(hsize_t)dim};
+  for (int v = 0; v < n_chain_vars && status == DS_OK; ++v)
+    status = write_summary_dataset(f, group, chain_vars[v], 2, chain_dims, scales, chain_begin, chain_count,
+                                   chain_data[v]);
+  for (int v = 0; v < n_global_vars && status == DS_OK; ++v)
+    status = write_summary_dataset(f, group, global_vars[v], 1, global_dims, scales + 1, 0, f->rank == 0 ? 1 : 0,
+                                   global_data[v]);
+  for (int axis = 0; axis < 2; ++axis)
+    if (scales[axis] >= 0) H5Dclose(scales[axis]);
+  H5Gclose(group);
   return status;
 }

@@ -7,55 +7,60 @@
 #include <string.h>
 
 #include "exactsum.h"
+#include "moments.h"
 #include "status.h"
 
-enum { DA_MU = 0, DA_S_BAR, DA_X_BAR, DA_LOG_EPS, DA_FIELDS };
 /* Scalars in the checkpoint's "adapt_scalars" global. */
 enum { SC_DA_COUNTER = 0, SC_WINDOW_COUNTER, SC_WINDOW_SIZE, SC_NEXT_WINDOW, SC_WINDOW_SAMPLES, SC_POOLED_DA,
-       SC_COUNT = SC_POOLED_DA + DA_FIELDS };
+       SC_COUNT = SC_POOLED_DA + DUAL_FIELDS };
+enum { ADAPT_MAX_ARRAYS = 3 };
 
 struct adapt {
   adapt_settings_t s;
   comm_ctx_t *comm;
-  double gamma, kappa, t0;
+  backend_t *backend;
   int64_t init_buffer, term_buffer, base_window; /* the window schedule */
-  double scalars[SC_COUNT];
-  double *dual;            /* per chain: [rows, DA_FIELDS]; pooled: scalars + SC_POOLED_DA */
-  /* The window's estimate, per chain [rows, dim]: Welford's mean and M2 (per-chain mode), or
-   * the plain sums of x and x^2 over the window's iterations, in iteration order (pooled mode:
-   * combined over chains exactly at the window's end, so any rank split gives the same bits). */
-  double *mean, *m2;
-  exact_sum_t *sum_x, *sum_x2; /* pooled [dim]: the exact totals at a window's end */
-  float *metric_scratch;   /* [dim] */
+  double scalars[SC_COUNT];     /* pooled: the one dual-averaging state is SC_POOLED_DA.. */
+  /* Backend arrays: per-chain dual averaging [rows, DUAL_FIELDS] (per-chain mode), the
+   * window's running moments [rows, dim] (when the metric adapts). */
+  double *dual;
+  float *window_mean, *window_m2;
+  adapt_array_t arrays[ADAPT_MAX_ARRAYS];
+  int n_arrays;
+  float *metric_row;            /* pooled: [dim] */
 };
 
-static void dual_restart(double *da, double step) {
-  da[DA_MU] = log(10.0 * step);
-  da[DA_S_BAR] = 0.0;
-  da[DA_X_BAR] = 0.0;
-  da[DA_LOG_EPS] = log(step);
+static dual_average_step_t dual_settings(const adapt_t *a) {
+  dual_average_step_t step;
+  memset(&step, 0, sizeof step);
+  step.target_accept = a->s.target_accept;
+  step.gamma = 0.05;
+  step.kappa = 0.75;
+  step.t0 = 10.0;
+  return step;
 }
 
-/* One dual-averaging update with acceptance statistic `stat` at (restarted) count `counter`. */
-static void dual_learn(adapt_t *a, double *da, double counter, double stat) {
-  stat = stat > 1.0 ? 1.0 : stat;
-  double eta = 1.0 / (counter + a->t0);
-  da[DA_S_BAR] = (1.0 - eta) * da[DA_S_BAR] + eta * (a->s.target_accept - stat);
-  double x = da[DA_MU] - da[DA_S_BAR] * sqrt(counter) / a->gamma;
-  double x_eta = pow(counter, -a->kappa);
-  da[DA_X_BAR] = (1.0 - x_eta) * da[DA_X_BAR] + x_eta * x;
-  da[DA_LOG_EPS] = x;
+/* A backend array and its host mirror, registered for checkpoints. */
+static int add_array(adapt_t *a, const char *name, ckpt_dtype_t dtype, int64_t width, void **backend_copy) {
+  const size_t element = dtype == CKPT_FLOAT64 ? sizeof(double) : sizeof(float);
+  const size_t bytes = (size_t)(a->s.rows * width) * element;
+  adapt_array_t *array = &a->arrays[a->n_arrays];
+  DS_TRY(a->backend->alloc(a->backend, backend_copy, bytes));
+  array->backend_copy = *backend_copy;
+  array->bytes = bytes;
+  array->array = (ckpt_array_t){name, dtype, width, malloc(bytes + element)};
+  a->n_arrays++;
+  if (!array->array.local) return DS_FAIL_ALLOC("adaptation state (host copy)", bytes);
+  return DS_OK;
 }
 
-int adapt_create(adapt_t **out, comm_ctx_t *comm, const adapt_settings_t *settings) {
+int adapt_create(adapt_t **out, comm_ctx_t *comm, backend_t *backend, const adapt_settings_t *settings) {
   *out = NULL;
   adapt_t *a = calloc(1, sizeof *a);
   if (!a) return DS_FAIL_ALLOC("adaptation", sizeof *a);
   a->s = *settings;
   a->comm = comm;
-  a->gamma = 0.05;
-  a->kappa = 0.75;
-  a->t0 = 10.0;
+  a->backend = backend;
   const int64_t rows = settings->rows, dim = settings->dim, warmup = settings->warmup;
   /* Stan's windows: 75 / 25 / 50, or 15 / 75 / 10 % when the warmup is too short for them,
    * none below 20 iterations. */
@@ -71,42 +76,39 @@ int adapt_create(adapt_t **out, comm_ctx_t *comm, const adapt_settings_t *settin
   }
   a->scalars[SC_WINDOW_SIZE] = (double)a->base_window;
   a->scalars[SC_NEXT_WINDOW] = (double)(a->init_buffer + a->base_window - 1);
-  const int pooled = settings->mode == ADAPT_POOLED;
-  a->dual = pooled ? a->scalars + SC_POOLED_DA : malloc((size_t)(rows > 0 ? rows : 1) * DA_FIELDS * sizeof(double));
-  a->metric_scratch = malloc((size_t)dim * sizeof(float));
-  if (!a->dual || !a->metric_scratch) {
-    adapt_free(a);
-    return DS_FAIL_ALLOC("adaptation state", (size_t)rows * DA_FIELDS * sizeof(double));
-  }
-  for (int64_t c = 0; c < (pooled ? 1 : rows); ++c) dual_restart(a->dual + c * DA_FIELDS, settings->initial_step);
-  if (a->s.diag_metric) {
-    a->mean = calloc((size_t)(rows * dim + 1), sizeof(double));
-    a->m2 = calloc((size_t)(rows * dim + 1), sizeof(double));
-    if (!a->mean || !a->m2) {
-      adapt_free(a);
-      return DS_FAIL_ALLOC("metric estimates", (size_t)(rows * dim) * 2 * sizeof(double));
-    }
-  }
-  if (a->s.diag_metric && pooled) {
-    a->sum_x = calloc((size_t)dim, sizeof(exact_sum_t));
-    a->sum_x2 = calloc((size_t)dim, sizeof(exact_sum_t));
-    if (!a->sum_x || !a->sum_x2) {
-      adapt_free(a);
-      return DS_FAIL_ALLOC("metric totals", (size_t)dim * 2 * sizeof(exact_sum_t));
-    }
-  }
+  int status = DS_OK;
   *out = a;
-  return DS_OK;
+  if (settings->mode == ADAPT_POOLED) {
+    dual_restart(a->scalars + SC_POOLED_DA, settings->initial_step);
+  } else {
+    status = add_array(a, "adapt_dual", CKPT_FLOAT64, DUAL_FIELDS, (void **)&a->dual);
+    /* Every chain starts from the same state: fill the host copy and send it. */
+    double *host = a->arrays[0].array.local;
+    for (int64_t r = 0; status == DS_OK && r < rows; ++r) dual_restart(host + r * DUAL_FIELDS, settings->initial_step);
+    if (status == DS_OK) status = backend->upload(backend, a->dual, host, a->arrays[0].bytes);
+  }
+  if (status == DS_OK && a->s.diag_metric) {
+    status = add_array(a, "adapt_window_mean", CKPT_FLOAT32, dim, (void **)&a->window_mean);
+    if (status == DS_OK) status = add_array(a, "adapt_window_m2", CKPT_FLOAT32, dim, (void **)&a->window_m2);
+    if (status == DS_OK) status = backend->fill(backend, a->window_mean, 0.0f, rows * dim);
+    if (status == DS_OK) status = backend->fill(backend, a->window_m2, 0.0f, rows * dim);
+    a->metric_row = malloc((size_t)dim * sizeof *a->metric_row);
+    if (status == DS_OK && !a->metric_row) status = DS_FAIL_ALLOC("the metric", (size_t)dim * sizeof(float));
+  }
+  if (status != DS_OK) {
+    adapt_free(a);
+    *out = NULL;
+  }
+  return status;
 }
 
 void adapt_free(adapt_t *a) {
   if (!a) return;
-  if (a->s.mode != ADAPT_POOLED) free(a->dual);
-  free(a->mean);
-  free(a->m2);
-  free(a->sum_x);
-  free(a->sum_x2);
-  free(a->metric_scratch);
+  for (int i = 0; i < a->n_arrays; ++i) {
+    a->backend->release(a->backend, a->arrays[i].backend_copy);
+    free(a->arrays[i].array.local);
+  }
+  free(a->metric_row);
   free(a);
 }
 
@@ -131,124 +133,80 @@ static void next_window(adapt_t *a) {
   a->scalars[SC_NEXT_WINDOW] = (double)next;
 }
 
-/* Adds this iteration's positions to the window's estimate. */
-static void add_sample(adapt_t *a, const float *q) {
-  const int64_t count = a->s.rows * a->s.dim;
-  a->scalars[SC_WINDOW_SAMPLES] += 1.0;
-  if (a->s.mode == ADAPT_POOLED) {
-    for (int64_t e = 0; e < count; ++e) {
-      const double x = q[e];
-      a->mean[e] += x;
-      a->m2[e] += x * x;
-    }
-    return;
-  }
-  const double n = a->scalars[SC_WINDOW_SAMPLES];
-  for (int64_t e = 0; e < count; ++e) {
-    double delta = (double)q[e] - a->mean[e];
-    a->mean[e] += delta / n;
-    a->m2[e] += delta * ((double)q[e] - a->mean[e]);
-  }
+void adapt_before_iteration(adapt_t *a, hmc_batch_t *batch) {
+  batch->moment_mean = batch->moment_m2 = NULL;
+  batch->moment_count = 0;
+  if (!a || !a->s.diag_metric || !in_window(a, (int64_t)a->scalars[SC_WINDOW_COUNTER])) return;
+  batch->moment_mean = a->window_mean;
+  batch->moment_m2 = a->window_m2;
+  batch->moment_count = (int64_t)a->scalars[SC_WINDOW_SAMPLES] + 1;
 }
 
-/* Ends a window: the regularised variances become the inverse metric; the estimate restarts. */
-static int end_window(adapt_t *a, float *inv_metric) {
-  const int64_t rows = a->s.rows, dim = a->s.dim;
-  const double n_chain = a->scalars[SC_WINDOW_SAMPLES];
-  if (a->s.mode == ADAPT_POOLED) {
-    /* Each chain's sums in iteration order, then exactly over chains and ranks. */
-    int status = DS_OK;
-    for (int64_t c = 0; c < rows && status == DS_OK; ++c)
-      for (int64_t k = 0; k < dim; ++k)
-        if (exact_sum_add(&a->sum_x[k], a->mean[c * dim + k]) != 0 ||
-            exact_sum_add(&a->sum_x2[k], a->m2[c * dim + k]) != 0) {
-          status = ds_fail(DS_ERR_TARGET, "adaptation: chain %lld's positions in dimension %lld are out of range "
-                                          "(sum %g)", (long long)c, (long long)k, a->mean[c * dim + k]);
-          break;
-        }
-    DS_TRY(comm_agree(a->comm, status));
-    DS_TRY(exact_sum_allreduce(a->comm, a->sum_x, dim));
-    DS_TRY(exact_sum_allreduce(a->comm, a->sum_x2, dim));
-    const double n = n_chain * (double)a->s.chains_total;
-    for (int64_t k = 0; k < dim; ++k) {
-      double sum = exact_sum_value(&a->sum_x[k]), sum2 = exact_sum_value(&a->sum_x2[k]);
-      double var = n > 1 ? fmax(sum2 - sum * sum / n, 0.0) / (n - 1.0) : 1.0;
-      var = (n / (n + 5.0)) * var + 1e-3 * (5.0 / (n + 5.0));
-      a->metric_scratch[k] = (float)var;
-      exact_sum_clear(&a->sum_x[k]);
-      exact_sum_clear(&a->sum_x2[k]);
-    }
-    for (int64_t c = 0; c < rows; ++c) memcpy(inv_metric + c * dim, a->metric_scratch, (size_t)dim * sizeof(float));
-    memset(a->mean, 0, (size_t)(rows * dim) * sizeof(double));
-    memset(a->m2, 0, (size_t)(rows * dim) * sizeof(double));
-  } else {
-    const double n = n_chain;
-    for (int64_t e = 0; e < rows * dim; ++e) {
-      double var = n > 1 ? a->m2[e] / (n - 1.0) : 1.0;
-      inv_metric[e] = (float)((n / (n + 5.0)) * var + 1e-3 * (5.0 / (n + 5.0)));
-      a->mean[e] = 0.0;
-      a->m2[e] = 0.0;
-    }
-  }
-  a->scalars[SC_WINDOW_SAMPLES] = 0.0;
-  return DS_OK;
+/* The pooled window: the variance over all chains' samples, from each chain's moments. */
+static int pooled_metric(adapt_t *a, double n_chain, float *inv_metric) {
+  backend_t *b = a->backend;
+  const int64_t dim = a->s.dim, rows = a->s.rows;
+  double *totals = malloc((size_t)(3 * dim) * sizeof *totals);
+  if (!totals) return comm_agree(a->comm, DS_FAIL_ALLOC("metric totals", (size_t)(3 * dim) * sizeof(double)));
+  double *grand_mean = totals, *within = totals + dim, *between = totals + 2 * dim;
+  int status = moments_pool(a->comm, b, a->window_mean, a->window_m2, rows, dim, a->s.chains_total, grand_mean,
+                            within, between);
+  for (int64_t k = 0; status == DS_OK && k < dim; ++k)
+    a->metric_row[k] = dual_regularised_variance(within[k] + n_chain * between[k], n_chain * (double)a->s.chains_total);
+  free(totals);
+  DS_TRY(status);
+  DS_TRY(b->upload(b, inv_metric, a->metric_row, (size_t)dim * sizeof(float)));
+  DS_TRY(b->fill(b, a->window_mean, 0.0f, rows * dim));
+  return b->fill(b, a->window_m2, 0.0f, rows * dim);
 }
 
-int adapt_after_iteration(adapt_t *a, int64_t iteration, const float *accept, const float *q, float *step_size,
-                          float *inv_metric, int *metric_changed) {
+int adapt_after_iteration(adapt_t *a, int64_t iteration, const hmc_stats_t *stats, const hmc_batch_t *batch,
+                          float *step_nominal, float *inv_metric, int *metric_changed) {
   *metric_changed = 0;
-  const int64_t rows = a->s.rows;
-  const int pooled = a->s.mode == ADAPT_POOLED;
   if (a->s.mode == ADAPT_NONE) return DS_OK;
+  backend_t *b = a->backend;
+  const int64_t rows = a->s.rows, dim = a->s.dim;
+  const int pooled = a->s.mode == ADAPT_POOLED;
 
-  /* 1. The step size, from this iteration's acceptance statistics. */
-  a->scalars[SC_DA_COUNTER] += 1.0;
-  const double counter = a->scalars[SC_DA_COUNTER];
-  if (pooled) {
-    exact_sum_t total;
-    exact_sum_clear(&total);
-    for (int64_t c = 0; c < rows; ++c) exact_sum_add(&total, accept[c] > 1.0f ? 1.0 : (double)accept[c]);
-    DS_TRY(exact_sum_allreduce(a->comm, &total, 1));
-    dual_learn(a, a->dual, counter, exact_sum_value(&total) / (double)a->s.chains_total);
-  } else {
-    for (int64_t c = 0; c < rows; ++c) dual_learn(a, a->dual + c * DA_FIELDS, counter, (double)accept[c]);
-  }
-
-  /* 2. The metric, in Stan's windows; a new metric restarts the step size's averaging. */
+  /* 1. The metric, in Stan's windows; a new metric restarts the step size's averaging. */
+  int window_end = 0;
   if (a->s.diag_metric) {
     const int64_t window_counter = (int64_t)a->scalars[SC_WINDOW_COUNTER];
-    /* Adding a sample is local and cannot fail; end_window agrees before its collectives. */
-    if (in_window(a, window_counter)) add_sample(a, q);
+    if (in_window(a, window_counter)) a->scalars[SC_WINDOW_SAMPLES] += 1.0;
     if (window_ends(a, window_counter)) {
       next_window(a);
-      DS_TRY(end_window(a, inv_metric));
+      const double n = a->scalars[SC_WINDOW_SAMPLES];
+      if (pooled)
+        DS_TRY(pooled_metric(a, n, inv_metric));
+      else
+        DS_TRY(comm_agree(a->comm, b->moments_to_metric(b, a->window_mean, a->window_m2, rows * dim, n, inv_metric)));
+      a->scalars[SC_WINDOW_SAMPLES] = 0.0;
       *metric_changed = 1;
-      for (int64_t c = 0; c < (pooled ? 1 : rows); ++c) {
-        double *da = a->dual + c * DA_FIELDS;
-        dual_restart(da, exp(da[DA_LOG_EPS]));
-      }
-      a->scalars[SC_DA_COUNTER] = 0.0;
+      window_end = 1;
     }
     a->scalars[SC_WINDOW_COUNTER] += 1.0;
   }
 
-  /* 3. The next iteration's step sizes: the latest iterate, or the average once warmup ends. */
-  const int last = iteration + 1 >= a->s.warmup;
-  for (int64_t c = 0; c < rows; ++c) {
-    const double *da = a->dual + (pooled ? 0 : c * DA_FIELDS);
-    step_size[c] = (float)exp(last ? da[DA_X_BAR] : da[DA_LOG_EPS]);
+  /* 2. The step size, from this iteration's acceptance statistics: the latest iterate, or
+   * the average once warmup ends. */
+  a->scalars[SC_DA_COUNTER] += 1.0;
+  dual_average_step_t step = dual_settings(a);
+  step.counter = a->scalars[SC_DA_COUNTER];
+  step.restart = window_end;
+  step.final = iteration + 1 >= a->s.warmup;
+  if (window_end) a->scalars[SC_DA_COUNTER] = 0.0;
+  if (pooled) {
+    exact_sum_t total = stats->accept;
+    const float next = dual_iterate(a->scalars + SC_POOLED_DA, &step, exact_sum_value(&total) / (double)a->s.chains_total);
+    return b->fill(b, step_nominal, next, rows);
   }
-  return DS_OK;
+  return b->dual_average(b, a->dual, batch->accept_prob, step_nominal, rows, &step);
 }
 
-int adapt_checkpoint_items(adapt_t *a, ckpt_array_t *arrays, int *n_arrays, ckpt_global_t *globals, int *n_globals) {
-  *n_arrays = 0;
+int adapt_checkpoint_items(adapt_t *a, adapt_array_t *arrays, int *n_arrays, ckpt_global_t *globals, int *n_globals) {
   *n_globals = 0;
   globals[(*n_globals)++] = (ckpt_global_t){"adapt_scalars", SC_COUNT, a->scalars};
-  if (a->s.mode == ADAPT_PER_CHAIN) arrays[(*n_arrays)++] = (ckpt_array_t){"adapt_dual", CKPT_FLOAT64, DA_FIELDS, a->dual};
-  if (a->mean) {
-    arrays[(*n_arrays)++] = (ckpt_array_t){"adapt_mean", CKPT_FLOAT64, a->s.dim, a->mean};
-    arrays[(*n_arrays)++] = (ckpt_array_t){"adapt_m2", CKPT_FLOAT64, a->s.dim, a->m2};
-  }
+  for (int i = 0; i < a->n_arrays; ++i) arrays[i] = a->arrays[i];
+  *n_arrays = a->n_arrays;
   return DS_OK;
 }

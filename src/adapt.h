@@ -1,14 +1,19 @@
 /* adapt.h: HMC warmup adaptation as in Stan: dual averaging of the step size (delta, gamma
  * 0.05, kappa 0.75, t0 10, mu = log(10 eps), restarted at each metric update) and a windowed
- * diagonal metric (75 / 25 doubling / 50 iterations, 15/75/10 % for short warmups; Welford
- * variance with Stan's shrinkage n/(n+5) var + 1e-3 * 5/(n+5)). Per chain, or pooled over all
- * chains of all ranks; pooled totals over chains are exact sums, so the result is the same bits
- * on any rank count. Runs on the host for either backend. */
+ * diagonal metric (75 / 25 doubling / 50 iterations, 15/75/10 % for short warmups; Stan's
+ * shrinkage n/(n+5) var + 1e-3 * 5/(n+5)). Per chain, or pooled over all chains of all ranks.
+ *
+ * The state lives where the chains do (the backend's memory): each transition adds the
+ * chains' positions to per-chain running moments (Welford, hmc_batch_t), and per-chain step
+ * sizes and metrics are computed by backend entries. Pooled adaptation combines the chains
+ * with exact sums once per iteration (the acceptance) and once per window (the moments), so
+ * the result is the same bits on any rank count. The host does no per-chain work. */
 #ifndef DSAMPLER_ADAPT_H
 #define DSAMPLER_ADAPT_H
 
 #include <stdint.h>
 
+#include "backend.h"
 #include "ckpt.h"
 #include "comm.h"
 
@@ -25,18 +30,29 @@ typedef struct adapt_settings {
   int64_t rows, dim, chains_total;
 } adapt_settings_t;
 
-int adapt_create(adapt_t **out, comm_ctx_t *comm, const adapt_settings_t *settings);
+/* A backend array that checkpoints carry: its host mirror is what ckpt reads and writes. */
+typedef struct adapt_array {
+  ckpt_array_t array;     /* array.local: the host mirror */
+  void *backend_copy;
+  size_t bytes;
+} adapt_array_t;
+
+int adapt_create(adapt_t **out, comm_ctx_t *comm, backend_t *backend, const adapt_settings_t *settings);
 void adapt_free(adapt_t *a);
 
-/* After warmup iteration `iteration` (0-based): learns from the chains' acceptance statistics
- * accept [rows] and positions q [rows, dim] (host), and writes the step sizes [rows] and, when
- * *metric_changed, the inverse metric [rows, dim] for the next iteration; after the last
- * warmup iteration the step sizes are the final, averaged ones. Collective. */
-int adapt_after_iteration(adapt_t *a, int64_t iteration, const float *accept, const float *q, float *step_size,
-                          float *inv_metric, int *metric_changed);
+/* Before warmup iteration `iteration`: asks the transition for the window's moments when
+ * this iteration's state belongs to the current window. */
+void adapt_before_iteration(adapt_t *a, hmc_batch_t *batch);
 
-/* The adaptation's state for a checkpoint: arrays (per-chain rows) and globals, read back in
- * place by ckpt_read. The pointers stay valid until adapt_free. */
-int adapt_checkpoint_items(adapt_t *a, ckpt_array_t *arrays, int *n_arrays, ckpt_global_t *globals, int *n_globals);
+/* After warmup iteration `iteration` (0-based), with stats summed over all chains of all ranks:
+ * writes the next iteration's step sizes into step_nominal [rows] and, at a window's end, the
+ * inverse metric (inv_metric: [dim] when shared, else [rows, dim]; *metric_changed = 1).
+ * After the last warmup iteration the step sizes are the final, averaged ones. Collective. */
+int adapt_after_iteration(adapt_t *a, int64_t iteration, const hmc_stats_t *stats, const hmc_batch_t *batch,
+                          float *step_nominal, float *inv_metric, int *metric_changed);
+
+/* The adaptation's state for a checkpoint: per-chain arrays (with backend copies) and globals
+ * (host). Pointers stay valid until adapt_free. */
+int adapt_checkpoint_items(adapt_t *a, adapt_array_t *arrays, int *n_arrays, ckpt_global_t *globals, int *n_globals);
 
 #endif

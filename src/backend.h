@@ -9,6 +9,8 @@
 #include <stdint.h>
 
 #include "dsampler_target.h"
+#include "dual_average.h"
+#include "exactsum_core.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -40,8 +42,8 @@ enum {
 };
 typedef enum { SVGD_UPDATE_SGD = 0, SVGD_UPDATE_ADAGRAD = 1 } svgd_update_t;
 
-/* One HMC iteration for a rank's chains: momenta and the accept uniform come from Philox keyed
- * by (seed, chain_begin + c, iteration); see rng.h for the word layout. */
+/* One HMC iteration for a rank's chains: momenta, the accept uniform and the step's jitter come
+ * from Philox keyed by (seed, chain_begin + c, iteration); see rng.h for the word layout. */
 typedef struct hmc_batch {
   int64_t n_chains;        /* local chains */
   int64_t chain_begin;     /* global id of local chain 0 */
@@ -52,14 +54,36 @@ typedef struct hmc_batch {
   float *q;                /* [n_chains, dim] position, updated on accept */
   float *logp;             /* [n_chains] log p(q), kept in step with q */
   float *grad;             /* [n_chains, dim] grad log p(q), kept in step with q */
-  const float *step_size;  /* [n_chains] */
+  const float *step_nominal; /* [n_chains] the adapted (or given) step size */
+  float jitter;            /* the step used is nominal * (1 + jitter * (2u - 1)), u its own word */
   const float *inv_metric; /* [n_chains, dim] diagonal of M^-1, or [dim] when shared_metric */
   int shared_metric;       /* 1: one metric for every chain (unit or pooled adaptation) */
+  float *step_size;        /* [n_chains] out: the step used */
   float *accept_prob;      /* [n_chains] out: min(1, exp(H0 - H1)), 0 when divergent */
   float *energy;           /* [n_chains] out: the Hamiltonian at the state kept */
   uint8_t *diverging;      /* [n_chains] out */
   uint8_t *accepted;       /* [n_chains] out */
+  /* When moment_mean is not NULL, the state kept is added to each chain's running moments
+   * (Welford, float): with n = moment_count (this sample included), delta = q - mean,
+   * mean += delta / n, m2 += delta * (q - mean). [n_chains, dim] each. */
+  float *moment_mean, *moment_m2;
+  int64_t moment_count;
 } hmc_batch_t;
+
+/* Sums over a rank's chains of one transition's statistics, exact (rank-count independent). */
+typedef struct hmc_stats {
+  exact_sum_t accept;      /* sum of accept_prob */
+  exact_sum_t step;        /* sum of the steps used */
+  int64_t divergent;
+} hmc_stats_t;
+
+/* Draws kept on the backend until they are written: `capacity` slots of rows chains, laid out
+ * as the output takes them, [rows, capacity(, dim)]. */
+typedef struct hmc_draw_block {
+  int64_t rows, capacity, dim;
+  float *q, *logp, *accept, *step, *energy; /* backend memory */
+  uint8_t *diverging;
+} hmc_draw_block_t;
 
 typedef struct backend backend_t;
 struct backend {
@@ -71,6 +95,9 @@ struct backend {
 
   int (*alloc)(backend_t *b, void **ptr, size_t bytes);
   void (*release)(backend_t *b, void *ptr);
+  /* Host memory the backend copies to and from fastest (pinned for CUDA). */
+  int (*alloc_host)(backend_t *b, void **ptr, size_t bytes);
+  void (*release_host)(backend_t *b, void *ptr);
   int (*upload)(backend_t *b, void *dst, const void *host_src, size_t bytes);
   int (*download)(backend_t *b, void *host_dst, const void *src, size_t bytes);
   int (*synchronize)(backend_t *b);
@@ -100,6 +127,23 @@ struct backend {
                      svgd_update_t kind, float step, int first_iteration);
 
   int (*hmc_transition)(backend_t *b, const dsampler_target *t, hmc_batch_t *batch);
+  /* The statistics of the batch's last transition, summed over its chains (host result). */
+  int (*hmc_stats)(backend_t *b, const hmc_batch_t *batch, hmc_stats_t *stats);
+  /* Copies the batch's first block->rows chains' state and statistics into slot `slot`. */
+  int (*hmc_record_draw)(backend_t *b, const hmc_batch_t *batch, hmc_draw_block_t *block, int64_t slot);
+
+  /* dst[0 .. count) = value. */
+  int (*fill)(backend_t *b, float *dst, float value, int64_t count);
+  /* sums[k] (host, cleared first) = exact sum over rows r of values[r, k] (rows x cols, backend
+   * memory); with center (host, [cols]) the sum of ((double)values[r, k] - center[k])^2. */
+  int (*column_sums)(backend_t *b, const float *values, int64_t rows, int64_t cols, const double *center,
+                     exact_sum_t *sums);
+  /* Per-chain dual averaging: for each row, state[row] (DUAL_FIELDS doubles) takes one
+   * dual_iterate with accept[row] and step_out[row] receives the next step. */
+  int (*dual_average)(backend_t *b, double *state, const float *accept, float *step_out, int64_t rows,
+                      const dual_average_step_t *step);
+  /* inv_metric[e] = dual_regularised_variance(m2[e], n); then mean and m2 are zeroed. */
+  int (*moments_to_metric)(backend_t *b, float *mean, float *m2, int64_t count, double n, float *inv_metric);
 
   void (*destroy)(backend_t *b);
 };

@@ -15,6 +15,8 @@
 #define CPU_COLUMN_BLOCK 16
 /* Chains stepped together in one target call. */
 #define CPU_HMC_CHAIN_BLOCK 64
+/* Element counts below which a loop runs on one thread: a parallel region costs more. */
+#define CPU_PARALLEL_MIN 65536
 
 typedef struct cpu_impl {
   float *columns_t;       /* x_all transposed, [dim, n]: a block's k-th coordinates adjacent */
@@ -280,6 +282,19 @@ static double kinetic_energy(const float *p, const float *inv_metric, int64_t di
   return 0.5 * sum;
 }
 
+/* Adds the chain's state to its running moments (backend.h's formula, in float). */
+static void hmc_add_moments(hmc_batch_t *batch, int64_t chain) {
+  const int64_t dim = batch->dim;
+  const float n = (float)batch->moment_count;
+  const float *q = batch->q + chain * dim;
+  float *mean = batch->moment_mean + chain * dim, *m2 = batch->moment_m2 + chain * dim;
+  for (int64_t k = 0; k < dim; ++k) {
+    const float delta = q[k] - mean[k];
+    mean[k] += delta / n;
+    m2[k] += delta * (q[k] - mean[k]);
+  }
+}
+
 /* One iteration for chains [c0, c0 + count) of the batch, with scratch for `count` chains. */
 static int hmc_block(const dsampler_target *t, hmc_batch_t *batch, int64_t c0, int64_t count,
                      float *q, float *p, float *grad, float *logp, float *uniform, double *h0) {
@@ -287,6 +302,8 @@ static int hmc_block(const dsampler_target *t, hmc_batch_t *batch, int64_t c0, i
   for (int64_t c = 0; c < count; ++c) {
     const int64_t chain = c0 + c;
     const float *inv_metric = batch->inv_metric + (batch->shared_metric ? 0 : chain * dim);
+    batch->step_size[chain] = rng_hmc_jittered_step(batch->seed, (uint64_t)(batch->chain_begin + chain),
+                                                    batch->iteration, dim, batch->step_nominal[chain], batch->jitter);
     hmc_draw(batch->seed, (uint64_t)(batch->chain_begin + chain), batch->iteration, dim,
              inv_metric, p + c * dim, uniform + c);
     h0[c] = -(double)batch->logp[chain] + kinetic_energy(p + c * dim, inv_metric, dim);
@@ -327,6 +344,7 @@ static int hmc_block(const dsampler_target *t, hmc_batch_t *batch, int64_t c0, i
       memcpy(batch->grad + chain * dim, grad + c * dim, (size_t)dim * sizeof *grad);
       batch->logp[chain] = logp[c];
     }
+    if (batch->moment_mean) hmc_add_moments(batch, chain);
   }
   return DS_OK;
 }
@@ -337,7 +355,7 @@ static int cpu_hmc_transition(backend_t *b, const dsampler_target *t, hmc_batch_
   if (n == 0) return DS_OK;
   const int64_t block = CPU_HMC_CHAIN_BLOCK;
   int status = DS_OK;
-#pragma omp parallel
+#pragma omp parallel if (n > CPU_HMC_CHAIN_BLOCK)
   {
     size_t floats = (size_t)(block * dim);
     float *q = malloc(floats * sizeof *q), *p = malloc(floats * sizeof *p);
@@ -359,6 +377,109 @@ static int cpu_hmc_transition(backend_t *b, const dsampler_target *t, hmc_batch_
     free(q); free(p); free(grad); free(logp); free(uniform); free(h0);
   }
   return status;
+}
+
+static int cpu_hmc_stats(backend_t *b, const hmc_batch_t *batch, hmc_stats_t *stats) {
+  (void)b;
+  memset(stats, 0, sizeof *stats);
+  int failed = 0;
+  /* Per-thread digits, combined by integer addition: the same total for any thread count. */
+#pragma omp parallel if (batch->n_chains > CPU_PARALLEL_MIN)
+  {
+    hmc_stats_t local;
+    memset(&local, 0, sizeof local);
+    int local_failed = 0;
+#pragma omp for schedule(static)
+    for (int64_t c = 0; c < batch->n_chains; ++c) {
+      local_failed |= exact_digits_add(local.accept.digit, (double)batch->accept_prob[c]) != 0;
+      local_failed |= exact_digits_add(local.step.digit, (double)batch->step_size[c]) != 0;
+      local.divergent += batch->diverging[c];
+    }
+#pragma omp critical
+    {
+      for (int i = 0; i < EXACT_DIGITS; ++i) {
+        stats->accept.digit[i] += local.accept.digit[i];
+        stats->step.digit[i] += local.step.digit[i];
+      }
+      stats->divergent += local.divergent;
+      failed |= local_failed;
+    }
+  }
+  stats->accept.pending = stats->step.pending = batch->n_chains;
+  if (failed) return ds_fail(DS_ERR_TARGET, "HMC: a step size is not finite (adaptation diverged?)");
+  return DS_OK;
+}
+
+static int cpu_hmc_record_draw(backend_t *b, const hmc_batch_t *batch, hmc_draw_block_t *block, int64_t slot) {
+  (void)b;
+  const int64_t dim = batch->dim, cap = block->capacity;
+#pragma omp parallel for schedule(static) if (block->rows * dim > CPU_PARALLEL_MIN)
+  for (int64_t c = 0; c < block->rows; ++c) {
+    memcpy(block->q + (c * cap + slot) * dim, batch->q + c * dim, (size_t)dim * sizeof(float));
+    block->logp[c * cap + slot] = batch->logp[c];
+    block->accept[c * cap + slot] = batch->accept_prob[c];
+    block->step[c * cap + slot] = batch->step_size[c];
+    block->energy[c * cap + slot] = batch->energy[c];
+    block->diverging[c * cap + slot] = batch->diverging[c];
+  }
+  return DS_OK;
+}
+
+static int cpu_fill(backend_t *b, float *dst, float value, int64_t count) {
+  (void)b;
+#pragma omp parallel for schedule(static) if (count > CPU_PARALLEL_MIN)
+  for (int64_t e = 0; e < count; ++e) dst[e] = value;
+  return DS_OK;
+}
+
+static int cpu_column_sums(backend_t *b, const float *values, int64_t rows, int64_t cols, const double *center,
+                           exact_sum_t *sums) {
+  (void)b;
+  memset(sums, 0, (size_t)cols * sizeof *sums);
+  int failed = 0;
+  /* Rows in parallel, each thread its own digits, added together: integer sums, any order. */
+#pragma omp parallel if (rows * cols > CPU_PARALLEL_MIN)
+  {
+    int64_t *digits = calloc((size_t)cols * EXACT_DIGITS, sizeof *digits);
+    int local_failed = digits == NULL;
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t k = 0; digits && k < cols; ++k) {
+        double v = values[r * cols + k];
+        if (center) v = (v - center[k]) * (v - center[k]);
+        local_failed |= exact_digits_add(digits + k * EXACT_DIGITS, v) != 0;
+      }
+    }
+#pragma omp critical
+    {
+      for (int64_t k = 0; digits && k < cols; ++k)
+        for (int i = 0; i < EXACT_DIGITS; ++i) sums[k].digit[i] += digits[k * EXACT_DIGITS + i];
+      failed |= local_failed;
+    }
+    free(digits);
+  }
+  for (int64_t k = 0; k < cols; ++k) sums[k].pending = rows;
+  if (failed) return ds_fail(DS_ERR_TARGET, "a chain's position or moment is out of range (not finite or > 1e111)");
+  return DS_OK;
+}
+
+static int cpu_dual_average(backend_t *b, double *state, const float *accept, float *step_out, int64_t rows,
+                            const dual_average_step_t *step) {
+  (void)b;
+#pragma omp parallel for schedule(static) if (rows > CPU_PARALLEL_MIN)
+  for (int64_t r = 0; r < rows; ++r) step_out[r] = dual_iterate(state + r * DUAL_FIELDS, step, (double)accept[r]);
+  return DS_OK;
+}
+
+static int cpu_moments_to_metric(backend_t *b, float *mean, float *m2, int64_t count, double n, float *inv_metric) {
+  (void)b;
+#pragma omp parallel for schedule(static) if (count > CPU_PARALLEL_MIN)
+  for (int64_t e = 0; e < count; ++e) {
+    inv_metric[e] = dual_regularised_variance((double)m2[e], n);
+    mean[e] = 0.0f;
+    m2[e] = 0.0f;
+  }
+  return DS_OK;
 }
 
 static void cpu_destroy(backend_t *b) {
@@ -386,6 +507,8 @@ int backend_cpu_create(backend_t **out) {
   b->impl = impl;
   b->alloc = cpu_alloc;
   b->release = cpu_release;
+  b->alloc_host = cpu_alloc;
+  b->release_host = cpu_release;
   b->upload = cpu_copy;
   b->download = cpu_copy;
   b->synchronize = cpu_synchronize;
@@ -394,6 +517,12 @@ int backend_cpu_create(backend_t **out) {
   b->svgd_phi = cpu_svgd_phi;
   b->svgd_update = cpu_svgd_update;
   b->hmc_transition = cpu_hmc_transition;
+  b->hmc_stats = cpu_hmc_stats;
+  b->hmc_record_draw = cpu_hmc_record_draw;
+  b->fill = cpu_fill;
+  b->column_sums = cpu_column_sums;
+  b->dual_average = cpu_dual_average;
+  b->moments_to_metric = cpu_moments_to_metric;
   b->destroy = cpu_destroy;
   *out = b;
   return DS_OK;

@@ -7,8 +7,6 @@
 
 #include "status.h"
 
-#define EXACT_LSB_EXPONENT (-360)
-
 void exact_sum_clear(exact_sum_t *s) { memset(s, 0, sizeof *s); }
 
 void exact_sum_normalize(exact_sum_t *s) {
@@ -24,20 +22,7 @@ void exact_sum_normalize(exact_sum_t *s) {
 }
 
 int exact_sum_add(exact_sum_t *s, double v) {
-  if (v == 0.0) return 0;
-  if (!isfinite(v)) return -1;
-  int exponent;
-  double fraction = frexp(fabs(v), &exponent); /* |v| = fraction * 2^exponent, fraction in [0.5, 1) */
-  int64_t mantissa = (int64_t)ldexp(fraction, 53);  /* exact: 53 bits */
-  int shift = exponent - 53 - EXACT_LSB_EXPONENT;  /* bit position of the mantissa's LSB */
-  if (shift < 0 || shift + 53 > 32 * (EXACT_DIGITS - 1)) return -1;
-  int index = shift / 32, offset = shift % 32;
-  /* Spread the mantissa, shifted by offset (<= 84 bits), over three 32-bit digits. */
-  uint64_t low = (uint64_t)mantissa << offset;                      /* bits 0..63 of the shifted value */
-  uint64_t high = offset ? (uint64_t)mantissa >> (64 - offset) : 0; /* bits 64.. */
-  int64_t parts[3] = {(int64_t)(low & 0xFFFFFFFFu), (int64_t)(low >> 32), (int64_t)high};
-  const int64_t sign = v < 0 ? -1 : 1;
-  for (int k = 0; k < 3 && index + k < EXACT_DIGITS; ++k) s->digit[index + k] += sign * parts[k];
+  if (exact_digits_add(s->digit, v) != 0) return -1;
   /* Each digit grows by < 2^32 per addition: normalise long before int64 could overflow. */
   if (++s->pending >= ((int64_t)1 << 29)) exact_sum_normalize(s);
   return 0;

@@ -8,14 +8,7 @@
 #include <stdint.h>
 
 #include "comm.h"
-
-/* 32-bit digits held in int64, least significant first; digit i weighs 2^(32 i - 360). */
-#define EXACT_DIGITS 24
-
-typedef struct exact_sum {
-  int64_t digit[EXACT_DIGITS];
-  int64_t pending; /* additions since the last normalisation */
-} exact_sum_t;
+#include "exactsum_core.h"
 
 void exact_sum_clear(exact_sum_t *s);
 /* Adds v exactly; v must be finite and 0 or within the range above (returns -1 if not). */

@@ -1,279 +1,423 @@
 /* hmc.c: Hamiltonian Monte Carlo over many independent chains (DESIGN.md, HMC), written once
- * against the backend interface: warmup with adaptation (adapt.c), then sampling. Draws are
- * buffered on the host and written in blocks, each rank its own chains' hyperslab; the state
- * is checkpointed on a schedule and when a stop signal arrives. */
+ * against the backend interface: warmup with adaptation (adapt.c), then sampling.
+ *
+ * The chains' state, the step sizes, the metric and the adaptation live in the backend's
+ * memory; an iteration sends nothing to the host but its summed statistics (a few hundred
+ * bytes). Kept draws are copied into a block on the backend, and a full block goes to the
+ * host in one copy and is written by the writer thread (draw_writer.h) while the chains go on.
+ * Each chain's running moments over its kept draws are written at the end (group `moments`),
+ * so a run that stores the draws of a few chains still summarises all of them. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/statvfs.h>
 
 #include "adapt.h"
-#include "rng.h"
+#include "draw_writer.h"
+#include "exactsum.h"
+#include "moments.h"
 #include "run.h"
 #include "signals.h"
 #include "status.h"
 #include "summary.h"
 
-/* Host memory for buffered draws, per rank and phase, before a collective write; the
- * environment variable DSAMPLER_DRAW_BUFFER_BYTES overrides it. */
-#define HMC_DRAW_BUFFER_BYTES ((size_t)64 << 20)
+/* Memory for a block of kept draws, per rank and phase (on the backend, and again on the host);
+ * DSAMPLER_DRAW_BUFFER_BYTES on rank 0 overrides it for every rank. */
+#define HMC_DRAW_BUFFER_BYTES ((size_t)256 << 20)
 /* Above this many values (chains x draws x dim) a run does not print the summary itself. */
 #define HMC_SUMMARY_MAX_VALUES 2.5e7
+/* Bytes a kept draw of one chain takes in the output besides its position: lp, acceptance,
+ * step, energy (float32), n_steps (int32), diverging (int8). */
+#define HMC_STATS_BYTES_PER_DRAW 21
 
-/* Host copies of the chains' state and of one iteration's statistics. */
-typedef struct hmc_host {
-  float *q, *logp, *grad;        /* state: for checkpoints and adaptation */
-  float *step_nominal;           /* the adapted (or given) step size per chain */
-  float *step_used;              /* this iteration's, after jitter */
-  float *inv_metric;
-  float *accept, *energy;        /* this iteration's statistics */
-  uint8_t *diverging;
-  double divergences[2];         /* divergent transitions so far: in warmup, in sampling */
-} hmc_host_t;
+enum { HMC_N_STATS = 6, HMC_MAX_STATE = 12 };
+static const h5out_var_t hmc_stats_vars[HMC_N_STATS] = {
+    {"lp", H5OUT_FLOAT32, 0},       {"acceptance_rate", H5OUT_FLOAT32, 0}, {"step_size", H5OUT_FLOAT32, 0},
+    {"diverging", H5OUT_BOOL, 0},   {"energy", H5OUT_FLOAT32, 0},          {"n_steps", H5OUT_INT32, 0}};
 
-/* One phase's output (warmup or sampling): its groups and a block of buffered draws. */
+/* The chains on the backend, and what a checkpoint carries of them. */
+typedef struct hmc_chains {
+  hmc_batch_t batch;
+  float *step_nominal, *inv_metric;   /* the batch's, writable */
+  float *moment_mean, *moment_m2;     /* [rows, dim]: over the kept draws of sampling */
+  adapt_array_t state[HMC_MAX_STATE]; /* backend arrays and their host mirrors */
+  int n_state, n_owned;               /* all of them; the first n_owned are the chains' own */
+  ckpt_global_t globals[4];
+  int n_globals;
+  double totals[3];                   /* divergent transitions in warmup, in sampling; draws in the moments */
+} hmc_chains_t;
+
+/* One phase's output (warmup or sampling): its groups and a block of kept draws. */
 typedef struct hmc_phase_out {
+  int enabled;
   int g_posterior, g_stats;
-  int64_t capacity, first_draw, count;
-  float *x;                      /* [chains, capacity, dim] */
-  float *lp, *accept, *step, *energy; /* [chains, capacity] */
-  uint8_t *diverging;
-  int32_t *n_steps;
+  int64_t first_draw, count;          /* draws written before the block; draws in it */
+  hmc_draw_block_t block;             /* on the backend */
+  hmc_draw_block_t host;              /* the block's host copy, written by the writer thread */
+  int32_t *n_steps;                   /* [rows, capacity], constant */
 } hmc_phase_out_t;
 
-static const h5out_var_t hmc_stats_vars[] = {{"lp", H5OUT_FLOAT32, 0},        {"acceptance_rate", H5OUT_FLOAT32, 0},
-                                             {"step_size", H5OUT_FLOAT32, 0}, {"diverging", H5OUT_BOOL, 0},
-                                             {"energy", H5OUT_FLOAT32, 0},    {"n_steps", H5OUT_INT32, 0}};
-enum { HMC_N_STATS = 6 };
+typedef struct hmc_output {
+  h5out_t *file;
+  draw_writer_t *writer;
+  int64_t rows;                       /* this rank's chains whose draws are written */
+  hmc_phase_out_t phase[2];           /* 0: warmup, 1: sampling */
+} hmc_output_t;
 
-static void device_free(backend_t *b, hmc_batch_t *m) {
-  b->release(b, m->q);
-  b->release(b, m->logp);
-  b->release(b, m->grad);
-  b->release(b, (void *)m->step_size);
-  b->release(b, (void *)m->inv_metric);
-  b->release(b, m->accept_prob);
-  b->release(b, m->energy);
-  b->release(b, m->diverging);
-  b->release(b, m->accepted);
-}
+static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 
-/* Floats of the device's inverse metric: one row when every chain shares it. */
-static size_t metric_bytes(const hmc_batch_t *m, int64_t rows, int64_t dim) {
-  return (size_t)((m->shared_metric ? 1 : rows) * dim) * sizeof(float);
-}
+/* Draws kept in a phase of `iterations` iterations: iterations 0, thin, 2 thin, ... */
+static int64_t kept_draws(int64_t iterations, int64_t thin) { return (iterations + thin - 1) / thin; }
 
-static int device_alloc(backend_t *b, hmc_batch_t *m, int64_t rows, int64_t dim) {
-  size_t vec = (size_t)rows * sizeof(float), mat = (size_t)(rows * dim) * sizeof(float);
-  DS_TRY(b->alloc(b, (void **)&m->q, mat));
-  DS_TRY(b->alloc(b, (void **)&m->logp, vec));
-  DS_TRY(b->alloc(b, (void **)&m->grad, mat));
-  DS_TRY(b->alloc(b, (void **)&m->step_size, vec));
-  DS_TRY(b->alloc(b, (void **)&m->inv_metric, metric_bytes(m, rows, dim)));
-  DS_TRY(b->alloc(b, (void **)&m->accept_prob, vec));
-  DS_TRY(b->alloc(b, (void **)&m->energy, vec));
-  DS_TRY(b->alloc(b, (void **)&m->diverging, (size_t)rows));
-  DS_TRY(b->alloc(b, (void **)&m->accepted, (size_t)rows));
+/* ---- The chains ------------------------------------------------------------------------ */
+
+/* Registers a backend array of [rows, width] for checkpoints, allocating it and its mirror. */
+static int chains_array(hmc_chains_t *chains, backend_t *b, const char *name, int64_t width, size_t element,
+                        int64_t rows, int64_t backend_rows, void **backend_copy) {
+  adapt_array_t *entry = &chains->state[chains->n_state++];
+  chains->n_owned = chains->n_state;
+  const size_t bytes = (size_t)(rows * width) * element;
+  DS_TRY(b->alloc(b, backend_copy, (size_t)(backend_rows * width) * element));
+  entry->backend_copy = *backend_copy;
+  entry->bytes = (size_t)(backend_rows * width) * element;
+  entry->array = (ckpt_array_t){name, element == sizeof(double) ? CKPT_FLOAT64 : CKPT_FLOAT32, width,
+                                malloc(bytes + element)};
+  if (!entry->array.local) return DS_FAIL_ALLOC(name, bytes);
   return DS_OK;
 }
 
-static void host_free(hmc_host_t *h) {
-  free(h->q); free(h->logp); free(h->grad); free(h->step_nominal); free(h->step_used);
-  free(h->inv_metric); free(h->accept); free(h->energy); free(h->diverging);
-}
-
-static int host_alloc(hmc_host_t *h, int64_t rows, int64_t dim) {
-  size_t mat = (size_t)((rows > 0 ? rows : 1) * dim) * sizeof(float), vec = (size_t)(rows + 1) * sizeof(float);
-  h->q = malloc(mat);
-  h->grad = malloc(mat);
-  h->inv_metric = malloc(mat);
-  h->logp = malloc(vec);
-  h->step_nominal = malloc(vec);
-  h->step_used = malloc(vec);
-  h->accept = malloc(vec);
-  h->energy = malloc(vec);
-  h->diverging = malloc((size_t)rows + 1);
-  if (!h->q || !h->grad || !h->inv_metric || !h->logp || !h->step_nominal || !h->step_used || !h->accept ||
-      !h->energy || !h->diverging)
-    return DS_FAIL_ALLOC("host copies of the chains", 3 * mat);
-  return DS_OK;
-}
-
-static void phase_free(hmc_phase_out_t *p) {
-  free(p->x); free(p->lp); free(p->accept); free(p->step); free(p->energy); free(p->diverging); free(p->n_steps);
-}
-
-/* Draws per block. Every rank must flush at the same iterations (the writes are collective),
- * so the block is sized for the largest rank's share, not this rank's. */
-static int64_t phase_capacity(int64_t rows_max, int64_t dim, int64_t draws) {
-  size_t budget = HMC_DRAW_BUFFER_BYTES;
-  const char *text = getenv("DSAMPLER_DRAW_BUFFER_BYTES");
-  if (text && atoll(text) > 0) budget = (size_t)atoll(text);
-  int64_t capacity = (int64_t)(budget / ((size_t)(rows_max * dim) * sizeof(float) + 1));
-  if (capacity < 1) capacity = 1;
-  if (capacity > draws) capacity = draws > 0 ? draws : 1;
-  return capacity;
-}
-
-static int phase_alloc(hmc_phase_out_t *p, int64_t rows, int64_t rows_max, int64_t dim, int64_t draws) {
-  int64_t capacity = phase_capacity(rows_max, dim, draws);
-  p->capacity = capacity;
-  size_t cells = (size_t)(rows * capacity) + 1;
-  p->x = malloc(cells * (size_t)dim * sizeof *p->x);
-  p->lp = malloc(cells * sizeof *p->lp);
-  p->accept = malloc(cells * sizeof *p->accept);
-  p->step = malloc(cells * sizeof *p->step);
-  p->energy = malloc(cells * sizeof *p->energy);
-  p->diverging = malloc(cells);
-  p->n_steps = malloc(cells * sizeof *p->n_steps);
-  if (!p->x || !p->lp || !p->accept || !p->step || !p->energy || !p->diverging || !p->n_steps)
-    return DS_FAIL_ALLOC("the draw buffer", cells * (size_t)dim * sizeof(float));
-  return DS_OK;
-}
-
-/* Copies this iteration's state (host copies) into slot p->count of the block. */
-static void phase_add_draw(hmc_phase_out_t *p, const hmc_host_t *h, int64_t rows, int64_t dim, int n_steps) {
-  const int64_t t = p->count, cap = p->capacity;
-  for (int64_t c = 0; c < rows; ++c) {
-    memcpy(p->x + (c * cap + t) * dim, h->q + c * dim, (size_t)dim * sizeof(float));
-    p->lp[c * cap + t] = h->logp[c];
-    p->accept[c * cap + t] = h->accept[c];
-    p->step[c * cap + t] = h->step_used[c];
-    p->energy[c * cap + t] = h->energy[c];
-    p->diverging[c * cap + t] = h->diverging[c];
-    p->n_steps[c * cap + t] = n_steps;
+static int chains_alloc(hmc_chains_t *chains, backend_t *b, adapt_t *adapt, int64_t rows, int64_t dim) {
+  hmc_batch_t *batch = &chains->batch;
+  const size_t vec = (size_t)rows * sizeof(float), f = sizeof(float);
+  /* Unless each chain adapts its own metric, all chains share one: one row on the backend. */
+  const int64_t metric_rows = batch->shared_metric ? 1 : rows;
+  DS_TRY(chains_array(chains, b, "q", dim, f, rows, rows, (void **)&batch->q));
+  DS_TRY(chains_array(chains, b, "logp", 1, f, rows, rows, (void **)&batch->logp));
+  DS_TRY(chains_array(chains, b, "grad", dim, f, rows, rows, (void **)&batch->grad));
+  DS_TRY(chains_array(chains, b, "step_size", 1, f, rows, rows, (void **)&chains->step_nominal));
+  DS_TRY(chains_array(chains, b, "inv_metric", dim, f, rows, metric_rows, (void **)&chains->inv_metric));
+  DS_TRY(chains_array(chains, b, "moment_mean", dim, f, rows, rows, (void **)&chains->moment_mean));
+  DS_TRY(chains_array(chains, b, "moment_m2", dim, f, rows, rows, (void **)&chains->moment_m2));
+  batch->step_nominal = chains->step_nominal;
+  batch->inv_metric = chains->inv_metric;
+  DS_TRY(b->alloc(b, (void **)&batch->step_size, vec));
+  DS_TRY(b->alloc(b, (void **)&batch->accept_prob, vec));
+  DS_TRY(b->alloc(b, (void **)&batch->energy, vec));
+  DS_TRY(b->alloc(b, (void **)&batch->diverging, (size_t)rows));
+  DS_TRY(b->alloc(b, (void **)&batch->accepted, (size_t)rows));
+  DS_TRY(b->fill(b, chains->moment_mean, 0.0f, rows * dim));
+  DS_TRY(b->fill(b, chains->moment_m2, 0.0f, rows * dim));
+  chains->globals[chains->n_globals++] = (ckpt_global_t){"totals", 3, chains->totals};
+  if (adapt) {
+    int n_arrays = 0, n_globals = 0;
+    adapt_checkpoint_items(adapt, chains->state + chains->n_state, &n_arrays, chains->globals + chains->n_globals,
+                           &n_globals);
+    chains->n_state += n_arrays;
+    chains->n_globals += n_globals;
   }
-  p->count++;
+  return DS_OK;
 }
 
-/* Writes the buffered block (repacked to [chain, count] when not full). Collective. */
-static int phase_flush(run_ctx_t *run, h5out_t *out, hmc_phase_out_t *p, int64_t rows, int64_t dim) {
-  if (p->count < p->capacity) {
-    for (int64_t c = 1; c < rows; ++c) {
-      memmove(p->x + c * p->count * dim, p->x + c * p->capacity * dim, (size_t)(p->count * dim) * sizeof(float));
-      memmove(p->lp + c * p->count, p->lp + c * p->capacity, (size_t)p->count * sizeof(float));
-      memmove(p->accept + c * p->count, p->accept + c * p->capacity, (size_t)p->count * sizeof(float));
-      memmove(p->step + c * p->count, p->step + c * p->capacity, (size_t)p->count * sizeof(float));
-      memmove(p->energy + c * p->count, p->energy + c * p->capacity, (size_t)p->count * sizeof(float));
-      memmove(p->diverging + c * p->count, p->diverging + c * p->capacity, (size_t)p->count);
-      memmove(p->n_steps + c * p->count, p->n_steps + c * p->capacity, (size_t)p->count * sizeof(int32_t));
+static void chains_free(hmc_chains_t *chains, backend_t *b) {
+  for (int i = 0; i < chains->n_owned; ++i) {
+    b->release(b, chains->state[i].backend_copy);
+    free(chains->state[i].array.local);
+  }
+  b->release(b, chains->batch.step_size);
+  b->release(b, chains->batch.accept_prob);
+  b->release(b, chains->batch.energy);
+  b->release(b, chains->batch.diverging);
+  b->release(b, chains->batch.accepted);
+}
+
+/* Backend -> host mirrors (for a checkpoint), or back (after reading one). A shared metric is
+ * one row on the backend and a row per chain in checkpoints. */
+static int chains_sync(hmc_chains_t *chains, backend_t *b, int64_t rows, int to_host) {
+  for (int i = 0; i < chains->n_state; ++i) {
+    adapt_array_t *entry = &chains->state[i];
+    if (to_host) {
+      DS_TRY(b->download(b, entry->array.local, entry->backend_copy, entry->bytes));
+      if (entry->backend_copy == (void *)chains->inv_metric && chains->batch.shared_metric)
+        for (int64_t r = 1; r < rows; ++r)
+          memcpy((char *)entry->array.local + (size_t)r * entry->bytes, entry->array.local, entry->bytes);
+    } else if (rows > 0) {
+      DS_TRY(b->upload(b, entry->backend_copy, entry->array.local, entry->bytes));
     }
   }
-  const int64_t total = p->first_draw + p->count;
-  const void *posterior[] = {p->x};
-  const void *stats[] = {p->lp, p->accept, p->step, p->diverging, p->energy, p->n_steps};
-  DS_TRY(h5out_write(out, p->g_posterior, total, run->item_begin, rows, p->first_draw, p->count, posterior));
-  DS_TRY(h5out_write(out, p->g_stats, total, run->item_begin, rows, p->first_draw, p->count, stats));
-  p->first_draw = total;
-  p->count = 0;
   return DS_OK;
 }
 
-/* Device state <-> host copies of q, logp, grad. */
-static int state_download(backend_t *b, const hmc_batch_t *m, hmc_host_t *h, int64_t rows, int64_t dim) {
-  DS_TRY(b->download(b, h->q, m->q, (size_t)(rows * dim) * sizeof(float)));
-  DS_TRY(b->download(b, h->logp, m->logp, (size_t)rows * sizeof(float)));
-  DS_TRY(b->download(b, h->grad, m->grad, (size_t)(rows * dim) * sizeof(float)));
-  return DS_OK;
-}
-
-static int state_upload(backend_t *b, hmc_batch_t *m, const hmc_host_t *h, int64_t rows, int64_t dim) {
-  DS_TRY(b->upload(b, m->q, h->q, (size_t)(rows * dim) * sizeof(float)));
-  DS_TRY(b->upload(b, m->logp, h->logp, (size_t)rows * sizeof(float)));
-  DS_TRY(b->upload(b, m->grad, h->grad, (size_t)(rows * dim) * sizeof(float)));
-  DS_TRY(b->upload(b, (void *)m->inv_metric, h->inv_metric, metric_bytes(m, rows, dim)));
-  return DS_OK;
-}
-
-/* This iteration's step sizes: the nominal ones, each scaled by 1 + jitter * (2u - 1) with u
- * drawn for (chain, iteration) just after the accept uniform. */
-static void jitter_steps(const run_ctx_t *run, hmc_host_t *h, int64_t rows, int64_t dim, uint32_t iteration) {
-  const double jitter = run->cfg->jitter;
-  const uint32_t word = rng_hmc_uniform_word(dim) + 1;
-  for (int64_t c = 0; c < rows; ++c) {
-    float factor = 1.0f;
-    if (jitter > 0) {
-      rng_words_t w = rng_block(run->cfg->seed, (uint64_t)(run->item_begin + c), iteration, word / 4);
-      factor = (float)(1.0 + jitter * (2.0 * (double)rng_uniform(w.v[word % 4]) - 1.0));
-    }
-    h->step_used[c] = h->step_nominal[c] * factor;
-  }
-}
-
-static int fresh_state(run_ctx_t *run, hmc_batch_t *m, hmc_host_t *h, int64_t rows, int64_t dim) {
+static int fresh_state(run_ctx_t *run, hmc_chains_t *chains, int64_t rows, int64_t dim) {
   backend_t *b = run->backend;
-  int status = run_initial_positions(run, config_items(run->cfg), h->q);
+  hmc_batch_t *batch = &chains->batch;
+  float *q_host = chains->state[0].array.local, *logp_host = chains->state[1].array.local;
+  int status = run_initial_positions(run, config_items(run->cfg), q_host);
   if (status != DS_OK) return status;
-  for (int64_t e = 0; e < rows * dim; ++e) h->inv_metric[e] = 1.0f;
-  for (int64_t c = 0; c < rows; ++c) h->step_nominal[c] = (float)run->cfg->step_size;
-  status = b->upload(b, m->q, h->q, (size_t)(rows * dim) * sizeof(float));
-  if (status == DS_OK) status = b->upload(b, (void *)m->inv_metric, h->inv_metric, metric_bytes(m, rows, dim));
-  if (status == DS_OK) status = b->logp_grad(b, run->target, m->q, rows, m->logp, m->grad);
-  if (status == DS_OK) status = b->download(b, h->logp, m->logp, (size_t)rows * sizeof(float));
+  status = b->upload(b, batch->q, q_host, (size_t)(rows * dim) * sizeof(float));
+  if (status == DS_OK) status = b->fill(b, chains->inv_metric, 1.0f, (batch->shared_metric ? 1 : rows) * dim);
+  if (status == DS_OK) status = b->fill(b, chains->step_nominal, (float)run->cfg->step_size, rows);
+  if (status == DS_OK) status = b->logp_grad(b, run->target, batch->q, rows, batch->logp, batch->grad);
+  if (status == DS_OK) status = b->download(b, logp_host, batch->logp, (size_t)rows * sizeof(float));
   /* A start where log p is not finite cannot move: refuse it. */
   for (int64_t c = 0; status == DS_OK && c < rows; ++c)
-    if (!isfinite(h->logp[c]))
+    if (!isfinite(logp_host[c]))
       status = ds_fail(DS_ERR_INPUT, "chain %lld starts where log p is not finite (%g)%s%s",
-                       (long long)(run->item_begin + c), (double)h->logp[c],
+                       (long long)(run->item_begin + c), (double)logp_host[c],
                        run->cfg->init[0] ? "; check --init " : "", run->cfg->init);
   return comm_agree(run->comm, status);
 }
 
-/* The checkpoint's contents: the chains' state, the adaptation's, and the run's totals. */
-typedef struct hmc_ckpt_items {
-  ckpt_array_t arrays[8];
-  ckpt_global_t globals[4];
-  int n_arrays, n_globals;
-} hmc_ckpt_items_t;
-
-static void ckpt_items(hmc_host_t *h, adapt_t *adapt, int64_t dim, hmc_ckpt_items_t *items) {
-  items->arrays[0] = (ckpt_array_t){"q", CKPT_FLOAT32, dim, h->q};
-  items->arrays[1] = (ckpt_array_t){"logp", CKPT_FLOAT32, 1, h->logp};
-  items->arrays[2] = (ckpt_array_t){"grad", CKPT_FLOAT32, dim, h->grad};
-  items->arrays[3] = (ckpt_array_t){"step_size", CKPT_FLOAT32, 1, h->step_nominal};
-  items->arrays[4] = (ckpt_array_t){"inv_metric", CKPT_FLOAT32, dim, h->inv_metric};
-  items->globals[0] = (ckpt_global_t){"divergences", 2, h->divergences};
-  int n_arrays = 0, n_globals = 0;
-  if (adapt) adapt_checkpoint_items(adapt, items->arrays + 5, &n_arrays, items->globals + 1, &n_globals);
-  items->n_arrays = 5 + n_arrays;
-  items->n_globals = 1 + n_globals;
+static int resume_state(run_ctx_t *run, hmc_chains_t *chains, int64_t rows) {
+  DS_TRY(comm_agree(run->comm, run_check_resume_meta(run)));
+  ckpt_array_t arrays[HMC_MAX_STATE];
+  for (int i = 0; i < chains->n_state; ++i) arrays[i] = chains->state[i].array;
+  int status = ckpt_read(run->comm->world, run->resume_path, arrays, chains->n_state, chains->globals,
+                         chains->n_globals, run->item_begin, run->item_end, config_items(run->cfg));
+  DS_TRY(comm_agree(run->comm, status == DS_OK ? DS_OK : DS_ERR_CHECKPOINT));
+  return comm_agree(run->comm, chains_sync(chains, run->backend, rows, 0));
 }
 
-/* Opens the output: created (fresh run) or reopened and truncated to the checkpoint (resume). */
-static int open_output(run_ctx_t *run, h5out_t **out, hmc_phase_out_t *warmup, hmc_phase_out_t *sampling) {
-  const config_t *cfg = run->cfg;
-  const int64_t chains = config_items(cfg), dim = run->target->dim;
-  const h5out_var_t posterior[] = {{run->target->var_name, H5OUT_FLOAT32, 1}};
-  int status;
-  if (!run->resume_path) {
-    DS_TRY(run_open_output(run, out));
-    status = h5out_add_group(*out, "posterior", chains, dim, sampling->capacity, posterior, 1, &sampling->g_posterior);
-    if (status == DS_OK)
-      status = h5out_add_group(*out, "sample_stats", chains, dim, sampling->capacity, hmc_stats_vars, HMC_N_STATS,
-                               &sampling->g_stats);
-    if (status == DS_OK && cfg->save_warmup)
-      status = h5out_add_group(*out, "warmup_posterior", chains, dim, warmup->capacity, posterior, 1,
-                               &warmup->g_posterior);
-    if (status == DS_OK && cfg->save_warmup)
-      status = h5out_add_group(*out, "warmup_sample_stats", chains, dim, warmup->capacity, hmc_stats_vars,
-                               HMC_N_STATS, &warmup->g_stats);
-    return comm_agree(run->comm, status);
+/* ---- The output ------------------------------------------------------------------------ */
+
+/* Draws per block. Every rank must flush at the same iterations (the writes are collective),
+ * so the block is sized for the largest rank's share of written chains, from rank 0's budget. */
+static int block_capacity(run_ctx_t *run, int64_t output_chains, int64_t dim, int64_t draws, int64_t *capacity) {
+  int64_t budget = (int64_t)HMC_DRAW_BUFFER_BYTES;
+  const char *text = getenv("DSAMPLER_DRAW_BUFFER_BYTES");
+  if (run->comm->rank == 0 && text && atoll(text) > 0) budget = atoll(text);
+  DS_TRY(comm_bcast(run->comm, &budget, sizeof budget, 0));
+  int64_t rows_max = 0;
+  for (int r = 0; r < run->comm->size; ++r) {
+    int64_t begin, end;
+    comm_partition(config_items(run->cfg), run->comm->size, r, &begin, &end);
+    rows_max = max64(rows_max, min64(end, output_chains) - min64(begin, output_chains));
   }
-  DS_TRY(run_reopen_output(run, out));
-  const int64_t done = run->resume_meta->iteration;
-  sampling->first_draw = run->resume_meta->draws_written;
-  warmup->first_draw = done < cfg->warmup ? done : cfg->warmup;
-  status = h5out_open_group(*out, "posterior", chains, dim, posterior, 1, sampling->first_draw, &sampling->g_posterior);
-  if (status == DS_OK)
-    status = h5out_open_group(*out, "sample_stats", chains, dim, hmc_stats_vars, HMC_N_STATS, sampling->first_draw,
-                              &sampling->g_stats);
-  if (status == DS_OK && cfg->save_warmup)
-    status = h5out_open_group(*out, "warmup_posterior", chains, dim, posterior, 1, warmup->first_draw,
-                              &warmup->g_posterior);
-  if (status == DS_OK && cfg->save_warmup)
-    status = h5out_open_group(*out, "warmup_sample_stats", chains, dim, hmc_stats_vars, HMC_N_STATS,
-                              warmup->first_draw, &warmup->g_stats);
+  const int64_t per_draw = max64(rows_max, 1) * (dim * (int64_t)sizeof(float) + HMC_STATS_BYTES_PER_DRAW);
+  *capacity = min64(max64(budget / per_draw, 1), max64(draws, 1));
+  return DS_OK;
+}
+
+static int block_alloc(backend_t *b, hmc_draw_block_t *block, int host, int64_t rows, int64_t capacity, int64_t dim) {
+  int (*alloc)(backend_t *, void **, size_t) = host ? b->alloc_host : b->alloc;
+  const size_t cells = (size_t)(max64(rows, 1) * capacity);
+  block->rows = rows;
+  block->capacity = capacity;
+  block->dim = dim;
+  DS_TRY(alloc(b, (void **)&block->q, cells * (size_t)dim * sizeof(float)));
+  DS_TRY(alloc(b, (void **)&block->logp, cells * sizeof(float)));
+  DS_TRY(alloc(b, (void **)&block->accept, cells * sizeof(float)));
+  DS_TRY(alloc(b, (void **)&block->step, cells * sizeof(float)));
+  DS_TRY(alloc(b, (void **)&block->energy, cells * sizeof(float)));
+  return alloc(b, (void **)&block->diverging, cells);
+}
+
+static void block_free(backend_t *b, hmc_draw_block_t *block, int host) {
+  void (*release)(backend_t *, void *) = host ? b->release_host : b->release;
+  release(b, block->q);
+  release(b, block->logp);
+  release(b, block->accept);
+  release(b, block->step);
+  release(b, block->energy);
+  release(b, block->diverging);
+}
+
+static int block_download(backend_t *b, hmc_draw_block_t *host, const hmc_draw_block_t *block) {
+  const size_t cells = (size_t)(block->rows * block->capacity);
+  DS_TRY(b->download(b, host->q, block->q, cells * (size_t)block->dim * sizeof(float)));
+  DS_TRY(b->download(b, host->logp, block->logp, cells * sizeof(float)));
+  DS_TRY(b->download(b, host->accept, block->accept, cells * sizeof(float)));
+  DS_TRY(b->download(b, host->step, block->step, cells * sizeof(float)));
+  DS_TRY(b->download(b, host->energy, block->energy, cells * sizeof(float)));
+  return b->download(b, host->diverging, block->diverging, cells);
+}
+
+static int phase_alloc(backend_t *b, hmc_phase_out_t *phase, int64_t rows, int64_t capacity, int64_t dim, int steps) {
+  phase->enabled = 1;
+  DS_TRY(block_alloc(b, &phase->block, 0, rows, capacity, dim));
+  DS_TRY(block_alloc(b, &phase->host, 1, rows, capacity, dim));
+  const size_t cells = (size_t)(max64(rows, 1) * capacity);
+  phase->n_steps = malloc(cells * sizeof *phase->n_steps);
+  if (!phase->n_steps) return DS_FAIL_ALLOC("the draw block", cells * sizeof(int32_t));
+  for (size_t e = 0; e < cells; ++e) phase->n_steps[e] = steps;
+  return DS_OK;
+}
+
+static void phase_free(backend_t *b, hmc_phase_out_t *phase) {
+  if (!phase->enabled) return;
+  block_free(b, &phase->block, 0);
+  block_free(b, &phase->host, 1);
+  free(phase->n_steps);
+}
+
+/* Sends the block to the host and hands it to the writer. Collective. */
+static int phase_flush(run_ctx_t *run, hmc_output_t *output, hmc_phase_out_t *phase) {
+  if (phase->count == 0) return DS_OK;
+  /* The host copy is the writer's until its job is done. */
+  int status = draw_writer_wait(output->writer);
+  if (status == DS_OK) status = block_download(run->backend, &phase->host, &phase->block);
+  DS_TRY(comm_agree(run->comm, status));
+  const hmc_draw_block_t *host = &phase->host;
+  draw_writer_job_t job = {{phase->g_posterior, phase->g_stats},
+                           {1, HMC_N_STATS},
+                           {{host->q}, {host->logp, host->accept, host->step, host->diverging, host->energy,
+                                        phase->n_steps}},
+                           run->item_begin, output->rows, phase->first_draw, phase->count, host->capacity};
+  DS_TRY(draw_writer_start(output->writer, &job));
+  phase->first_draw += phase->count;
+  phase->count = 0;
+  return DS_OK;
+}
+
+/* Everything kept so far written and durable (before a checkpoint counts it). Collective. */
+static int output_settle(run_ctx_t *run, hmc_output_t *output) {
+  for (int p = 0; p < 2; ++p)
+    if (output->phase[p].enabled) DS_TRY(phase_flush(run, output, &output->phase[p]));
+  DS_TRY(comm_agree(run->comm, draw_writer_wait(output->writer)));
+  return comm_agree(run->comm, h5out_flush(output->file));
+}
+
+/* The bytes this run still writes, checked against the output's file system before work. */
+static int check_output_space(run_ctx_t *run, int64_t output_chains, int64_t draws_left, int64_t warmup_left) {
+  const config_t *cfg = run->cfg;
+  const int64_t dim = run->target->dim, chains = config_items(cfg);
+  const double per_draw = (double)output_chains * (double)(dim * 4 + HMC_STATS_BYTES_PER_DRAW);
+  const double bytes = per_draw * (double)(draws_left + warmup_left) + (double)chains * (double)dim * 16.0;
+  char dir[CONFIG_PATH_MAX];
+  snprintf(dir, sizeof dir, "%s", cfg->out);
+  char *slash = strrchr(dir, '/');
+  if (slash) *(slash == dir ? slash + 1 : slash) = '\0';
+  else snprintf(dir, sizeof dir, ".");
+  int status = DS_OK;
+  if (run->comm->rank == 0) {
+    struct statvfs fs;
+    const double free_bytes = statvfs(dir, &fs) == 0 ? (double)fs.f_bavail * (double)fs.f_frsize : -1.0;
+    if (free_bytes >= 0 && bytes > free_bytes)
+      status = ds_fail(DS_ERR_INPUT, "--out %s: this run writes %.3g GB of draws but %s has %.3g GB free; write "
+                                     "fewer with --output-chains M or --thin K, or choose another --out",
+                       cfg->out, bytes / 1e9, dir, free_bytes / 1e9);
+    else if (!cfg->quiet)
+      printf("output: %.3g GB to %s (%lld of %lld chains' draws, every %lld%s)%s\n", bytes / 1e9, cfg->out,
+             (long long)output_chains, (long long)chains, (long long)cfg->thin,
+             cfg->thin == 1 ? "" : cfg->thin % 10 == 1 && cfg->thin % 100 != 11 ? "st" : "th",
+             free_bytes >= 0 ? "" : "; free space unknown");
+    fflush(stdout);
+  }
   return comm_agree(run->comm, status);
+}
+
+/* Creates the output (fresh run) or reopens it truncated to the checkpoint (resume). */
+static int output_open(run_ctx_t *run, hmc_output_t *output, int64_t output_chains) {
+  const config_t *cfg = run->cfg;
+  const int64_t dim = run->target->dim;
+  const h5out_var_t posterior[] = {{run->target->var_name, H5OUT_FLOAT32, 1}};
+  static const char *const names[2][2] = {{"warmup_posterior", "warmup_sample_stats"}, {"posterior", "sample_stats"}};
+  const int64_t warmup_done = run->resume_path ? min64(run->resume_meta->iteration, cfg->warmup) : 0;
+  const int64_t first[2] = {kept_draws(warmup_done, cfg->thin), run->resume_path ? run->resume_meta->draws_written : 0};
+  DS_TRY(run->resume_path ? run_reopen_output(run, &output->file) : run_open_output(run, &output->file));
+  int status = DS_OK;
+  for (int p = 0; p < 2 && status == DS_OK; ++p) {
+    hmc_phase_out_t *phase = &output->phase[p];
+    if (!phase->enabled) continue;
+    phase->first_draw = first[p];
+    for (int g = 0; g < 2 && status == DS_OK; ++g) {
+      const h5out_var_t *vars = g == 0 ? posterior : hmc_stats_vars;
+      const int n_vars = g == 0 ? 1 : HMC_N_STATS;
+      int *group = g == 0 ? &phase->g_posterior : &phase->g_stats;
+      status = run->resume_path ? h5out_open_group(output->file, names[p][g], output_chains, dim, vars, n_vars,
+                                                   first[p], group)
+                                : h5out_add_group(output->file, names[p][g], output_chains, dim,
+                                                  phase->block.capacity, vars, n_vars, group);
+    }
+  }
+  DS_TRY(comm_agree(run->comm, status));
+  return comm_agree(run->comm, draw_writer_create(&output->writer, output->file));
+}
+
+/* The group `moments`: each chain's mean and variance (ddof 1) over its kept draws, and the
+ * mean and variance over all chains and draws, pooled exactly. Collective. */
+static int output_moments(run_ctx_t *run, hmc_output_t *output, hmc_chains_t *chains, int64_t rows) {
+  const int64_t dim = run->target->dim, n = (int64_t)chains->totals[2];
+  if (n < 1) return DS_OK;
+  backend_t *b = run->backend;
+  const size_t cells = (size_t)(max64(rows, 1) * dim);
+  double *chain_mean = malloc(cells * sizeof(double)), *chain_var = malloc(cells * sizeof(double));
+  double *pooled = malloc((size_t)(4 * dim) * sizeof(double));
+  float *host = malloc(cells * sizeof(float));
+  int status = chain_mean && chain_var && pooled && host ? DS_OK : DS_FAIL_ALLOC("the moments", 4 * cells * 8);
+  if (status == DS_OK) status = b->download(b, host, chains->moment_mean, (size_t)(rows * dim) * sizeof(float));
+  for (int64_t e = 0; status == DS_OK && e < rows * dim; ++e) chain_mean[e] = host[e];
+  if (status == DS_OK) status = b->download(b, host, chains->moment_m2, (size_t)(rows * dim) * sizeof(float));
+  for (int64_t e = 0; status == DS_OK && e < rows * dim; ++e) chain_var[e] = n > 1 ? host[e] / (double)(n - 1) : NAN;
+  status = comm_agree(run->comm, status);
+  double *mean = pooled, *within = pooled + dim, *between = pooled + 2 * dim, *var = pooled + 3 * dim;
+  const double chains_total = (double)config_items(run->cfg), total = chains_total * (double)n;
+  if (status == DS_OK)
+    status = moments_pool(run->comm, b, chains->moment_mean, chains->moment_m2, rows, dim, config_items(run->cfg),
+                          mean, within, between);
+  for (int64_t k = 0; status == DS_OK && k < dim; ++k)
+    var[k] = total > 1 ? (within[k] + (double)n * between[k]) / (total - 1.0) : NAN;
+  if (status == DS_OK) {
+    static const char *const chain_names[] = {"chain_mean", "chain_var"}, *const global_names[] = {"mean", "var"};
+    const double *chain_data[] = {chain_mean, chain_var}, *global_data[] = {mean, var};
+    char dim_name[300];
+    snprintf(dim_name, sizeof dim_name, "%s_dim_0", run->target->var_name);
+    status = h5out_write_summary_group(output->file, "moments", dim_name, config_items(run->cfg), dim,
+                                       run->item_begin, rows, chain_names, chain_data, 2, global_names, global_data, 2);
+  }
+  free(chain_mean);
+  free(chain_var);
+  free(pooled);
+  free(host);
+  return comm_agree(run->comm, status);
+}
+
+/* ---- The iteration --------------------------------------------------------------------- */
+
+/* The iteration's statistics summed over all chains of all ranks, and any rank's stop signal,
+ * in one allreduce. */
+static int iteration_stats(run_ctx_t *run, const hmc_batch_t *batch, hmc_stats_t *stats, int *stop) {
+  enum { PACKED = 2 * EXACT_DIGITS + 2 };
+  DS_TRY(comm_agree(run->comm, run->backend->hmc_stats(run->backend, batch, stats)));
+  exact_sum_normalize(&stats->accept);
+  exact_sum_normalize(&stats->step);
+  uint64_t packed[PACKED];
+  for (int i = 0; i < EXACT_DIGITS; ++i) {
+    packed[i] = (uint64_t)stats->accept.digit[i];
+    packed[EXACT_DIGITS + i] = (uint64_t)stats->step.digit[i];
+  }
+  packed[2 * EXACT_DIGITS] = (uint64_t)stats->divergent;
+  packed[2 * EXACT_DIGITS + 1] = signals_pending() != 0;
+  DS_TRY(comm_allreduce_sum_u64(run->comm, packed, PACKED));
+  for (int i = 0; i < EXACT_DIGITS; ++i) {
+    stats->accept.digit[i] = (int64_t)packed[i];
+    stats->step.digit[i] = (int64_t)packed[EXACT_DIGITS + i];
+  }
+  exact_sum_normalize(&stats->accept);
+  exact_sum_normalize(&stats->step);
+  stats->divergent = (int64_t)packed[2 * EXACT_DIGITS];
+  *stop = packed[2 * EXACT_DIGITS + 1] != 0;
+  return DS_OK;
+}
+
+static void report_progress(run_ctx_t *run, hmc_chains_t *chains, hmc_stats_t *stats, int in_warmup, int64_t done) {
+  const double n = (double)config_items(run->cfg);
+  char detail[160];
+  snprintf(detail, sizeof detail, "accept %.3f  step %.3g  divergences %.0f", exact_sum_value(&stats->accept) / n,
+           exact_sum_value(&stats->step) / n, chains->totals[in_warmup ? 0 : 1]);
+  progress_update(&run->progress, in_warmup ? "warmup" : "sampling", done, detail);
+}
+
+static int write_checkpoint(run_ctx_t *run, hmc_output_t *output, hmc_chains_t *chains, int64_t rows,
+                            int64_t completed, int stopping) {
+  DS_TRY(output_settle(run, output));
+  DS_TRY(comm_agree(run->comm, chains_sync(chains, run->backend, rows, 1)));
+  ckpt_meta_t meta;
+  DS_TRY(run_checkpoint_meta(run, completed, output->phase[1].first_draw, &meta));
+  ckpt_array_t arrays[HMC_MAX_STATE];
+  for (int i = 0; i < chains->n_state; ++i) arrays[i] = chains->state[i].array;
+  return run_write_checkpoint(run, &meta, arrays, chains->n_state, chains->globals, chains->n_globals, stopping);
 }
 
 static adapt_mode_t adapt_mode(const config_t *cfg) {
@@ -281,157 +425,155 @@ static adapt_mode_t adapt_mode(const config_t *cfg) {
   return strcmp(cfg->adapt, "pooled") == 0 ? ADAPT_POOLED : ADAPT_PER_CHAIN;
 }
 
+/* The iterations from `first` on; *stopped when a signal ended them after a checkpoint. */
+static int iterate(run_ctx_t *run, hmc_chains_t *chains, adapt_t *adapt, hmc_output_t *output, int64_t first,
+                   int *stopped) {
+  const config_t *cfg = run->cfg;
+  backend_t *b = run->backend;
+  hmc_batch_t *batch = &chains->batch;
+  const int64_t rows = batch->n_chains, total_iterations = cfg->warmup + cfg->draws;
+  int status = DS_OK;
+  for (int64_t it = first; it < total_iterations && status == DS_OK; ++it) {
+    const int in_warmup = it < cfg->warmup;
+    const int64_t phase_iteration = in_warmup ? it : it - cfg->warmup;
+    hmc_phase_out_t *phase = &output->phase[in_warmup ? 0 : 1];
+    const int keep = phase->enabled && phase_iteration % cfg->thin == 0;
+    if (it == cfg->warmup) progress_phase(&run->progress, it);
+    batch->iteration = (uint32_t)it;
+    batch->moment_mean = batch->moment_m2 = NULL;
+    /* Counted apart from the pointers, which are NULL on a rank without chains. */
+    const int add_moments = !in_warmup && phase_iteration % cfg->thin == 0;
+    if (in_warmup) {
+      adapt_before_iteration(adapt, batch);
+    } else if (add_moments) {
+      batch->moment_mean = chains->moment_mean;
+      batch->moment_m2 = chains->moment_m2;
+      batch->moment_count = (int64_t)chains->totals[2] + 1;
+    }
+    status = b->hmc_transition(b, run->target, batch);
+    if (status == DS_OK && keep && output->rows > 0) status = b->hmc_record_draw(b, batch, &phase->block, phase->count);
+    DS_TRY(comm_agree(run->comm, status));
+    hmc_stats_t stats;
+    int stop = 0;
+    DS_TRY(iteration_stats(run, batch, &stats, &stop));
+    if (add_moments) chains->totals[2] += 1.0;
+    chains->totals[in_warmup ? 0 : 1] += (double)stats.divergent;
+    if (in_warmup && adapt) {
+      int metric_changed = 0;
+      DS_TRY(comm_agree(run->comm, adapt_after_iteration(adapt, it, &stats, batch, chains->step_nominal,
+                                                         chains->inv_metric, &metric_changed)));
+    }
+    report_progress(run, chains, &stats, in_warmup, it + 1);
+
+    if (keep) phase->count++;
+    const int phase_ends = it + 1 == cfg->warmup || it + 1 == total_iterations;
+    if (keep && (phase->count == phase->block.capacity || phase_ends)) DS_TRY(phase_flush(run, output, phase));
+    const int64_t completed = it + 1;
+    stop = stop && completed < total_iterations;
+    const int scheduled = cfg->checkpoint_every > 0 &&
+                          (completed % cfg->checkpoint_every == 0 || completed == total_iterations);
+    if (stop || scheduled) DS_TRY(write_checkpoint(run, output, chains, rows, completed, stop));
+    if (stop) {
+      *stopped = 1;
+      break;
+    }
+  }
+  return status;
+}
+
+static void report_end(run_ctx_t *run, hmc_chains_t *chains, int64_t output_chains) {
+  const config_t *cfg = run->cfg;
+  const int64_t kept = kept_draws(cfg->draws, cfg->thin);
+  char what[CONFIG_PATH_MAX + 256];
+  snprintf(what, sizeof what, "hmc: %lld draws of %lld chains written to %s, moments of all %lld (%.0f divergent "
+           "draws; %.0f divergent transitions in warmup)", (long long)kept, (long long)output_chains, cfg->out,
+           (long long)config_items(cfg), chains->totals[1], chains->totals[0]);
+  progress_finish(&run->progress, what);
+}
+
+static int print_summary(run_ctx_t *run, int64_t output_chains) {
+  const config_t *cfg = run->cfg;
+  const int64_t kept = kept_draws(cfg->draws, cfg->thin);
+  /* The closing table, unless the draws are too many to summarise in a few seconds (ranking
+   * and FFTs over every draw of every parameter): then say how to get it. */
+  const double values = (double)output_chains * (double)kept * (double)run->target->dim;
+  if (cfg->quiet || kept < 4) return DS_OK;
+  if (values <= HMC_SUMMARY_MAX_VALUES)
+    return summary_print_file(run->comm, cfg->out, run->comm->rank == 0 ? stdout : NULL, 20);
+  if (run->comm->rank == 0)
+    printf("%.3g draws x parameters: for R-hat, ESS and MCSE run `dsampler summary %s` (in parallel under "
+           "mpirun)\n", values, cfg->out);
+  return DS_OK;
+}
+
 int hmc_run(run_ctx_t *run) {
   backend_t *b = run->backend;
   const config_t *cfg = run->cfg;
   const int64_t dim = run->target->dim, rows = run->item_end - run->item_begin;
   const int64_t total_iterations = cfg->warmup + cfg->draws;
-  if (total_iterations >= ((int64_t)1 << 30))
+  if (cfg->warmup >= ((int64_t)1 << 30) || cfg->draws >= ((int64_t)1 << 30) || total_iterations >= ((int64_t)1 << 30))
     return ds_fail(DS_ERR_INPUT, "--warmup + --draws: at most 2^30 - 1 iterations");
+  const int64_t output_chains = cfg->output_chains > 0 ? cfg->output_chains : config_items(cfg);
 
-  hmc_batch_t m;
-  hmc_host_t h;
-  hmc_phase_out_t warmup, sampling;
-  memset(&m, 0, sizeof m);
-  memset(&h, 0, sizeof h);
-  memset(&warmup, 0, sizeof warmup);
-  memset(&sampling, 0, sizeof sampling);
+  hmc_chains_t chains;
+  hmc_output_t output;
+  memset(&chains, 0, sizeof chains);
+  memset(&output, 0, sizeof output);
   adapt_t *adapt = NULL;
   const adapt_settings_t settings = {adapt_mode(cfg), strcmp(cfg->metric, "diag") == 0, cfg->warmup,
                                      cfg->target_accept, cfg->step_size, rows, dim, config_items(cfg)};
-  /* Unless each chain adapts its own metric, all chains share one: read once, not per chain. */
-  m.shared_metric = !(settings.mode == ADAPT_PER_CHAIN && settings.diag_metric);
-  int status = device_alloc(b, &m, rows, dim);
-  if (status == DS_OK) status = host_alloc(&h, rows, dim);
-  const int64_t rows_max = (config_items(cfg) + run->comm->size - 1) / run->comm->size;
-  if (status == DS_OK) status = phase_alloc(&sampling, rows, rows_max, dim, cfg->draws);
-  if (status == DS_OK && cfg->save_warmup) status = phase_alloc(&warmup, rows, rows_max, dim, cfg->warmup);
-  if (status == DS_OK && settings.mode != ADAPT_NONE) status = adapt_create(&adapt, run->comm, &settings);
+  hmc_batch_t *batch = &chains.batch;
+  batch->shared_metric = !(settings.mode == ADAPT_PER_CHAIN && settings.diag_metric);
+  batch->n_chains = rows;
+  batch->chain_begin = run->item_begin;
+  batch->dim = dim;
+  batch->seed = cfg->seed;
+  batch->n_leapfrog = (int)cfg->steps;
+  batch->jitter = (float)cfg->jitter;
+  output.rows = max64(0, min64(run->item_end, output_chains) - run->item_begin);
+  output.phase[0].enabled = cfg->save_warmup && cfg->warmup > 0;
+  output.phase[1].enabled = 1;
+
+  int status = settings.mode != ADAPT_NONE ? adapt_create(&adapt, run->comm, b, &settings) : DS_OK;
+  if (status == DS_OK) status = chains_alloc(&chains, b, adapt, rows, dim);
+  int64_t capacity[2] = {1, 1};
+  const int64_t phase_draws[2] = {kept_draws(cfg->warmup, cfg->thin), kept_draws(cfg->draws, cfg->thin)};
+  for (int p = 0; p < 2 && status == DS_OK; ++p)
+    if (output.phase[p].enabled) {
+      status = block_capacity(run, output_chains, dim, phase_draws[p], &capacity[p]);
+      if (status == DS_OK) status = phase_alloc(b, &output.phase[p], output.rows, capacity[p], dim, (int)cfg->steps);
+    }
   status = comm_agree(run->comm, status);
   if (status == DS_OK) status = comm_agree(run->comm, run_check_checkpoint_dir(run));
-  hmc_ckpt_items_t items;
-  ckpt_items(&h, adapt, dim, &items);
 
-  int64_t first_iteration = 0;
-  if (status == DS_OK && run->resume_path) {
-    status = comm_agree(run->comm, run_check_resume_meta(run));
-    if (status == DS_OK) {
-      status = ckpt_read(run->comm->world, run->resume_path, items.arrays, items.n_arrays, items.globals,
-                         items.n_globals, run->item_begin, run->item_end, config_items(cfg));
-      status = comm_agree(run->comm, status == DS_OK ? DS_OK : DS_ERR_CHECKPOINT);
-    }
-    if (status == DS_OK) status = comm_agree(run->comm, state_upload(b, &m, &h, rows, dim));
-    first_iteration = run->resume_meta->iteration;
-  } else if (status == DS_OK) {
-    status = fresh_state(run, &m, &h, rows, dim);
+  const int64_t first_iteration = run->resume_path ? run->resume_meta->iteration : 0;
+  if (status == DS_OK) status = run->resume_path ? resume_state(run, &chains, rows) : fresh_state(run, &chains, rows, dim);
+  if (status == DS_OK) {
+    const int64_t warmup_left = output.phase[0].enabled ? phase_draws[0] - kept_draws(min64(first_iteration, cfg->warmup), cfg->thin) : 0;
+    const int64_t draws_left = phase_draws[1] - (run->resume_path ? run->resume_meta->draws_written : 0);
+    status = check_output_space(run, output_chains, draws_left, warmup_left);
   }
+  if (status == DS_OK) status = output_open(run, &output, output_chains);
 
-  h5out_t *out = NULL;
-  if (status == DS_OK) status = open_output(run, &out, &warmup, &sampling);
-
-  m.n_chains = rows;
-  m.chain_begin = run->item_begin;
-  m.dim = dim;
-  m.seed = cfg->seed;
-  m.n_leapfrog = (int)cfg->steps;
   progress_init(&run->progress, run->comm->rank == 0 && !cfg->quiet, total_iterations);
   run->progress.phase_first = first_iteration;
-  int stopped = 0, steps_changed = 1;
-  for (int64_t it = first_iteration; it < total_iterations && status == DS_OK; ++it) {
-    const int in_warmup = it < cfg->warmup;
-    if (it == cfg->warmup) progress_phase(&run->progress, it);
-    m.iteration = (uint32_t)it;
-    /* Step sizes change in warmup and with jitter: upload them only when they did. */
-    jitter_steps(run, &h, rows, dim, m.iteration);
-    if (steps_changed || cfg->jitter > 0) status = b->upload(b, (void *)m.step_size, h.step_used, (size_t)rows * sizeof(float));
-    steps_changed = 0;
-    if (status == DS_OK) status = b->hmc_transition(b, run->target, &m);
-    if (status == DS_OK) status = b->download(b, h.accept, m.accept_prob, (size_t)rows * sizeof(float));
-    if (status == DS_OK) status = b->download(b, h.energy, m.energy, (size_t)rows * sizeof(float));
-    if (status == DS_OK) status = b->download(b, h.diverging, m.diverging, (size_t)rows);
-    const int keep_draw = !in_warmup || cfg->save_warmup;
-    if (status == DS_OK && (keep_draw || adapt)) {
-      status = b->download(b, h.q, m.q, (size_t)(rows * dim) * sizeof(float));
-      if (status == DS_OK) status = b->download(b, h.logp, m.logp, (size_t)rows * sizeof(float));
-    }
-    status = comm_agree(run->comm, status);
-    if (status != DS_OK) break;
-    hmc_phase_out_t *phase = in_warmup ? &warmup : &sampling;
-    if (keep_draw) phase_add_draw(phase, &h, rows, dim, (int)cfg->steps);
-    const int phase_ends = it + 1 == cfg->warmup || it + 1 == total_iterations;
-    if (keep_draw && (phase->count == phase->capacity || phase_ends))
-      status = comm_agree(run->comm, phase_flush(run, out, phase, rows, dim));
-    if (status == DS_OK && in_warmup && adapt) {
-      int metric_changed = 0;
-      status = adapt_after_iteration(adapt, it, h.accept, h.q, h.step_nominal, h.inv_metric, &metric_changed);
-      steps_changed = 1;
-      if (status == DS_OK && metric_changed)
-        status = b->upload(b, (void *)m.inv_metric, h.inv_metric, metric_bytes(&m, rows, dim));
-      status = comm_agree(run->comm, status);
-    }
-    if (status != DS_OK) break;
-
-    /* Progress over all chains, and any stop signal: every rank takes part. */
-    double sums[4] = {0, 0, 0, signals_pending() != 0};
-    for (int64_t c = 0; c < rows; ++c) {
-      sums[0] += h.accept[c];
-      sums[1] += h.diverging[c];
-      sums[2] += h.step_used[c];
-    }
-    status = comm_allreduce_sum_double(run->comm, sums, 4);
-    if (status != DS_OK) break;
-    h.divergences[in_warmup ? 0 : 1] += sums[1];
-    char detail[160];
-    const double chains = (double)config_items(cfg);
-    snprintf(detail, sizeof detail, "accept %.3f  step %.3g  divergences %.0f", sums[0] / chains, sums[2] / chains,
-             h.divergences[in_warmup ? 0 : 1]);
-    progress_update(&run->progress, in_warmup ? "warmup" : "sampling", it + 1, detail);
-
-    const int64_t completed = it + 1;
-    const int stop = sums[3] > 0 && completed < total_iterations;
-    const int scheduled = cfg->checkpoint_every > 0 &&
-                          (completed % cfg->checkpoint_every == 0 || completed == total_iterations);
-    if (stop || scheduled) {
-      /* The output must hold every draw the checkpoint counts, durably, before it exists. */
-      if (warmup.count > 0) status = comm_agree(run->comm, phase_flush(run, out, &warmup, rows, dim));
-      if (status == DS_OK && sampling.count > 0)
-        status = comm_agree(run->comm, phase_flush(run, out, &sampling, rows, dim));
-      if (status == DS_OK) status = comm_agree(run->comm, h5out_flush(out));
-      if (status == DS_OK) status = comm_agree(run->comm, state_download(b, &m, &h, rows, dim));
-      ckpt_meta_t meta;
-      if (status == DS_OK) status = run_checkpoint_meta(run, completed, sampling.first_draw, &meta);
-      if (status == DS_OK)
-        status = run_write_checkpoint(run, &meta, items.arrays, items.n_arrays, items.globals, items.n_globals, stop);
-      if (status == DS_OK && stop) {
-        stopped = 1;
-        break;
-      }
-    }
-  }
-  if (out) {
-    int close_status = comm_agree(run->comm, h5out_close(out));
+  int stopped = 0;
+  if (status == DS_OK) status = iterate(run, &chains, adapt, &output, first_iteration, &stopped);
+  if (status == DS_OK && !stopped) status = output_settle(run, &output);
+  if (status == DS_OK && !stopped) status = output_moments(run, &output, &chains, rows);
+  int writer_status = comm_agree(run->comm, draw_writer_free(output.writer));
+  if (status == DS_OK) status = writer_status;
+  if (output.file) {
+    int close_status = comm_agree(run->comm, h5out_close(output.file));
     if (status == DS_OK) status = close_status;
   }
   if (status == DS_OK && stopped) status = DS_INTERRUPTED;
   if (status == DS_OK) {
-    char what[CONFIG_PATH_MAX + 256];
-    snprintf(what, sizeof what, "hmc: %lld draws of %lld chains written to %s (%.0f divergent draws; %.0f divergent "
-             "transitions in warmup)", (long long)cfg->draws, (long long)config_items(cfg), cfg->out, h.divergences[1],
-             h.divergences[0]);
-    progress_finish(&run->progress, what);
-    /* The closing table, unless the draws are too many to summarise in a few seconds (ranking
-     * and FFTs over every draw of every parameter): then say how to get it. */
-    const double values = (double)config_items(cfg) * (double)cfg->draws * (double)dim;
-    if (!cfg->quiet && cfg->draws >= 4 && values <= HMC_SUMMARY_MAX_VALUES)
-      status = summary_print_file(run->comm, cfg->out, run->comm->rank == 0 ? stdout : NULL, 20);
-    else if (!cfg->quiet && cfg->draws >= 4 && run->comm->rank == 0)
-      printf("%.3g draws x parameters: for R-hat, ESS and MCSE run `dsampler summary %s` (in parallel under "
-             "mpirun)\n", values, cfg->out);
+    report_end(run, &chains, output_chains);
+    status = print_summary(run, output_chains);
   }
-  device_free(b, &m);
-  host_free(&h);
-  phase_free(&warmup);
-  phase_free(&sampling);
+  chains_free(&chains, b);
+  for (int p = 0; p < 2; ++p) phase_free(b, &output.phase[p]);
   adapt_free(adapt);
   return status;
 }

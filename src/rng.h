@@ -73,4 +73,22 @@ RNG_FN void rng_normal_pair(uint32_t word0, uint32_t word1, float *z0, float *z1
  * give the momentum's normals in Box-Muller pairs, the next word the accept uniform. */
 RNG_FN uint32_t rng_hmc_uniform_word(int64_t dim) { return (uint32_t)(2 * ((dim + 1) / 2)); }
 
+/* The step used in one iteration: nominal * (1 + jitter * (2u - 1)), u from `word`; without
+ * jitter, nominal. */
+RNG_FN float rng_jitter_step(float nominal, float jitter, uint32_t word) {
+  if (!(jitter > 0.0f)) return nominal;
+  const float u = rng_uniform(word);
+  return nominal * (float)(1.0 + (double)jitter * (2.0 * (double)u - 1.0));
+}
+
+/* The jitter's word is the one after the accept uniform, in the same block (the uniform's word
+ * is even). */
+RNG_FN float rng_hmc_jittered_step(uint64_t seed, uint64_t item, uint32_t iteration, int64_t dim, float nominal,
+                                   float jitter) {
+  if (!(jitter > 0.0f)) return nominal;
+  const uint32_t word = rng_hmc_uniform_word(dim) + 1;
+  const rng_words_t words = rng_block(seed, item, iteration, word / 4);
+  return rng_jitter_step(nominal, jitter, words.v[word % 4]);
+}
+
 #endif

@@ -239,6 +239,8 @@ static hmc_row_t bench_hmc(curandGenerator_t generator, const dsampler_target *t
   BENCH_TRY(gpu->alloc(gpu, (void **)&inv_metric, count * sizeof(float)));
   BENCH_TRY(gpu->alloc(gpu, (void **)&logp, (size_t)chains * sizeof(float)));
   BENCH_TRY(gpu->alloc(gpu, (void **)&step, (size_t)chains * sizeof(float)));
+  float *step_used = NULL;
+  BENCH_TRY(gpu->alloc(gpu, (void **)&step_used, (size_t)chains * sizeof(float)));
   BENCH_TRY(gpu->alloc(gpu, (void **)&accept_prob, (size_t)chains * sizeof(float)));
   BENCH_TRY(gpu->alloc(gpu, (void **)&energy, (size_t)chains * sizeof(float)));
   BENCH_TRY(gpu->alloc(gpu, (void **)&diverging, (size_t)chains));
@@ -253,7 +255,7 @@ static hmc_row_t bench_hmc(curandGenerator_t generator, const dsampler_target *t
   BENCH_TRY(gpu->upload(gpu, step, ones, (size_t)chains * sizeof(float)));
   BENCH_TRY(gpu->logp_grad(gpu, target, q, chains, logp, grad));
   hmc_batch_t batch = {.n_chains = chains, .chain_begin = 0, .dim = DIM, .seed = 2024, .iteration = 0,
-                       .n_leapfrog = 10, .q = q, .logp = logp, .grad = grad, .step_size = step,
+                       .n_leapfrog = 10, .q = q, .logp = logp, .grad = grad, .step_nominal = step, .step_size = step_used,
                        .inv_metric = inv_metric, .accept_prob = accept_prob, .energy = energy,
                        .diverging = diverging, .accepted = accepted, .shared_metric = shared_metric};
   float *ms = calloc((size_t)repeats, sizeof(float));
@@ -276,7 +278,7 @@ static hmc_row_t bench_hmc(curandGenerator_t generator, const dsampler_target *t
   row.gbytes_per_s = bytes / (row.iteration_ms * 1e-3) / 1e9;
   free(ms); free(ones); free(flags);
   gpu->release(gpu, q); gpu->release(gpu, grad); gpu->release(gpu, inv_metric); gpu->release(gpu, logp);
-  gpu->release(gpu, step); gpu->release(gpu, accept_prob); gpu->release(gpu, energy);
+  gpu->release(gpu, step); gpu->release(gpu, step_used); gpu->release(gpu, accept_prob); gpu->release(gpu, energy);
   gpu->release(gpu, diverging); gpu->release(gpu, accepted);
   return row;
 }

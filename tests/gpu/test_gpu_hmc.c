@@ -27,7 +27,7 @@ static int wrapped_logp_grad(void *self, const float *x, int64_t n, float *logp,
 }
 
 typedef struct chain_arrays {
-  float *q, *logp, *grad, *step_size, *inv_metric, *accept_prob, *energy;
+  float *q, *logp, *grad, *step_size, *step_used, *inv_metric, *accept_prob, *energy;
   uint8_t *diverging, *accepted;
 } chain_arrays_t;
 
@@ -38,6 +38,7 @@ static void arrays_alloc(backend_t *b, chain_arrays_t *a, int64_t n, int64_t dim
   GPU_TRY(b->alloc(b, (void **)&a->inv_metric, nd));
   GPU_TRY(b->alloc(b, (void **)&a->logp, n4));
   GPU_TRY(b->alloc(b, (void **)&a->step_size, n4));
+  GPU_TRY(b->alloc(b, (void **)&a->step_used, n4));
   GPU_TRY(b->alloc(b, (void **)&a->accept_prob, n4));
   GPU_TRY(b->alloc(b, (void **)&a->energy, n4));
   GPU_TRY(b->alloc(b, (void **)&a->diverging, (size_t)n));
@@ -46,14 +47,14 @@ static void arrays_alloc(backend_t *b, chain_arrays_t *a, int64_t n, int64_t dim
 
 static void arrays_free(backend_t *b, chain_arrays_t *a) {
   b->release(b, a->q); b->release(b, a->grad); b->release(b, a->inv_metric); b->release(b, a->logp);
-  b->release(b, a->step_size); b->release(b, a->accept_prob); b->release(b, a->energy);
+  b->release(b, a->step_size); b->release(b, a->step_used); b->release(b, a->accept_prob); b->release(b, a->energy);
   b->release(b, a->diverging); b->release(b, a->accepted);
 }
 
 static hmc_batch_t batch_of(chain_arrays_t *a, int64_t n, int64_t dim, int64_t chain_begin, uint32_t iteration) {
   hmc_batch_t batch = {.n_chains = n, .chain_begin = chain_begin, .dim = dim, .seed = 0x5eed0123456789abull,
                        .iteration = iteration, .n_leapfrog = 10, .q = a->q, .logp = a->logp, .grad = a->grad,
-                       .step_size = a->step_size, .inv_metric = a->inv_metric, .accept_prob = a->accept_prob,
+                       .step_nominal = a->step_size, .step_size = a->step_used, .inv_metric = a->inv_metric, .accept_prob = a->accept_prob,
                        .energy = a->energy, .diverging = a->diverging, .accepted = a->accepted};
   return batch;
 }

@@ -22,9 +22,14 @@ RUNS = {
 
 
 # Tiny draw buffers: many collective block writes, with chains split unevenly over ranks.
-SMALL_BUFFER = {"hmc_small_blocks": 3000}
+SMALL_BUFFER = {"hmc_small_blocks": 3000, "hmc_thin_subset": 2000}
 RUNS["hmc_small_blocks"] = ["hmc", "--dim", 5, "--chains", 11, "--warmup", 30, "--draws", 45, "--save-warmup",
                             "--seed", 14]
+
+
+# Thinned draws of a subset of chains, and every chain's moments, in small uneven blocks.
+RUNS["hmc_thin_subset"] = ["hmc", "--dim", 5, "--chains", 11, "--warmup", 40, "--draws", 47, "--thin", 3,
+                           "--output-chains", 6, "--save-warmup", "--adapt", "per-chain", "--seed", 15]
 
 
 def main():

@@ -1,0 +1,57 @@
+/* dual_average.h: Stan's dual averaging of the step size (stepsize_adaptation), as inline
+ * functions for the host and the GPU, so pooled adaptation (on the host, one state) and
+ * per-chain adaptation (in the backend, a state per chain) run the same arithmetic. */
+#ifndef DSAMPLER_DUAL_AVERAGE_H
+#define DSAMPLER_DUAL_AVERAGE_H
+
+#include <math.h>
+
+#ifdef __CUDACC__
+#define DUAL_FN __host__ __device__ __forceinline__ static
+#else
+#define DUAL_FN static inline
+#endif
+
+/* A state's fields, in this order in the per-chain arrays [rows, DUAL_FIELDS]. */
+enum { DUAL_MU = 0, DUAL_S_BAR, DUAL_X_BAR, DUAL_LOG_EPS, DUAL_FIELDS };
+
+/* One iteration's work on a state: learn from the acceptance statistic at (restarted) count
+ * `counter`; then, if restart, start again from the current step (a new metric); then the next
+ * iteration's step: the latest iterate, or the average when `final`. */
+typedef struct dual_average_step {
+  double target_accept, gamma, kappa, t0;
+  double counter;
+  int restart, final;
+} dual_average_step_t;
+
+DUAL_FN void dual_restart(double *state, double step) {
+  state[DUAL_MU] = log(10.0 * step);
+  state[DUAL_S_BAR] = 0.0;
+  state[DUAL_X_BAR] = 0.0;
+  state[DUAL_LOG_EPS] = log(step);
+}
+
+DUAL_FN void dual_learn(double *state, const dual_average_step_t *s, double accept_stat) {
+  const double stat = accept_stat > 1.0 ? 1.0 : accept_stat;
+  const double eta = 1.0 / (s->counter + s->t0);
+  state[DUAL_S_BAR] = (1.0 - eta) * state[DUAL_S_BAR] + eta * (s->target_accept - stat);
+  const double x = state[DUAL_MU] - state[DUAL_S_BAR] * sqrt(s->counter) / s->gamma;
+  const double x_eta = pow(s->counter, -s->kappa);
+  state[DUAL_X_BAR] = (1.0 - x_eta) * state[DUAL_X_BAR] + x_eta * x;
+  state[DUAL_LOG_EPS] = x;
+}
+
+/* The whole iteration's update; returns the next step size. */
+DUAL_FN float dual_iterate(double *state, const dual_average_step_t *s, double accept_stat) {
+  dual_learn(state, s, accept_stat);
+  if (s->restart) dual_restart(state, exp(state[DUAL_LOG_EPS]));
+  return (float)exp(s->final ? state[DUAL_X_BAR] : state[DUAL_LOG_EPS]);
+}
+
+/* Stan's regularised variance from a window of n samples with sum of squared deviations m2. */
+DUAL_FN float dual_regularised_variance(double m2, double n) {
+  const double var = n > 1 ? m2 / (n - 1.0) : 1.0;
+  return (float)((n / (n + 5.0)) * var + 1e-3 * (5.0 / (n + 5.0)));
+}
+
+#endif

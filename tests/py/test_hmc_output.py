@@ -1,0 +1,70 @@
+"""HMC output options against the full output of the same seed: --thin K and --output-chains M
+write exactly the slices [:M, ::K] of the full run's draws and statistics; the group `moments`
+equals float64 numpy over the kept draws of every chain; a run extended by `resume --draws`
+equals one that ran that long from the start (moments included)."""
+import shutil
+
+import numpy as np
+
+import dstest as t
+
+BASE = ["hmc", "--dim", 4, "--chains", 9, "--warmup", 60, "--steps", 4, "--seed", 21, "--target", "gaussian",
+        "--target-args", "mean=0.5,scale=1.5", "--backend", "cpu", "--quiet", "--save-warmup"]
+
+
+def moments_reference(draws):
+    """draws [chains, n, dim] -> per-chain mean and var (ddof 1), pooled mean and var (ddof 1)."""
+    x = np.asarray(draws, dtype=np.float64)
+    flat = x.reshape(-1, x.shape[-1])
+    return x.mean(axis=1), x.var(axis=1, ddof=1), flat.mean(axis=0), flat.var(axis=0, ddof=1)
+
+
+def check_moments(label, out, draws):
+    ref = moments_reference(draws)
+    names = ("moments/chain_mean", "moments/chain_var", "moments/mean", "moments/var")
+    for name, want in zip(names, ref):
+        got = t.read(out, name)
+        # Float32 Welford over n <= 80 draws of values O(1): tol + |ref| eps, tol 1e-4, eps 1e-4.
+        err = np.max(np.abs(got - want) / (1e-4 + np.abs(want) * 1e-4)) if got.shape == want.shape else np.inf
+        t.check(err <= 1.0, f"{label}: {name} vs float64 numpy (scaled error {err:.3g} <= 1)")
+
+
+def main():
+    full = t.path("output_full.h5")
+    t.run(1, *BASE, "--draws", 50, "--out", full)
+    ref = t.datasets(full)
+    x_full = ref["posterior/x"]
+    t.check(x_full.shape == (9, 50, 4), f"full output shape {x_full.shape}")
+    check_moments("full", full, x_full)
+
+    for ranks, thin, chains in ((1, 3, 9), (3, 3, 4), (2, 7, 1), (4, 1, 5)):
+        out = t.path(f"output_thin{thin}_m{chains}_np{ranks}.h5")
+        t.run(ranks, *BASE, "--draws", 50, "--thin", thin, "--output-chains", chains, "--out", out)
+        got = t.datasets(out)
+        for name in ("posterior/x", "sample_stats/lp", "sample_stats/acceptance_rate", "sample_stats/step_size",
+                     "sample_stats/diverging", "sample_stats/energy", "warmup_posterior/x", "warmup_sample_stats/lp"):
+            want = ref[name][:chains, ::thin]
+            t.check(got[name].shape == want.shape and np.array_equal(got[name], want),
+                    f"np{ranks} --thin {thin} --output-chains {chains}: {name} == full[:{chains}, ::{thin}]")
+        t.check(np.array_equal(got["posterior/draw"], np.arange(len(range(0, 50, thin)))),
+                f"np{ranks} thin {thin}: draw coordinate 0..{len(range(0, 50, thin)) - 1}")
+        # Moments cover every chain, over the kept (thinned) draws.
+        check_moments(f"np{ranks} thin {thin} chains {chains}", out, x_full[:, ::thin])
+
+    # Extending a finished run by resume == running that long from the start, moments included.
+    long_run = t.path("output_long.h5")
+    t.run(1, *BASE, "--draws", 80, "--thin", 2, "--output-chains", 5, "--out", long_run)
+    short_run = t.path("output_short.h5")
+    ckpt = t.path("output_short.ckpt")
+    shutil.rmtree(ckpt, ignore_errors=True)
+    t.run(3, *BASE, "--draws", 50, "--thin", 2, "--output-chains", 5, "--out", short_run, "--checkpoint-every", 40,
+          "--checkpoint-dir", ckpt)
+    t.run(2, "resume", ckpt, "--draws", 80, "--quiet")
+    a, b = t.datasets(long_run), t.datasets(short_run)
+    for name in sorted(a):
+        t.check(name in b and np.array_equal(a[name], b[name]), f"resume --draws 80 == direct run: {name}")
+    t.finish("hmc.output")
+
+
+if __name__ == "__main__":
+    main()
