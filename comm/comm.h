@@ -61,6 +61,9 @@ int comm_bcast(comm_ctx_t *ctx, void *buf, int64_t bytes, int root);
  * status of the lowest failing rank (DS_OK when none failed), and that rank's error message
  * becomes every rank's message, prefixed with its rank and host when it is not rank 0. */
 int comm_agree(comm_ctx_t *ctx, int status);
+/* The same over any communicator (io/ works on the file's). When the agreement itself fails
+ * the ranks cannot be trusted to meet again: every rank is ended with MPI_Abort. */
+int comm_agree_on(MPI_Comm comm, const char *host, int status);
 
 /* The MPI checker: records the call's text and MPI's own message. */
 int comm_mpi_fail(int rc, const char *file, int line, const char *call);
