@@ -3,6 +3,9 @@
 #include "comm.h"
 
 #include <limits.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -260,3 +263,59 @@ int comm_agree_on(MPI_Comm comm, const char *host, int status) {
 }
 
 int comm_agree(comm_ctx_t *ctx, int status) { return comm_agree_on(ctx->world, ctx->host, status); }
+
+/* The watchdog. A rank that recorded an error should reach the end of main within seconds;
+ * one still running long after is stuck: in a collective the others left (HDF5 diverged
+ * inside a flush after a failed write, say). Then MPI_Abort ends every rank, so no job
+ * waits for its time limit. */
+static atomic_llong watchdog_deadline; /* CLOCK_MONOTONIC seconds; 0: disarmed */
+static long long watchdog_seconds;
+static int watchdog_rank;
+static char watchdog_host[256];
+
+static long long monotonic_seconds(void) {
+  struct timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  return (long long)now.tv_sec;
+}
+
+static void watchdog_arm(int recorded) {
+  if (!recorded) {
+    atomic_store(&watchdog_deadline, 0);
+    return;
+  }
+  long long expected = 0;
+  atomic_compare_exchange_strong(&watchdog_deadline, &expected, monotonic_seconds() + watchdog_seconds);
+}
+
+static void *watchdog_main(void *unused) {
+  (void)unused;
+  for (;;) {
+    sleep(1);
+    long long deadline = atomic_load(&watchdog_deadline);
+    if (deadline == 0 || monotonic_seconds() < deadline) continue;
+    fprintf(stderr, "dsampler: error: rank %d on %s: still running %lld s after its error (%s); ending every rank\n",
+            watchdog_rank, watchdog_host, watchdog_seconds, ds_error_message());
+    fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+    _exit(1);
+  }
+  return NULL;
+}
+
+int comm_watchdog_start(comm_ctx_t *ctx) {
+  const char *text = getenv("DSAMPLER_ERROR_WATCHDOG_SECONDS");
+  watchdog_seconds = text ? atoll(text) : COMM_WATCHDOG_DEFAULT_SECONDS;
+  if (watchdog_seconds <= 0) return DS_OK;
+  watchdog_rank = ctx->rank;
+  snprintf(watchdog_host, sizeof watchdog_host, "%s", ctx->host);
+  pthread_t thread;
+  pthread_attr_t attr;
+  if (pthread_attr_init(&attr) != 0) return ds_fail(DS_ERR_INTERNAL, "cannot start the error watchdog");
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  int rc = pthread_create(&thread, &attr, watchdog_main, NULL);
+  pthread_attr_destroy(&attr);
+  if (rc != 0) return ds_fail(DS_ERR_INTERNAL, "cannot start the error watchdog: %s", strerror(rc));
+  ds_error_set_hook(watchdog_arm);
+  return DS_OK;
+}

@@ -65,6 +65,12 @@ int comm_agree(comm_ctx_t *ctx, int status);
  * the ranks cannot be trusted to meet again: every rank is ended with MPI_Abort. */
 int comm_agree_on(MPI_Comm comm, const char *host, int status);
 
+/* Starts a thread that ends every rank (MPI_Abort) when this rank is still running
+ * DSAMPLER_ERROR_WATCHDOG_SECONDS (default COMM_WATCHDOG_DEFAULT_SECONDS; 0: off) after it
+ * recorded an error: a failure must never leave ranks waiting forever. */
+#define COMM_WATCHDOG_DEFAULT_SECONDS 120
+int comm_watchdog_start(comm_ctx_t *ctx);
+
 /* The MPI checker: records the call's text and MPI's own message. */
 int comm_mpi_fail(int rc, const char *file, int line, const char *call);
 #define MPI_CHECK(call)                                                   \

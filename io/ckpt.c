@@ -333,13 +333,21 @@ int ckpt_list(MPI_Comm comm, const char *where, char paths[][4096], int *count) 
 int ckpt_read_meta(MPI_Comm comm, const char *path, ckpt_meta_t *meta) {
   memset(meta, 0, sizeof *meta);
   hid_t file;
-  DS_TRY(h5util_open_read(comm, "checkpoint", path, &file));
+  int opened = h5util_open_read(comm, "checkpoint", path, &file);
+  /* A file that does not open as HDF5 in a checkpoint's place is taken as a damaged one. */
+  if (opened != DS_OK) return opened == DS_ERR_INPUT ? DS_ERR_CHECKPOINT : opened;
+  /* An HDF5 file that is not this version's checkpoint is someone else's file (the run's
+   * output, a newer dsampler's checkpoint): DS_ERR_INPUT, and resume stops there, since
+   * continuing from an older checkpoint would later write over it. Damage below is
+   * DS_ERR_CHECKPOINT: resume passes over it to an older checkpoint of the run. */
   int version = 0, status = DS_OK;
   if (read_attr(file, "format_version", H5T_NATIVE_INT, &version) != DS_OK)
     status = ds_fail(DS_ERR_INPUT, "checkpoint %s: no format_version: not a dsampler checkpoint", path);
   else if (version != CKPT_FORMAT_VERSION)
-    status = ds_fail(DS_ERR_INPUT, "checkpoint %s: format version %d, this dsampler reads version %d", path, version,
-                     CKPT_FORMAT_VERSION);
+    status = ds_fail(DS_ERR_INPUT, "checkpoint %s: format version %d, this dsampler reads version %d (use the dsampler "
+                                   "that wrote it, or move the file away to resume from an older checkpoint)",
+                     path, version, CKPT_FORMAT_VERSION);
+  const int foreign = status != DS_OK;
   if (status == DS_OK &&
       (read_string(file, "algorithm", meta->algorithm, sizeof meta->algorithm) != DS_OK ||
        read_attr(file, "iteration", H5T_NATIVE_INT64, &meta->iteration) != DS_OK ||
@@ -361,6 +369,7 @@ int ckpt_read_meta(MPI_Comm comm, const char *path, ckpt_meta_t *meta) {
     status = ds_fail(DS_ERR_INPUT, "checkpoint %s: holds iteration %lld, its name says %lld", path,
                      (long long)meta->iteration, named);
   H5Fclose(file);
+  if (status != DS_OK && !foreign) status = DS_ERR_CHECKPOINT;
   return agree(comm, status);
 }
 

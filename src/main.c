@@ -1,7 +1,9 @@
 /* main.c: dsampler's entry point: parse, run, and report the one error, ending every rank. */
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "ckpt.h"
@@ -64,6 +66,8 @@ static int resume_main(comm_ctx_t *comm, int argc, char **argv) {
   for (int i = 0; i < count; ++i) {
     config_t cfg;
     int status = ckpt_read_meta(comm->world, paths[i], &meta);
+    /* Not a checkpoint of this format: stop, whatever older checkpoints there are. */
+    if (status != DS_OK && status != DS_ERR_CHECKPOINT) return status;
     if (status == DS_OK) {
       status = config_parse_resume(&cfg, config_algorithm_from_name(meta.algorithm), meta.config, argc, argv,
                                    comm->rank == 0 ? stdout : NULL);
@@ -96,6 +100,21 @@ int main(int argc, char **argv) {
   guard_rank = comm.rank;
   snprintf(guard_host, sizeof guard_host, "%s", comm.host);
   atexit(exit_guard);
+  status = comm_watchdog_start(&comm);
+  if (status != DS_OK) {
+    fprintf(stderr, "dsampler: error: %s\n", ds_error_message());
+    comm_abort(&comm, 1);
+  }
+  /* Past a file-size limit (ulimit -f, a quota) a write should fail with EFBIG and be
+   * reported, not kill the rank with SIGXFSZ and leave the others waiting. */
+  signal(SIGXFSZ, SIG_IGN);
+  /* Fault injection for tests: a file-size limit set after MPI_Init, which itself writes
+   * shared-memory files a limit set by the launcher would break. */
+  const char *fsize_limit = getenv("DSAMPLER_FAULT_FILE_SIZE_LIMIT");
+  if (fsize_limit) {
+    struct rlimit limit = {(rlim_t)strtoull(fsize_limit, NULL, 10), (rlim_t)strtoull(fsize_limit, NULL, 10)};
+    setrlimit(RLIMIT_FSIZE, &limit);
+  }
   /* Commands that are not a sampling run. */
   if (argc >= 2 && strcmp(argv[1], "targets") == 0) {
     if (comm.rank == 0) builtin_targets_print(stdout);

@@ -12,6 +12,14 @@ enum { MESSAGE_FREE = 0, MESSAGE_WRITING = 1, MESSAGE_RECORDED = 2 };
 
 static char error_message[2048];
 static atomic_int error_state = MESSAGE_FREE;
+static void (*_Atomic error_hook)(int recorded);
+
+void ds_error_set_hook(void (*hook)(int recorded)) { atomic_store(&error_hook, hook); }
+
+static void call_hook(int recorded) {
+  void (*hook)(int) = atomic_load(&error_hook);
+  if (hook) hook(recorded);
+}
 
 /* One line per error: a message that spans lines breaks `grep` over job logs and the tests'
  * "one line naming the input" rule, so line breaks inside a message become spaces. */
@@ -31,6 +39,7 @@ static int record(int code, const char *prefix, const char *fmt, va_list ap) {
   vsnprintf(error_message + used, sizeof error_message - used, fmt, ap);
   flatten(error_message);
   atomic_store(&error_state, MESSAGE_RECORDED);
+  call_hook(1);
   return code;
 }
 
@@ -68,4 +77,5 @@ void ds_error_clear(void) {
   atomic_store(&error_state, MESSAGE_WRITING);
   error_message[0] = '\0';
   atomic_store(&error_state, MESSAGE_FREE);
+  call_hook(0);
 }
