@@ -216,6 +216,15 @@ static int check_checkpoint_dir(const char *dir) {
   return check_output_path("--checkpoint-dir", dir);
 }
 
+/* Local: dlopen of a FIFO blocks and of a directory says little; refuse both first. */
+static int check_plugin_path(const char *spec, const char *path) {
+  struct stat st;
+  if (stat(path, &st) != 0) return ds_fail(DS_ERR_INPUT, "--target %s: cannot load the plugin: %s", spec, strerror(errno));
+  if (!S_ISREG(st.st_mode))
+    return ds_fail(DS_ERR_INPUT, "--target %s: cannot load the plugin: not a regular file", spec);
+  return DS_OK;
+}
+
 int run_check_paths(run_ctx_t *run) {
   const config_t *cfg = run->cfg;
   int status = DS_OK;
@@ -223,12 +232,13 @@ int run_check_paths(run_ctx_t *run) {
   if (cfg->init[0]) status = h5util_check_input("--init", cfg->init, 0);
   if (status == DS_OK && cfg->data[0]) status = h5util_check_input("--data", cfg->data, 0);
   const char *plugin = strncmp(cfg->target, "plugin:", 7) == 0 ? cfg->target + 7 : NULL;
-  if (status == DS_OK && plugin) status = h5util_check_input("--target plugin", plugin, 0);
+  if (status == DS_OK && plugin) status = check_plugin_path(cfg->target, plugin);
   char args_data[CONFIG_PATH_MAX] = "";
   if (status == DS_OK && target_args_get(cfg->target_args, "data", args_data, sizeof args_data) && args_data[0])
     status = h5util_check_input("--target-args data", args_data, 0);
-  /* A resumed run appends to its output: it must be there (the lock would create it). */
-  if (status == DS_OK && run->resume_path && access(cfg->out, F_OK) != 0)
+  /* A resumed HMC run appends to its output: it must be there (the lock would create it).
+   * SVGD writes its output only at the end. */
+  if (status == DS_OK && run->resume_path && cfg->algorithm == ALGO_HMC && access(cfg->out, F_OK) != 0)
     status = ds_fail(DS_ERR_INPUT, "output %s of checkpoint %s: cannot open: %s", cfg->out, run->resume_path,
                      strerror(errno));
   if (status == DS_OK) status = check_output_path("--out", cfg->out);
