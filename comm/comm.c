@@ -3,6 +3,9 @@
 #include "comm.h"
 
 #include <limits.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -216,22 +219,105 @@ int comm_bcast(comm_ctx_t *ctx, void *buf, int64_t bytes, int root) {
   return DS_OK;
 }
 
-int comm_agree(comm_ctx_t *ctx, int status) {
-  int mine[2] = {status != DS_OK ? ctx->rank : ctx->size, status};
-  int first = ctx->size;
-  MPI_CHECK(MPI_Allreduce(&mine[0], &first, 1, MPI_INT, MPI_MIN, ctx->world));
-  if (first == ctx->size) return DS_OK;
+/* Ranks that cannot even agree on a failure would be left waiting in the next collective:
+ * the only way out that reaches every rank is MPI_Abort. */
+static void agreement_broken(MPI_Comm comm, int rc, const char *call) {
+  char text[MPI_MAX_ERROR_STRING] = "";
+  int length = 0;
+  if (MPI_Error_string(rc, text, &length) != MPI_SUCCESS) snprintf(text, sizeof text, "code %d", rc);
+  char host[256] = "unknown";
+  gethostname(host, sizeof host - 1);
+  int rank = -1;
+  MPI_Comm_rank(comm, &rank);
+  fprintf(stderr, "dsampler: error: rank %d on %s: %s failed while the ranks agreed on a status (%s); "
+                  "ending every rank\n", rank, host, call, text);
+  fflush(stderr);
+  MPI_Abort(comm, 1);
+  _exit(1);
+}
+
+int comm_agree_on(MPI_Comm comm, const char *host, int status) {
+  int rank = 0, size = 1;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &size);
+  int mine = status != DS_OK ? rank : size, first = size;
+  int rc = MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm);
+  if (rc != MPI_SUCCESS) agreement_broken(comm, rc, "MPI_Allreduce");
+  if (first == size) return DS_OK;
   struct { int code; char message[1800]; } report;
   memset(&report, 0, sizeof report);
-  if (ctx->rank == first) {
+  if (rank == first) {
+    char own_host[256] = "unknown";
+    if (!host) {
+      gethostname(own_host, sizeof own_host - 1);
+      host = own_host;
+    }
     report.code = status;
     if (first == 0)
       snprintf(report.message, sizeof report.message, "%s", ds_error_message());
     else
-      snprintf(report.message, sizeof report.message, "rank %d on %s: %s", ctx->rank, ctx->host,
-               ds_error_message());
+      snprintf(report.message, sizeof report.message, "rank %d on %s: %s", rank, host, ds_error_message());
   }
-  MPI_CHECK(MPI_Bcast(&report, (int)sizeof report, MPI_BYTE, first, ctx->world));
+  rc = MPI_Bcast(&report, (int)sizeof report, MPI_BYTE, first, comm);
+  if (rc != MPI_SUCCESS) agreement_broken(comm, rc, "MPI_Bcast");
   ds_error_set_message(report.message);
   return report.code;
+}
+
+int comm_agree(comm_ctx_t *ctx, int status) { return comm_agree_on(ctx->world, ctx->host, status); }
+
+/* The watchdog. A rank that recorded an error should reach the end of main within seconds;
+ * one still running long after is stuck: in a collective the others left (HDF5 diverged
+ * inside a flush after a failed write, say). Then MPI_Abort ends every rank, so no job
+ * waits for its time limit. */
+static atomic_llong watchdog_deadline; /* CLOCK_MONOTONIC seconds; 0: disarmed */
+static long long watchdog_seconds;
+static int watchdog_rank;
+static char watchdog_host[256];
+
+static long long monotonic_seconds(void) {
+  struct timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  return (long long)now.tv_sec;
+}
+
+static void watchdog_arm(int recorded) {
+  if (!recorded) {
+    atomic_store(&watchdog_deadline, 0);
+    return;
+  }
+  long long expected = 0;
+  atomic_compare_exchange_strong(&watchdog_deadline, &expected, monotonic_seconds() + watchdog_seconds);
+}
+
+static void *watchdog_main(void *unused) {
+  (void)unused;
+  for (;;) {
+    sleep(1);
+    long long deadline = atomic_load(&watchdog_deadline);
+    if (deadline == 0 || monotonic_seconds() < deadline) continue;
+    fprintf(stderr, "dsampler: error: rank %d on %s: still running %lld s after its error (%s); ending every rank\n",
+            watchdog_rank, watchdog_host, watchdog_seconds, ds_error_message());
+    fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+    _exit(1);
+  }
+  return NULL;
+}
+
+int comm_watchdog_start(comm_ctx_t *ctx) {
+  const char *text = getenv("DSAMPLER_ERROR_WATCHDOG_SECONDS");
+  watchdog_seconds = text ? atoll(text) : COMM_WATCHDOG_DEFAULT_SECONDS;
+  if (watchdog_seconds <= 0) return DS_OK;
+  watchdog_rank = ctx->rank;
+  snprintf(watchdog_host, sizeof watchdog_host, "%s", ctx->host);
+  pthread_t thread;
+  pthread_attr_t attr;
+  if (pthread_attr_init(&attr) != 0) return ds_fail(DS_ERR_INTERNAL, "cannot start the error watchdog");
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  int rc = pthread_create(&thread, &attr, watchdog_main, NULL);
+  pthread_attr_destroy(&attr);
+  if (rc != 0) return ds_fail(DS_ERR_INTERNAL, "cannot start the error watchdog: %s", strerror(rc));
+  ds_error_set_hook(watchdog_arm);
+  return DS_OK;
 }

@@ -61,6 +61,15 @@ int comm_bcast(comm_ctx_t *ctx, void *buf, int64_t bytes, int root);
  * status of the lowest failing rank (DS_OK when none failed), and that rank's error message
  * becomes every rank's message, prefixed with its rank and host when it is not rank 0. */
 int comm_agree(comm_ctx_t *ctx, int status);
+/* The same over any communicator (io/ works on the file's). When the agreement itself fails
+ * the ranks cannot be trusted to meet again: every rank is ended with MPI_Abort. */
+int comm_agree_on(MPI_Comm comm, const char *host, int status);
+
+/* Starts a thread that ends every rank (MPI_Abort) when this rank is still running
+ * DSAMPLER_ERROR_WATCHDOG_SECONDS (default COMM_WATCHDOG_DEFAULT_SECONDS; 0: off) after it
+ * recorded an error: a failure must never leave ranks waiting forever. */
+#define COMM_WATCHDOG_DEFAULT_SECONDS 120
+int comm_watchdog_start(comm_ctx_t *ctx);
 
 /* The MPI checker: records the call's text and MPI's own message. */
 int comm_mpi_fail(int rc, const char *file, int line, const char *call);

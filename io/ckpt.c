@@ -13,6 +13,7 @@
 
 #include "comm.h"
 #include "h5out.h"
+#include "h5util.h"
 #include "status.h"
 
 /* FNV-1a over a row's global index and bytes; rows' hashes are summed (mod 2^64), so the
@@ -37,13 +38,8 @@ static uint64_t meta_hash(const ckpt_meta_t *meta) {
   return hash ^ row_hash(1, meta->config, strlen(meta->config));
 }
 
-/* The worst status over all ranks (a rank that failed keeps its own message). */
-static int agree(MPI_Comm comm, int status) {
-  int worst = status;
-  if (MPI_Allreduce(&status, &worst, 1, MPI_INT, MPI_MAX, comm) != MPI_SUCCESS) return DS_ERR_MPI;
-  if (worst != DS_OK && status == DS_OK) return ds_fail(worst, "checkpoint: another rank failed to write its part");
-  return worst;
-}
+/* The lowest failing rank's status and message, on every rank (h5util_agree). */
+static int agree(MPI_Comm comm, int status) { return h5util_agree(comm, status); }
 
 static size_t dtype_size(ckpt_dtype_t dtype) { return dtype == CKPT_FLOAT64 ? 8 : 4; }
 static hid_t dtype_memory(ckpt_dtype_t dtype) { return dtype == CKPT_FLOAT64 ? H5T_NATIVE_DOUBLE : H5T_NATIVE_FLOAT; }
@@ -102,20 +98,6 @@ static int read_string(hid_t object, const char *name, char *out, size_t size) {
   return status;
 }
 
-static hid_t open_parallel(MPI_Comm comm, const char *path, int create) {
-  hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
-  H5Pset_fapl_mpio(fapl, comm, MPI_INFO_NULL);
-  H5Pset_all_coll_metadata_ops(fapl, 1);
-  H5Pset_coll_metadata_write(fapl, 1);
-  hid_t file;
-  H5E_BEGIN_TRY {
-    file = create ? H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, fapl) : H5Fopen(path, H5F_ACC_RDONLY, fapl);
-  }
-  H5E_END_TRY;
-  H5Pclose(fapl);
-  return file;
-}
-
 /* Selects this rank's rows [row_begin, row_end) of a [n, width] dataset, or none. */
 static int select_rows(hid_t file_space, hid_t *mem_space, int64_t row_begin, int64_t row_end, int64_t width) {
   hsize_t elements = (hsize_t)((row_end - row_begin) * width);
@@ -151,8 +133,9 @@ static int write_contents(MPI_Comm comm, int rank, hid_t file, const ckpt_meta_t
   /* The ranks stop together (before the next collective) if any one failed. */
   DS_TRY(agree(comm, status));
   hid_t xfer = H5Pcreate(H5P_DATASET_XFER);
-  H5_CHECK(xfer);
-  H5_CHECK(H5Pset_dxpl_mpio(xfer, H5FD_MPIO_COLLECTIVE));
+  if (xfer < 0 || H5Pset_dxpl_mpio(xfer, H5FD_MPIO_COLLECTIVE) < 0)
+    status = h5util_fail(DS_ERR_IO, "checkpoint: cannot set up collective writes");
+  status = agree(comm, status);
   for (int a = 0; a < n_arrays && status == DS_OK; ++a) {
     uint64_t checksum = 0;
     status = local_checksum(comm, &arrays[a], row_begin, row_end, &checksum);
@@ -192,7 +175,7 @@ static int write_contents(MPI_Comm comm, int rank, hid_t file, const ckpt_meta_t
     if (space >= 0) H5Sclose(space);
     status = agree(comm, status);
   }
-  H5Pclose(xfer);
+  if (xfer >= 0) H5Pclose(xfer);
   return status;
 }
 
@@ -257,24 +240,37 @@ int ckpt_write(MPI_Comm comm, const char *dir, const ckpt_meta_t *meta, const ck
   char tmp[4300], final_path[4200];
   snprintf(final_path, sizeof final_path, "%s/ckpt-%lld.h5", dir, (long long)meta->iteration);
   snprintf(tmp, sizeof tmp, "%s.tmp", final_path);
-  hid_t file = open_parallel(comm, tmp, 1);
-  if (file < 0) return ds_fail(DS_ERR_IO, "checkpoint %s: cannot create", tmp);
+  hid_t file;
+  DS_TRY(h5util_create(comm, "checkpoint", tmp, &file));
   status = write_contents(comm, rank, file, meta, arrays, n_arrays, globals, n_globals, row_begin, row_end);
   /* Fault injection for tests: a pause in the middle of writing, the .tmp not yet closed. */
   const char *delay = getenv("DSAMPLER_FAULT_CHECKPOINT_DELAY");
   if (delay) sleep((unsigned)atoi(delay));
-  if (H5Fclose(file) < 0 && status == DS_OK) status = ds_fail(DS_ERR_IO, "checkpoint %s: closing failed", tmp);
+  if (H5Fclose(file) < 0 && status == DS_OK) {
+    char what[4400];
+    snprintf(what, sizeof what, "checkpoint %s: closing failed (disk full?)", tmp);
+    status = h5util_fail(DS_ERR_IO, what);
+  }
   /* Every rank's part is on disk before the rename makes the checkpoint visible. */
-  int worst = status;
-  MPI_CHECK(MPI_Allreduce(&status, &worst, 1, MPI_INT, MPI_MAX, comm));
-  if (worst != DS_OK) return status != DS_OK ? status : ds_fail(worst, "checkpoint %s: another rank failed to write", tmp);
+  status = agree(comm, status);
+  if (status != DS_OK) {
+    /* A partial .tmp is never a checkpoint; leave no debris that looks like one. */
+    if (rank == 0) unlink(tmp);
+    return status;
+  }
   if (rank == 0) {
     if (sync_path(tmp, 0) != 0 || rename(tmp, final_path) != 0 || sync_path(dir, 1) != 0)
       status = ds_fail(DS_ERR_IO, "checkpoint %s: rename or sync failed: %s", final_path, strerror(errno));
     entry_t entries[CKPT_LIST_MAX];
     int count = 0;
+    /* Only checkpoints older than this one count and go: a newer number is one a resume
+     * passed over (damaged, another version); it is left for the user, and it must not push
+     * this run's good checkpoints out of the newest `keep`. */
     if (status == DS_OK && keep > 0 && scan_dir(dir, entries, CKPT_LIST_MAX, &count) == DS_OK) {
-      for (int i = keep; i < count; ++i) {
+      int kept = 0;
+      for (int i = 0; i < count; ++i) {
+        if (entries[i].number > (long long)meta->iteration) continue;
+        if (++kept <= keep) continue;
         char old[4400];
         snprintf(old, sizeof old, "%s/%s", dir, entries[i].name);
         unlink(old);
@@ -316,9 +312,11 @@ int ckpt_list(MPI_Comm comm, const char *where, char paths[][4096], int *count) 
       for (int i = 0; i < head.count; ++i) snprintf(paths[i], 4096, "%s/%s", where, entries[i].name);
       if (head.status == DS_OK && head.count == 0)
         head.status = ds_fail(DS_ERR_INPUT, "resume %s: the directory holds no checkpoint (ckpt-<iteration>.h5)", where);
-    } else {
+    } else if (h5util_check_input("resume", where, 0) == DS_OK) {
       snprintf(paths[0], 4096, "%s", where);
       head.count = 1;
+    } else {
+      head.status = DS_ERR_INPUT;
     }
     if (head.status != DS_OK) snprintf(head.message, sizeof head.message, "%s", ds_error_message());
   }
@@ -334,14 +332,22 @@ int ckpt_list(MPI_Comm comm, const char *where, char paths[][4096], int *count) 
 
 int ckpt_read_meta(MPI_Comm comm, const char *path, ckpt_meta_t *meta) {
   memset(meta, 0, sizeof *meta);
-  hid_t file = open_parallel(comm, path, 0);
-  if (file < 0) return ds_fail(DS_ERR_INPUT, "checkpoint %s: not a readable HDF5 file (truncated or damaged?)", path);
+  hid_t file;
+  int opened = h5util_open_read(comm, "checkpoint", path, &file);
+  /* A file that does not open as HDF5 in a checkpoint's place is taken as a damaged one. */
+  if (opened != DS_OK) return opened == DS_ERR_INPUT ? DS_ERR_CHECKPOINT : opened;
+  /* An HDF5 file that is not this version's checkpoint is someone else's file (the run's
+   * output, a newer dsampler's checkpoint): DS_ERR_INPUT, and resume stops there, since
+   * continuing from an older checkpoint would later write over it. Damage below is
+   * DS_ERR_CHECKPOINT: resume passes over it to an older checkpoint of the run. */
   int version = 0, status = DS_OK;
   if (read_attr(file, "format_version", H5T_NATIVE_INT, &version) != DS_OK)
     status = ds_fail(DS_ERR_INPUT, "checkpoint %s: no format_version: not a dsampler checkpoint", path);
   else if (version != CKPT_FORMAT_VERSION)
-    status = ds_fail(DS_ERR_INPUT, "checkpoint %s: format version %d, this dsampler reads version %d", path, version,
-                     CKPT_FORMAT_VERSION);
+    status = ds_fail(DS_ERR_INPUT, "checkpoint %s: format version %d, this dsampler reads version %d (use the dsampler "
+                                   "that wrote it, or move the file away to resume from an older checkpoint)",
+                     path, version, CKPT_FORMAT_VERSION);
+  const int foreign = status != DS_OK;
   if (status == DS_OK &&
       (read_string(file, "algorithm", meta->algorithm, sizeof meta->algorithm) != DS_OK ||
        read_attr(file, "iteration", H5T_NATIVE_INT64, &meta->iteration) != DS_OK ||
@@ -363,16 +369,22 @@ int ckpt_read_meta(MPI_Comm comm, const char *path, ckpt_meta_t *meta) {
     status = ds_fail(DS_ERR_INPUT, "checkpoint %s: holds iteration %lld, its name says %lld", path,
                      (long long)meta->iteration, named);
   H5Fclose(file);
-  return status;
+  if (status != DS_OK && !foreign) status = DS_ERR_CHECKPOINT;
+  return agree(comm, status);
 }
 
 int ckpt_read(MPI_Comm comm, const char *path, const ckpt_array_t *arrays, int n_arrays, ckpt_global_t *globals,
               int n_globals, int64_t row_begin, int64_t row_end, int64_t n_items) {
-  hid_t file = open_parallel(comm, path, 0);
-  if (file < 0) return ds_fail(DS_ERR_INPUT, "checkpoint %s: not a readable HDF5 file", path);
+  hid_t file;
+  DS_TRY(h5util_open_read(comm, "checkpoint", path, &file));
   hid_t xfer = H5Pcreate(H5P_DATASET_XFER);
-  H5Pset_dxpl_mpio(xfer, H5FD_MPIO_COLLECTIVE);
   int status = DS_OK;
+  if (xfer < 0 || H5Pset_dxpl_mpio(xfer, H5FD_MPIO_COLLECTIVE) < 0) {
+    char what[4200];
+    snprintf(what, sizeof what, "checkpoint %s: cannot set up collective reads", path);
+    status = h5util_fail(DS_ERR_IO, what);
+  }
+  status = agree(comm, status);
   for (int a = 0; a < n_arrays && status == DS_OK; ++a) {
     hid_t dataset, space = H5I_INVALID_HID, mem_space = H5I_INVALID_HID;
     H5E_BEGIN_TRY { dataset = H5Dopen2(file, arrays[a].name, H5P_DEFAULT); }
@@ -399,8 +411,7 @@ int ckpt_read(MPI_Comm comm, const char *path, const ckpt_array_t *arrays, int n
       uint64_t stored = 0, computed = 0;
       if (status == DS_OK && rc < 0) status = ds_fail(DS_ERR_INPUT, "checkpoint %s: reading '%s' failed", path, arrays[a].name);
       /* Every rank takes part in the checksum's allreduce, whatever happened before. */
-      int local = status;
-      MPI_Allreduce(&local, &status, 1, MPI_INT, MPI_MAX, comm);
+      status = agree(comm, status);
       if (status == DS_OK && read_attr(dataset, "checksum", H5T_NATIVE_UINT64, &stored) != DS_OK)
         status = ds_fail(DS_ERR_INPUT, "checkpoint %s: array '%s' has no checksum", path, arrays[a].name);
       if (status == DS_OK) status = local_checksum(comm, &arrays[a], row_begin, row_end, &computed);
@@ -431,8 +442,10 @@ int ckpt_read(MPI_Comm comm, const char *path, const ckpt_array_t *arrays, int n
          stored == row_hash(0, globals[g].values, (size_t)globals[g].count * sizeof(double));
     if (!ok) status = ds_fail(DS_ERR_INPUT, "checkpoint %s: value '%s' missing, misshapen or damaged", path, globals[g].name);
     if (dataset >= 0) H5Dclose(dataset);
+    status = agree(comm, status);
   }
-  H5Pclose(xfer);
+  if (xfer >= 0) H5Pclose(xfer);
   H5Fclose(file);
-  return status;
+  H5Eclear2(H5E_DEFAULT);
+  return agree(comm, status);
 }

@@ -9,33 +9,12 @@
 #include <string.h>
 
 #include "h5out.h"
+#include "h5util.h"
 #include "status.h"
 
 /* Every rank leaves with the status and message of the lowest failing rank, so a failure
  * seen on one rank (memory, a read) never leaves the others in the next collective. */
-static int h5data_agree(MPI_Comm comm, int status) {
-  int rank = 0, size = 1;
-  MPI_Comm_rank(comm, &rank);
-  MPI_Comm_size(comm, &size);
-  int mine = status != DS_OK ? rank : size, first = size;
-  if (MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm) != MPI_SUCCESS)
-    return ds_fail(DS_ERR_MPI, "MPI_Allreduce failed while reading a dataset");
-  if (first == size) return DS_OK;
-  struct {
-    int code;
-    char message[1800];
-  } report;
-  memset(&report, 0, sizeof report);
-  if (rank == first) {
-    report.code = status;
-    snprintf(report.message, sizeof report.message, "%s%s", ds_error_message(),
-             first == 0 ? "" : " (seen on another rank)");
-  }
-  if (MPI_Bcast(&report, (int)sizeof report, MPI_BYTE, first, comm) != MPI_SUCCESS)
-    return ds_fail(DS_ERR_MPI, "MPI_Bcast failed while reading a dataset");
-  if (rank != first) ds_error_set_message(report.message);
-  return report.code;
-}
+static int h5data_agree(MPI_Comm comm, int status) { return h5util_agree(comm, status); }
 
 static void format_shape(char *out, size_t size, int rank, const hsize_t *dims) {
   int used = snprintf(out, size, "[");
@@ -45,16 +24,8 @@ static void format_shape(char *out, size_t size, int rank, const hsize_t *dims) 
 }
 
 static hid_t open_file(MPI_Comm comm, const char *path, const char *option, int *status) {
-  hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
   hid_t file = H5I_INVALID_HID;
-  if (fapl < 0 || H5Pset_fapl_mpio(fapl, comm, MPI_INFO_NULL) < 0) {
-    *status = h5_fail(__FILE__, __LINE__, "H5Pset_fapl_mpio");
-  } else {
-    H5E_BEGIN_TRY { file = H5Fopen(path, H5F_ACC_RDONLY, fapl); }
-    H5E_END_TRY;
-    if (file < 0) *status = ds_fail(DS_ERR_INPUT, "%s %s: cannot open as an HDF5 file", option, path);
-  }
-  if (fapl >= 0) H5Pclose(fapl);
+  *status = h5util_open_read(comm, option, path, &file);
   return file;
 }
 
@@ -96,17 +67,26 @@ static hid_t open_dataset(hid_t file, const char *path, const char *option, cons
 }
 
 /* The whole dataset on every rank, converted to mem_type, in one collective read. */
-static int read_all(MPI_Comm comm, hid_t dataset, hid_t mem_type, size_t count, size_t element_size,
-                    const char *what, void **buffer) {
-  *buffer = malloc(count * element_size);
-  int status = *buffer ? DS_OK : DS_FAIL_ALLOC(what, count * element_size);
+static int read_all(MPI_Comm comm, hid_t dataset, hid_t mem_type, size_t bytes, const char *option, const char *path,
+                    const char *name, void **buffer) {
+  char what[4400];
+  snprintf(what, sizeof what, "%s %s: reading dataset '%s' failed", option, path, name);
+  /* A dataset whose storage was never written reads back as fill values: a crafted file
+   * declares a shape it does not hold. */
+  if (bytes > 0 && H5Dget_storage_size(dataset) == 0) {
+    *buffer = NULL;
+    return h5data_agree(comm, ds_fail(DS_ERR_INPUT, "%s %s: dataset '%s' declares %zu bytes but holds no data", option,
+                                      path, name, bytes));
+  }
+  *buffer = malloc(bytes ? bytes : 1);
+  int status = *buffer ? DS_OK : DS_FAIL_ALLOC(what, bytes);
   status = h5data_agree(comm, status);
   if (status != DS_OK) return status;
   hid_t xfer = H5Pcreate(H5P_DATASET_XFER);
   if (xfer < 0 || H5Pset_dxpl_mpio(xfer, H5FD_MPIO_COLLECTIVE) < 0)
     status = h5_fail(__FILE__, __LINE__, "H5Pset_dxpl_mpio");
   else if (H5Dread(dataset, mem_type, H5S_ALL, H5S_ALL, xfer, *buffer) < 0)
-    status = ds_fail(DS_ERR_IO, "reading %s failed", what);
+    status = h5util_fail(DS_ERR_INPUT, what);
   if (xfer >= 0) H5Pclose(xfer);
   return h5data_agree(comm, status);
 }
@@ -135,14 +115,20 @@ int h5data_read_xy(MPI_Comm comm, const char *path, const char *option, int bina
                      (unsigned long long)x_dims[0], (unsigned long long)x_dims[1]);
   /* The checks so far read only metadata, which every rank sees alike. */
   status = h5data_agree(comm, status);
+  /* Sizes come from the file: a few bytes of metadata can declare any shape. */
+  size_t x_bytes = 0, y_bytes = 0;
+  if (status == DS_OK) status = h5util_checked_bytes(option, path, "X", 2, x_dims, sizeof(float), &x_bytes);
+  if (status == DS_OK) status = h5util_checked_bytes(option, path, "y", 1, y_dims, sizeof(float), &y_bytes);
+  if (status == DS_OK && x_dims[1] > (hsize_t)INT32_MAX)
+    status = ds_fail(DS_ERR_INPUT, "%s %s: dataset 'X' has %llu columns; at most %d", option, path,
+                     (unsigned long long)x_dims[1], INT32_MAX);
+  status = h5data_agree(comm, status);
   if (status == DS_OK) {
     out->n = (int64_t)x_dims[0];
     out->dim = (int64_t)x_dims[1];
-    status = read_all(comm, x_set, H5T_NATIVE_FLOAT, (size_t)(out->n * out->dim), sizeof(float), "dataset X",
-                      (void **)&out->x);
+    status = read_all(comm, x_set, H5T_NATIVE_FLOAT, x_bytes, option, path, "X", (void **)&out->x);
   }
-  if (status == DS_OK)
-    status = read_all(comm, y_set, H5T_NATIVE_FLOAT, (size_t)out->n, sizeof(float), "dataset y", (void **)&out->y);
+  if (status == DS_OK) status = read_all(comm, y_set, H5T_NATIVE_FLOAT, y_bytes, option, path, "y", (void **)&out->y);
   if (status == DS_OK) {
     size_t where;
     if (first_non_finite_float(out->x, (size_t)(out->n * out->dim), &where))
@@ -181,10 +167,10 @@ int h5data_read_matrix(MPI_Comm comm, const char *path, const char *option, cons
   hid_t set = H5I_INVALID_HID;
   hsize_t dims[2] = {0, 0};
   if (status == DS_OK) set = open_dataset(file, path, option, name, 2, expected, dims, &status);
+  size_t bytes = 0;
+  if (status == DS_OK) status = h5util_checked_bytes(option, path, name, 2, dims, sizeof(double), &bytes);
   status = h5data_agree(comm, status);
-  if (status == DS_OK)
-    status = read_all(comm, set, H5T_NATIVE_DOUBLE, (size_t)(dims[0] * dims[1]), sizeof(double), name,
-                      (void **)values);
+  if (status == DS_OK) status = read_all(comm, set, H5T_NATIVE_DOUBLE, bytes, option, path, name, (void **)values);
   if (status == DS_OK)
     for (size_t e = 0; e < dims[0] * dims[1] && status == DS_OK; ++e)
       if (!isfinite((*values)[e]))

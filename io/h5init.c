@@ -4,19 +4,13 @@
 #include <hdf5.h>
 #include <stdio.h>
 
-#include "h5out.h"
+#include "h5util.h"
 #include "status.h"
 
 int h5init_read(MPI_Comm comm, const char *path, int64_t n, int64_t dim, int64_t row_begin, int64_t row_end,
                 float *x_local) {
-  hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
-  H5_CHECK(fapl);
-  H5_CHECK(H5Pset_fapl_mpio(fapl, comm, MPI_INFO_NULL));
   hid_t file;
-  H5E_BEGIN_TRY { file = H5Fopen(path, H5F_ACC_RDONLY, fapl); }
-  H5E_END_TRY;
-  H5Pclose(fapl);
-  if (file < 0) return ds_fail(DS_ERR_INPUT, "--init %s: cannot open as an HDF5 file", path);
+  DS_TRY(h5util_open_read(comm, "--init", path, &file));
   int status = DS_OK;
   hid_t dataset;
   H5E_BEGIN_TRY { dataset = H5Dopen2(file, "x", H5P_DEFAULT); }
@@ -44,26 +38,35 @@ int h5init_read(MPI_Comm comm, const char *path, int64_t n, int64_t dim, int64_t
       status = ds_fail(DS_ERR_INPUT, "--init %s: dataset x must hold numbers", path);
     }
   }
+  /* The shape checks read metadata every rank sees alike; agreeing costs little and keeps a
+   * rank that failed otherwise out of the collective read below. */
+  status = h5util_agree(comm, status);
   if (status == DS_OK) {
     hsize_t start[2] = {(hsize_t)row_begin, 0}, count[2] = {(hsize_t)(row_end - row_begin), (hsize_t)dim};
     hsize_t elements = count[0] * count[1];
     hid_t mem_space = H5Screate_simple(1, elements ? &elements : (hsize_t[]){1}, NULL);
-    if (elements) {
-      H5Sselect_hyperslab(space, H5S_SELECT_SET, start, NULL, count, NULL);
-    } else {
-      H5Sselect_none(space);
-      H5Sselect_none(mem_space);
-    }
     hid_t xfer = H5Pcreate(H5P_DATASET_XFER);
-    H5Pset_dxpl_mpio(xfer, H5FD_MPIO_COLLECTIVE);
+    herr_t rc = mem_space < 0 || xfer < 0 ? -1 : H5Pset_dxpl_mpio(xfer, H5FD_MPIO_COLLECTIVE);
+    if (rc >= 0 && elements) {
+      rc = H5Sselect_hyperslab(space, H5S_SELECT_SET, start, NULL, count, NULL);
+    } else if (rc >= 0) {
+      rc = H5Sselect_none(space);
+      if (rc >= 0) rc = H5Sselect_none(mem_space);
+    }
+    char what[4200];
+    snprintf(what, sizeof what, "--init %s: cannot select this rank's rows of dataset x", path);
+    if (rc < 0) status = h5util_fail(DS_ERR_IO, what);
+    /* The read is collective: every rank reaches it, or none does. */
+    status = h5util_agree(comm, status);
     float placeholder;
-    if (H5Dread(dataset, H5T_NATIVE_FLOAT, mem_space, space, xfer, elements ? x_local : &placeholder) < 0)
-      status = ds_fail(DS_ERR_INPUT, "--init %s: reading dataset x failed", path);
-    H5Pclose(xfer);
-    H5Sclose(mem_space);
+    snprintf(what, sizeof what, "--init %s: reading dataset x failed", path);
+    if (status == DS_OK && H5Dread(dataset, H5T_NATIVE_FLOAT, mem_space, space, xfer, elements ? x_local : &placeholder) < 0)
+      status = h5util_fail(DS_ERR_INPUT, what);
+    if (xfer >= 0) H5Pclose(xfer);
+    if (mem_space >= 0) H5Sclose(mem_space);
   }
   if (space >= 0) H5Sclose(space);
   if (dataset >= 0) H5Dclose(dataset);
   H5Fclose(file);
-  return status;
+  return h5util_agree(comm, status);
 }

@@ -28,10 +28,15 @@ dsampler_job_run() {
     command=($bin $DSAMPLER_ARGS)
   fi
 
-  # Slurm signals the batch shell (--signal=B:USR1@T); the step is told to checkpoint and stop.
+  # Slurm signals the batch shell (--signal=B:USR1@T, and SIGTERM at scancel or the limit);
+  # the step is told to checkpoint and stop. Whatever arrives here, the step gets SIGUSR1:
+  # srun and mpirun both forward it to every rank, the ranks checkpoint and exit 75, and the
+  # launcher passes 75 on. SIGTERM or SIGINT sent to mpirun itself (Open MPI 4) makes mpirun
+  # end the job on its own and exit 1, even though the ranks checkpointed: no requeue.
   local step_pid=""
   trap 'echo "dsampler-job: time-limit signal: asking the step to checkpoint"; [ -n "$step_pid" ] && kill -USR1 "$step_pid"' USR1
-  trap 'echo "dsampler-job: SIGTERM: asking the step to checkpoint"; [ -n "$step_pid" ] && kill -TERM "$step_pid"' TERM
+  trap 'echo "dsampler-job: SIGTERM: asking the step to checkpoint"; [ -n "$step_pid" ] && kill -USR1 "$step_pid"' TERM
+  trap 'echo "dsampler-job: SIGINT: asking the step to checkpoint"; [ -n "$step_pid" ] && kill -USR1 "$step_pid"' INT
   $launch "${command[@]}" &
   step_pid=$!
   local rc=0
@@ -41,7 +46,7 @@ dsampler_job_run() {
     rc=0
     wait "$step_pid" || rc=$?
   done
-  trap - USR1 TERM
+  trap - USR1 TERM INT
   echo "dsampler-job: step exited with $rc"
   if [ "$rc" -eq 75 ]; then
     if [ "${DSAMPLER_REQUEUE:-1}" = 1 ] && [ "$restarts" -lt "$max_restarts" ]; then

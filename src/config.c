@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "h5util.h"
 #include "status.h"
 
 typedef enum { OPT_STRING, OPT_INT, OPT_UINT, OPT_DOUBLE, OPT_FLAG } option_type_t;
@@ -148,6 +149,14 @@ static int config_set(config_t *cfg, const option_spec_t *spec, const char *valu
   return DS_OK;
 }
 
+/* Larger than any configuration a person writes; a bound so a wrong file fails at once. */
+#define CONFIG_FILE_MAX_BYTES ((int64_t)1 << 20)
+/* Counts (items, iterations, draws, dim) beyond this are surely mistakes; with it, sums and
+ * the products in the run's sizes cannot wrap 64 bits unnoticed. */
+#define CONFIG_COUNT_MAX ((int64_t)1 << 40)
+/* Checkpoints kept: ckpt_write's int, and a directory listing of that many is already huge. */
+#define CONFIG_KEEP_MAX 1000000
+
 typedef struct ini_context {
   config_t *cfg;
   const char *path;
@@ -158,6 +167,13 @@ static int config_ini_entry(void *user, const char *section, const char *name, c
   ini_context_t *ctx = user;
   char where[CONFIG_PATH_MAX + 64];
   snprintf(where, sizeof where, "--config %s, key '%s'", ctx->path, name);
+  /* [hmc] and [svgd] hold one algorithm's keys; any other section is a typo whose keys
+   * would otherwise be dropped without a word. */
+  if (section[0] && config_algorithm_from_name(section) == ALGO_NONE) {
+    ctx->status = ds_fail(DS_ERR_INPUT, "--config %s: unknown section [%s] (expected [hmc], [svgd] or none)", ctx->path,
+                          section);
+    return 0;
+  }
   if (section[0] && strcmp(section, config_algorithm_name(ctx->cfg->algorithm)) != 0)
     return 1; /* another algorithm's section */
   const option_spec_t *spec = find_option(name);
@@ -171,6 +187,8 @@ static int config_ini_entry(void *user, const char *section, const char *name, c
 
 static int config_read_file(config_t *cfg, const char *path) {
   ini_context_t ctx = {cfg, path, DS_OK};
+  /* A regular file of sane size: /dev/zero or a FIFO would never end. */
+  DS_TRY(h5util_check_input("--config", path, CONFIG_FILE_MAX_BYTES));
   FILE *file = fopen(path, "r");
   if (!file) return ds_fail(DS_ERR_INPUT, "--config %s: cannot open: %s", path, strerror(errno));
   int rc = ini_parse_file(file, config_ini_entry, &ctx);
@@ -209,6 +227,17 @@ static void print_help(FILE *out, algorithm_t algorithm) {
 
 static int config_validate(config_t *cfg) {
   const int hmc = cfg->algorithm == ALGO_HMC;
+  const struct { const char *name; int64_t value; } counts[] = {
+      {"dim", cfg->dim},     {"chains", cfg->chains}, {"particles", cfg->particles}, {"warmup", cfg->warmup},
+      {"draws", cfg->draws}, {"iters", cfg->iters},   {"thin", cfg->thin},           {"checkpoint-every", cfg->checkpoint_every},
+      {"output-chains", cfg->output_chains}};
+  for (size_t i = 0; i < sizeof counts / sizeof counts[0]; ++i)
+    if (counts[i].value > CONFIG_COUNT_MAX)
+      return ds_fail(DS_ERR_INPUT, "--%s: %lld is more than this dsampler handles (at most 2^40)", counts[i].name,
+                     (long long)counts[i].value);
+  if (hmc && cfg->thin > 0 && cfg->draws > CONFIG_COUNT_MAX / cfg->thin)
+    return ds_fail(DS_ERR_INPUT, "--draws %lld with --thin %lld: more than 2^40 sampling iterations",
+                   (long long)cfg->draws, (long long)cfg->thin);
   if (cfg->dim < 0) return ds_fail(DS_ERR_INPUT, "--dim: expected a positive integer, got %lld", (long long)cfg->dim);
   /* --dim 0 (absent) is for the target to judge: some take their dimension from data. */
   if (hmc && cfg->chains <= 0)
@@ -251,7 +280,8 @@ static int config_validate(config_t *cfg) {
   if (!cfg->out[0]) return ds_fail(DS_ERR_INPUT, "--out: expected a file name");
   if (cfg->checkpoint_every < 0)
     return ds_fail(DS_ERR_INPUT, "--checkpoint-every: expected >= 0, got %lld", (long long)cfg->checkpoint_every);
-  if (cfg->keep < 1) return ds_fail(DS_ERR_INPUT, "--keep: expected >= 1, got %lld", (long long)cfg->keep);
+  if (cfg->keep < 1 || cfg->keep > CONFIG_KEEP_MAX)
+    return ds_fail(DS_ERR_INPUT, "--keep: expected an integer in [1, %d], got %lld", CONFIG_KEEP_MAX, (long long)cfg->keep);
   if (!cfg->checkpoint_dir[0]) {
     size_t length = strlen(cfg->out);
     if (length > 3 && strcmp(cfg->out + length - 3, ".h5") == 0) length -= 3;

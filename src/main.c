@@ -1,14 +1,38 @@
 /* main.c: dsampler's entry point: parse, run, and report the one error, ending every rank. */
+#include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include "ckpt.h"
 #include "comm.h"
 #include "config.h"
+#include "h5util.h"
 #include "run.h"
 #include "status.h"
 #include "summary.h"
 #include "targets_builtin.h"
+
+static int guard_rank = -1;
+static char guard_host[256] = "unknown";
+
+/* Runs at exit() before HDF5's own handler (registered later, so it runs first). A process
+ * that exits while MPI is still up did not come through main's end: a plugin called exit(),
+ * say. HDF5's handler would then close open files collectively and wait forever for the
+ * other ranks, so this ends every rank instead. */
+static void exit_guard(void) {
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (!initialized || finalized) return;
+  fprintf(stderr, "dsampler: error: rank %d on %s: exit() called outside dsampler (by the target plugin?) "
+                  "during the run; ending every rank\n", guard_rank, guard_host);
+  fflush(stderr);
+  MPI_Abort(MPI_COMM_WORLD, 1);
+  _exit(1);
+}
 
 /* Reports the run's outcome once and ends MPI: 0, 75 (stopped by a signal, resumable) or 1. */
 static int finish(comm_ctx_t *comm, int status) {
@@ -17,12 +41,20 @@ static int finish(comm_ctx_t *comm, int status) {
     fprintf(stderr, "dsampler: error: %s\n", ds_error_message());
     fflush(stderr);
   }
+  /* After an MPI failure the ranks may not meet in MPI_Finalize: end them all. */
+  if (status == DS_ERR_MPI) {
+    if (comm->rank != 0) fprintf(stderr, "dsampler: error: rank %d on %s: %s\n", comm->rank, comm->host, ds_error_message());
+    comm_abort(comm, 1);
+  }
   comm_free(comm);
   return status == DS_OK ? 0 : status == DS_INTERRUPTED ? DS_INTERRUPTED : 1;
 }
 
 /* `dsampler resume WHERE [options]`: the newest checkpoint that opens, validates and reads;
- * each one passed over is named. */
+ * each one passed over is named. Resume only reads what it is given: a file that is not a
+ * usable checkpoint is reported and left as it is (never renamed or removed), so a job
+ * script's next attempt finds it again and stops with the same error instead of starting a
+ * fresh run over the output. */
 static int resume_main(comm_ctx_t *comm, int argc, char **argv) {
   if (argc < 3 || argv[2][0] == '-')
     return ds_fail(DS_ERR_INPUT, "resume: expected a checkpoint file or directory (dsampler resume DIR [options])");
@@ -30,9 +62,12 @@ static int resume_main(comm_ctx_t *comm, int argc, char **argv) {
   int count = 0;
   DS_TRY(ckpt_list(comm->world, argv[2], paths, &count));
   static ckpt_meta_t meta;
+  char newest_reason[1500] = "";
   for (int i = 0; i < count; ++i) {
     config_t cfg;
     int status = ckpt_read_meta(comm->world, paths[i], &meta);
+    /* Not a checkpoint of this format: stop, whatever older checkpoints there are. */
+    if (status != DS_OK && status != DS_ERR_CHECKPOINT) return status;
     if (status == DS_OK) {
       status = config_parse_resume(&cfg, config_algorithm_from_name(meta.algorithm), meta.config, argc, argv,
                                    comm->rank == 0 ? stdout : NULL);
@@ -42,17 +77,15 @@ static int resume_main(comm_ctx_t *comm, int argc, char **argv) {
       status = run_main(comm, &cfg, paths[i], &meta);
       if (status != DS_ERR_CHECKPOINT) return status;
     }
-    /* Set aside, so the checkpoints written from here on do not count it among the newest. */
-    if (comm->rank == 0) {
-      char aside[4200];
-      snprintf(aside, sizeof aside, "%.4095s.unusable", paths[i]);
-      int moved = rename(paths[i], aside) == 0;
-      fprintf(stderr, "dsampler: skipping checkpoint %s: %s%s%s\n", paths[i], ds_error_message(),
-              moved ? " (renamed *.unusable)" : "", i + 1 < count ? "; trying the one before it" : "");
-    }
+    if (i == 0) snprintf(newest_reason, sizeof newest_reason, "%s", ds_error_message());
+    if (comm->rank == 0 && count > 1)
+      fprintf(stderr, "dsampler: skipping checkpoint %s: %s%s\n", paths[i], ds_error_message(),
+              i + 1 < count ? "; trying the one before it" : "");
     ds_error_clear();
   }
-  return ds_fail(DS_ERR_INPUT, "resume %s: no usable checkpoint", argv[2]);
+  if (count == 1) return ds_fail(DS_ERR_INPUT, "resume: %s", newest_reason);
+  return ds_fail(DS_ERR_INPUT, "resume %s: none of its %d checkpoints is usable (the newest: %s)", argv[2], count,
+                 newest_reason);
 }
 
 int main(int argc, char **argv) {
@@ -61,6 +94,26 @@ int main(int argc, char **argv) {
   if (status != DS_OK) {
     fprintf(stderr, "dsampler: error: %s\n", ds_error_message());
     return 1;
+  }
+  /* HDF5 first (its atexit handler), then the guard, which therefore runs before it. */
+  h5util_init();
+  guard_rank = comm.rank;
+  snprintf(guard_host, sizeof guard_host, "%s", comm.host);
+  atexit(exit_guard);
+  status = comm_watchdog_start(&comm);
+  if (status != DS_OK) {
+    fprintf(stderr, "dsampler: error: %s\n", ds_error_message());
+    comm_abort(&comm, 1);
+  }
+  /* Past a file-size limit (ulimit -f, a quota) a write should fail with EFBIG and be
+   * reported, not kill the rank with SIGXFSZ and leave the others waiting. */
+  signal(SIGXFSZ, SIG_IGN);
+  /* Fault injection for tests: a file-size limit set after MPI_Init, which itself writes
+   * shared-memory files a limit set by the launcher would break. */
+  const char *fsize_limit = getenv("DSAMPLER_FAULT_FILE_SIZE_LIMIT");
+  if (fsize_limit) {
+    struct rlimit limit = {(rlim_t)strtoull(fsize_limit, NULL, 10), (rlim_t)strtoull(fsize_limit, NULL, 10)};
+    setrlimit(RLIMIT_FSIZE, &limit);
   }
   /* Commands that are not a sampling run. */
   if (argc >= 2 && strcmp(argv[1], "targets") == 0) {

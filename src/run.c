@@ -2,15 +2,21 @@
  * the output file; then the algorithm. */
 #include "run.h"
 
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "comm_cuda.h"
 #include "h5init.h"
+#include "h5util.h"
 #include "rng.h"
 #include "signals.h"
 #include "status.h"
@@ -50,6 +56,7 @@ typedef struct attr_list {
 static void add_attr(void *user, const char *key, const char *value) {
   attr_list_t *list = user;
   if (list->count >= 64) return;
+  /* 64 slots hold today's options with room to spare; a new option past them must be seen. */
   char(*slot)[256] = list->storage[list->count];
   snprintf(slot[0], sizeof slot[0], "config_%s", key);
   snprintf(slot[1], sizeof slot[1], "%s", value);
@@ -127,7 +134,34 @@ int run_write_checkpoint(run_ctx_t *run, const ckpt_meta_t *meta, const ckpt_arr
   return status;
 }
 
+/* The output's config_* attributes say what the run was asked for; a resume may extend it
+ * (--draws, --iters) or change where it reports, so they are rewritten from this run's
+ * configuration, and only once the file is known to be this run's. */
+static int update_output_config(run_ctx_t *run) {
+  char run_id[64] = "";
+  DS_TRY(h5util_read_root_attr(run->comm->world, "output", run->cfg->out, "run_id", run_id, sizeof run_id));
+  if (strcmp(run_id, run->run_id) != 0)
+    return ds_fail(DS_ERR_INPUT, "output %s belongs to another run than checkpoint %s (run ids %s and %s): was it "
+                                 "overwritten? Refusing to append to it",
+                   run->cfg->out, run->resume_path, run_id, run->run_id);
+  attr_list_t *list = calloc(1, sizeof *list);
+  if (!list) return comm_agree(run->comm, DS_FAIL_ALLOC("output attributes", sizeof *list));
+  config_for_each(run->cfg, add_attr, list);
+  char ranks[32];
+  snprintf(ranks, sizeof ranks, "%d", run->comm->size);
+  add_attr(list, "ranks", ranks);
+  const char *keys[64], *values[64];
+  for (int i = 0; i < list->count; ++i) {
+    keys[i] = list->attrs[i].key;
+    values[i] = list->attrs[i].value;
+  }
+  int status = h5util_set_root_attrs(run->comm->world, "output", run->cfg->out, keys, values, list->count);
+  free(list);
+  return status;
+}
+
 int run_reopen_output(run_ctx_t *run, h5out_t **out) {
+  DS_TRY(comm_agree(run->comm, update_output_config(run)));
   int status = comm_agree(run->comm, h5out_open(out, run->comm->world, run->cfg->out));
   if (status != DS_OK) return status;
   char run_id[64] = "";
@@ -149,6 +183,133 @@ int run_check_resume_meta(run_ctx_t *run) {
   return DS_OK;
 }
 
+/* Local: `path` as something this run will write: an existing regular, writable file, or a
+ * new name in an existing, writable directory. */
+static int check_output_path(const char *option, const char *path) {
+  struct stat st;
+  if (stat(path, &st) == 0) {
+    if (S_ISDIR(st.st_mode)) return ds_fail(DS_ERR_INPUT, "%s %s: is a directory, expected a file name", option, path);
+    if (!S_ISREG(st.st_mode)) return ds_fail(DS_ERR_INPUT, "%s %s: exists and is not a regular file", option, path);
+    if (access(path, W_OK) != 0) return ds_fail(DS_ERR_INPUT, "%s %s: cannot write: %s", option, path, strerror(errno));
+    return DS_OK;
+  }
+  if (errno != ENOENT) return ds_fail(DS_ERR_INPUT, "%s %s: %s", option, path, strerror(errno));
+  char copy[CONFIG_PATH_MAX];
+  snprintf(copy, sizeof copy, "%s", path);
+  const char *parent = dirname(copy);
+  if (stat(parent, &st) != 0 || !S_ISDIR(st.st_mode))
+    return ds_fail(DS_ERR_INPUT, "%s %s: directory %s does not exist", option, path, parent);
+  if (access(parent, W_OK | X_OK) != 0)
+    return ds_fail(DS_ERR_INPUT, "%s %s: cannot create files in %s: %s", option, path, parent, strerror(errno));
+  return DS_OK;
+}
+
+/* Local: the checkpoint directory exists writable, or can be made in a writable parent. */
+static int check_checkpoint_dir(const char *dir) {
+  struct stat st;
+  if (stat(dir, &st) == 0) {
+    if (!S_ISDIR(st.st_mode)) return ds_fail(DS_ERR_INPUT, "--checkpoint-dir %s: exists and is not a directory", dir);
+    if (access(dir, W_OK | X_OK) != 0)
+      return ds_fail(DS_ERR_INPUT, "--checkpoint-dir %s: cannot write: %s", dir, strerror(errno));
+    return DS_OK;
+  }
+  return check_output_path("--checkpoint-dir", dir);
+}
+
+/* Local: dlopen of a FIFO blocks and of a directory says little; refuse both first. */
+static int check_plugin_path(const char *spec, const char *path) {
+  struct stat st;
+  if (stat(path, &st) != 0) return ds_fail(DS_ERR_INPUT, "--target %s: cannot load the plugin: %s", spec, strerror(errno));
+  if (!S_ISREG(st.st_mode))
+    return ds_fail(DS_ERR_INPUT, "--target %s: cannot load the plugin: not a regular file", spec);
+  return DS_OK;
+}
+
+int run_check_paths(run_ctx_t *run) {
+  const config_t *cfg = run->cfg;
+  int status = DS_OK;
+  /* Inputs: regular files only (a FIFO would block the open, a directory gives MPI-IO noise). */
+  if (cfg->init[0]) status = h5util_check_input("--init", cfg->init, 0);
+  if (status == DS_OK && cfg->data[0]) status = h5util_check_input("--data", cfg->data, 0);
+  const char *plugin = strncmp(cfg->target, "plugin:", 7) == 0 ? cfg->target + 7 : NULL;
+  if (status == DS_OK && plugin) status = check_plugin_path(cfg->target, plugin);
+  char args_data[CONFIG_PATH_MAX] = "";
+  if (status == DS_OK && target_args_get(cfg->target_args, "data", args_data, sizeof args_data) && args_data[0])
+    status = h5util_check_input("--target-args data", args_data, 0);
+  /* A resumed HMC run appends to its output: it must be there (the lock would create it).
+   * SVGD writes its output only at the end. */
+  if (status == DS_OK && run->resume_path && cfg->algorithm == ALGO_HMC && access(cfg->out, F_OK) != 0)
+    status = ds_fail(DS_ERR_INPUT, "output %s of checkpoint %s: cannot open: %s", cfg->out, run->resume_path,
+                     strerror(errno));
+  if (status == DS_OK) status = check_output_path("--out", cfg->out);
+  if (status == DS_OK) status = check_checkpoint_dir(cfg->checkpoint_dir);
+  /* The output is truncated when a fresh run starts: it must not be one of the run's inputs. */
+  const struct { const char *option, *path; } inputs[] = {
+      {"--init", cfg->init},           {"--data", cfg->data},         {"--target-args data", args_data},
+      {"--config", cfg->config_file}, {"--target plugin", plugin},   {"the checkpoint", run->resume_path}};
+  for (size_t i = 0; status == DS_OK && i < sizeof inputs / sizeof inputs[0]; ++i)
+    if (inputs[i].path && h5util_same_file(cfg->out, inputs[i].path))
+      status = ds_fail(DS_ERR_INPUT, "--out %s: is the input %s %s; writing the output would destroy it", cfg->out,
+                       inputs[i].option, inputs[i].path);
+  return comm_agree(run->comm, status);
+}
+
+int run_lock_output(run_ctx_t *run, int *lock_fd) {
+  *lock_fd = -1;
+  int status = DS_OK;
+  if (run->comm->rank == 0) {
+    /* flock on the output itself: advisory, released by the kernel however the run ends,
+     * and the file's content is not touched (no O_TRUNC). HDF5's MPI-IO driver takes no lock
+     * of its own, so this one does not get in its way. */
+    int created = 1;
+    int fd = open(run->cfg->out, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (fd < 0 && errno == EEXIST) {
+      created = 0;
+      fd = open(run->cfg->out, O_RDWR | O_CLOEXEC);
+    }
+    if (fd < 0) {
+      status = ds_fail(DS_ERR_INPUT, "--out %s: cannot open: %s", run->cfg->out, strerror(errno));
+    } else if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+      status = errno == EWOULDBLOCK
+                   ? ds_fail(DS_ERR_INPUT, "--out %s: another dsampler run is writing this file; give another --out "
+                                           "or wait for that run to end", run->cfg->out)
+                   : ds_fail(DS_ERR_IO, "--out %s: cannot lock: %s", run->cfg->out, strerror(errno));
+      close(fd);
+      if (created) unlink(run->cfg->out);
+    } else {
+      *lock_fd = fd;
+      run->output_created = created;
+    }
+  }
+  return comm_agree(run->comm, status);
+}
+
+void run_unlock_output(run_ctx_t *run, int lock_fd, int status) {
+  if (lock_fd < 0) return;
+  /* A run that failed before writing anything leaves no empty file of its own making. */
+  struct stat st;
+  if (status != DS_OK && run->output_created && fstat(lock_fd, &st) == 0 && st.st_size == 0) unlink(run->cfg->out);
+  close(lock_fd);
+}
+
+int run_check_target(run_ctx_t *run) {
+  const int64_t dim = run->target->dim, items = config_items(run->cfg);
+  /* A plugin computes its dimension on each rank: they must agree before any buffer is sized. */
+  int64_t low = dim, high = dim;
+  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &low, 1, MPI_INT64_T, MPI_MIN, run->comm->world));
+  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &high, 1, MPI_INT64_T, MPI_MAX, run->comm->world));
+  if (low != high)
+    return ds_fail(DS_ERR_INPUT, "--target %s: reports dimension %lld on some ranks and %lld on others; a target's "
+                                 "dimension must not depend on the rank", run->cfg->target, (long long)low, (long long)high);
+  /* Buffers are items x dim values of up to 8 bytes, a few of them: the products must not
+   * wrap (a plugin can report any int64). */
+  int64_t bytes = 0;
+  if (__builtin_mul_overflow(items, dim, &bytes) || __builtin_mul_overflow(bytes, (int64_t)64, &bytes))
+    return ds_fail(DS_ERR_INPUT, "--target %s: dimension %lld times %lld items overflows 64-bit sizes",
+                   run->cfg->target, (long long)dim, (long long)items);
+  return DS_OK;
+}
+
 int run_main(comm_ctx_t *comm, const config_t *cfg, const char *resume_path, const ckpt_meta_t *resume_meta) {
   run_ctx_t run;
   memset(&run, 0, sizeof run);
@@ -166,16 +327,21 @@ int run_main(comm_ctx_t *comm, const config_t *cfg, const char *resume_path, con
              (unsigned)getpid());
     MPI_Bcast(run.run_id, sizeof run.run_id, MPI_CHAR, 0, comm->world);
   }
+  int lock_fd = -1;
+  int status = run_check_paths(&run);
+  if (status == DS_OK) status = run_lock_output(&run, &lock_fd);
+  if (status != DS_OK) return status;
   signals_install();
 
   /* The node-local rank picks the GPU (local rank mod the GPUs visible), whatever
    * CUDA_VISIBLE_DEVICES says; ranks beyond the GPU count share them (over MPI, not NCCL). */
   backend_t *backend = NULL;
   const int devices = comm_cuda_device_count();
-  int status = backend_create(cfg->backend, devices > 0 ? comm->local_rank % devices : 0, &backend);
+  status = backend_create(cfg->backend, devices > 0 ? comm->local_rank % devices : 0, &backend);
   status = comm_agree(comm, status);
   if (status != DS_OK) {
     backend_destroy(backend);
+    run_unlock_output(&run, lock_fd, status);
     return status;
   }
   comm->device = backend->device;
@@ -185,8 +351,11 @@ int run_main(comm_ctx_t *comm, const config_t *cfg, const char *resume_path, con
   memset(&target, 0, sizeof target);
   if (status == DS_OK) status = comm_agree(comm, target_open(cfg->target, cfg->target_args, cfg->data, cfg->dim, comm->world, &target));
   if (status == DS_OK) {
-    run.backend = backend;
     run.target = &target.target;
+    status = comm_agree(comm, run_check_target(&run));
+  }
+  if (status == DS_OK) {
+    run.backend = backend;
     comm_partition(config_items(cfg), comm->size, comm->rank, &run.item_begin, &run.item_end);
     if (comm->rank == 0 && !cfg->quiet && resume_path)
       printf("dsampler %s: resuming from %s after iteration %lld\n", DSAMPLER_VERSION, resume_path,
@@ -204,5 +373,6 @@ int run_main(comm_ctx_t *comm, const config_t *cfg, const char *resume_path, con
   target_close(&target);
   comm_release_transport(comm); /* NCCL goes before the CUDA resources it used */
   backend_destroy(backend);
+  run_unlock_output(&run, lock_fd, status);
   return status;
 }

@@ -21,6 +21,7 @@ typedef struct run_ctx {
   const char *resume_path;      /* the checkpoint to continue from, or NULL */
   const ckpt_meta_t *resume_meta;
   char run_id[64];              /* made at a fresh start, kept across resumes */
+  int output_created;           /* rank 0: the output did not exist before this run */
 } run_ctx_t;
 
 /* Runs the configured algorithm end to end, or continues it from a checkpoint (resume_path
@@ -29,6 +30,16 @@ typedef struct run_ctx {
  * Collective. */
 int run_main(comm_ctx_t *comm, const config_t *cfg, const char *resume_path, const ckpt_meta_t *resume_meta);
 
+/* Collective, before any work: inputs are regular readable files, --out and --checkpoint-dir
+ * can be written, and the output is none of the inputs. Agreed. */
+int run_check_paths(run_ctx_t *run);
+/* Collective: rank 0 takes an advisory lock on the output (held in *lock_fd until
+ * run_unlock_output); a second run writing the same file is refused. Agreed. */
+int run_lock_output(run_ctx_t *run, int *lock_fd);
+void run_unlock_output(run_ctx_t *run, int lock_fd, int status);
+/* Collective: the target's dimension is the same on every rank and the run's sizes do not
+ * overflow. */
+int run_check_target(run_ctx_t *run);
 /* Collective: 1 when any rank received a stop signal. */
 int run_stop_requested(run_ctx_t *run, int *stop);
 /* Collective: refuses a fresh run whose checkpoint directory holds checkpoints already. */

@@ -30,6 +30,9 @@ int ds_fail_at(int code, const char *file, int line, const char *call, const cha
 const char *ds_error_message(void);
 void ds_error_set_message(const char *message);
 void ds_error_clear(void);
+/* `hook(1)` runs when an error is first recorded, `hook(0)` when it is cleared (comm.c's
+ * watchdog uses it). One hook; NULL removes it. */
+void ds_error_set_hook(void (*hook)(int recorded));
 
 #define DS_TRY(expr)                          \
   do {                                        \

@@ -11,9 +11,12 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "diagnostics.h"
 #include "h5out.h"
+#include "h5util.h"
 #include "status.h"
 
 /* Draws read per rank and round, in doubles (128 MiB): a round covers as many parameters as
@@ -139,25 +142,21 @@ static int check_variable(hid_t posterior, const char *path, summary_result_t *r
                    "summary %s: posterior/%s has shape %s, but posterior/%s has %lld chains x %lld draws",
                    path, var->name, shape, result->vars[0].name, (long long)result->chains, (long long)result->draws);
   }
+  /* The shape comes from the file: a few bytes can declare sizes whose products wrap. One
+   * parameter's draws (chains x draws doubles) must fit in memory, as must the table. */
+  size_t bytes = 0;
+  DS_TRY(h5util_checked_bytes("summary", path, var->name, 2, dims, sizeof(double), &bytes));
+  if (ndims == 3) {
+    hsize_t table[2] = {dims[2], DIAG_N_STATS};
+    DS_TRY(h5util_checked_bytes("summary", path, var->name, 2, table, sizeof(double), &bytes));
+  }
   var->has_dim = ndims == 3;
   var->n_params = ndims == 3 ? (int64_t)dims[2] : 1;
   return DS_OK;
 }
 
 static int open_file(comm_ctx_t *comm, const char *path, hid_t *file) {
-  *file = H5I_INVALID_HID;
-  /* A plain open first, for the system's reason when the file cannot be read at all. */
-  FILE *probe = fopen(path, "rb");
-  if (!probe) return ds_fail(DS_ERR_INPUT, "summary %s: cannot open: %s", path, strerror(errno));
-  fclose(probe);
-  hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
-  H5_CHECK(fapl);
-  H5_CHECK(H5Pset_fapl_mpio(fapl, comm->world, MPI_INFO_NULL));
-  H5E_BEGIN_TRY { *file = H5Fopen(path, H5F_ACC_RDONLY, fapl); }
-  H5E_END_TRY;
-  H5Pclose(fapl);
-  if (*file < 0) return ds_fail(DS_ERR_INPUT, "summary %s: not an HDF5 file (or a damaged one)", path);
-  return DS_OK;
+  return h5util_open_read(comm->world, "summary", path, file);
 }
 
 /* Finds the variables to summarise and checks their shapes; every rank reaches the same
@@ -284,7 +283,8 @@ static int count_divergent(comm_ctx_t *comm, hid_t file, int64_t *divergent) {
   H5E_END_TRY;
   if (exists <= 0) return DS_OK;
   hid_t dataset = H5Dopen2(file, "sample_stats/diverging", H5P_DEFAULT);
-  H5_CHECK(dataset);
+  if (dataset < 0)
+    return comm_agree(comm, h5util_fail(DS_ERR_INPUT, "summary: sample_stats/diverging cannot be opened"));
   hid_t file_space = H5Dget_space(dataset);
   int ndims = H5Sget_simple_extent_ndims(file_space);
   hsize_t dims[H5S_MAX_RANK] = {0};
@@ -298,6 +298,10 @@ static int count_divergent(comm_ctx_t *comm, hid_t file, int64_t *divergent) {
   hid_t mem_type = type_class == H5T_FLOAT ? H5Tcopy(H5T_NATIVE_DOUBLE) : H5Tget_native_type(file_type, H5T_DIR_ASCEND);
   size_t element_size = mem_type >= 0 ? H5Tget_size(mem_type) : 0;
   int64_t chain_begin = 0, chain_end = 0;
+  size_t bytes = 0;
+  if (status == DS_OK)
+    status = h5util_checked_bytes("summary", "sample_stats", "diverging", 2, dims, element_size ? element_size : 1, &bytes);
+  if (status == DS_OK && dims[0] > (hsize_t)INT64_MAX) status = ds_fail(DS_ERR_INPUT, "summary: sample_stats/diverging has too many chains");
   if (status == DS_OK) comm_partition((int64_t)dims[0], comm->size, comm->rank, &chain_begin, &chain_end);
   hsize_t elements = (hsize_t)(chain_end - chain_begin) * dims[1];
   unsigned char *buffer = malloc((size_t)(elements ? elements : 1) * (element_size ? element_size : 1));
@@ -360,7 +364,8 @@ static int summary_compute(comm_ctx_t *comm, const summary_options_t *options, s
     result->stats = malloc((size_t)result->n_rows * DIAG_N_STATS * sizeof(double));
     if (!result->stats) status = DS_FAIL_ALLOC("summary table", (size_t)result->n_rows * DIAG_N_STATS * sizeof(double));
   }
-  if (status == DS_OK) status = comm_agree(comm, status);
+  /* Unconditionally: a failure on rank 0 alone must still meet the other ranks here. */
+  status = comm_agree(comm, status);
   int *counts = NULL, *displs = NULL;
   if (status == DS_OK) {
     counts = malloc((size_t)comm->size * sizeof(int));
@@ -517,14 +522,45 @@ static int write_csv(const summary_result_t *result, FILE *csv) {
 
 /* --- the command -------------------------------------------------------------------------- */
 
-static int summary_run(comm_ctx_t *comm, const summary_options_t *options, FILE *out) {
-  /* Rank 0 opens the CSV before the work, so a bad path fails at once. */
-  FILE *csv = NULL;
-  int status = DS_OK;
-  if (options->csv_path && comm->rank == 0) {
-    csv = fopen(options->csv_path, "w");
-    if (!csv) status = ds_fail(DS_ERR_INPUT, "summary --csv %s: %s", options->csv_path, strerror(errno));
+/* Rank 0 opens the CSV before the work, so a bad path fails at once. A regular file (or a
+ * new one) is written beside its final name and renamed over it only once complete, so a
+ * summary that fails leaves an existing CSV as it was; a FIFO or device (/dev/stdout) is
+ * written in place. The input is never the CSV: that would truncate it before reading. */
+static int open_csv(const summary_options_t *options, FILE **csv, char *partial, size_t partial_size) {
+  const char *path = options->csv_path;
+  partial[0] = '\0';
+  if (h5util_same_file(path, options->path))
+    return ds_fail(DS_ERR_INPUT, "summary --csv %s: is the input file %s; give another name", path, options->path);
+  struct stat st;
+  int exists = stat(path, &st) == 0;
+  if (exists && S_ISDIR(st.st_mode)) return ds_fail(DS_ERR_INPUT, "summary --csv %s: is a directory", path);
+  if (exists && !S_ISREG(st.st_mode)) {
+    *csv = fopen(path, "w");
+    if (!*csv) return ds_fail(DS_ERR_INPUT, "summary --csv %s: %s", path, strerror(errno));
+    return DS_OK;
   }
+  snprintf(partial, partial_size, "%s.partial-XXXXXX", path);
+  int fd = mkstemp(partial);
+  if (fd < 0) {
+    int error = errno;
+    partial[0] = '\0';
+    return ds_fail(DS_ERR_INPUT, "summary --csv %s: cannot write beside it: %s", path, strerror(error));
+  }
+  *csv = fdopen(fd, "w");
+  if (!*csv) {
+    close(fd);
+    unlink(partial);
+    partial[0] = '\0';
+    return ds_fail(DS_ERR_IO, "summary --csv %s: %s", path, strerror(errno));
+  }
+  return DS_OK;
+}
+
+static int summary_run(comm_ctx_t *comm, const summary_options_t *options, FILE *out) {
+  FILE *csv = NULL;
+  char partial[4200] = "";
+  int status = DS_OK;
+  if (options->csv_path && comm->rank == 0) status = open_csv(options, &csv, partial, sizeof partial);
   status = comm_agree(comm, status);
   summary_result_t *result = NULL;
   if (status == DS_OK) {
@@ -539,12 +575,23 @@ static int summary_run(comm_ctx_t *comm, const summary_options_t *options, FILE 
     }
     if (csv) {
       int csv_status = write_csv(result, csv);
+      if (fflush(csv) != 0 || fsync(fileno(csv)) != 0) csv_status = DS_ERR_IO;
       if (fclose(csv) != 0) csv_status = DS_ERR_IO;
       csv = NULL;
-      if (csv_status != DS_OK) status = ds_fail(DS_ERR_IO, "summary --csv %s: write failed", options->csv_path);
+      if (csv_status == DS_OK && partial[0]) {
+        /* mkstemp made it 0600; a CSV is read like any other file. */
+        mode_t mask = umask(0);
+        umask(mask);
+        chmod(partial, 0666 & ~mask);
+        if (rename(partial, options->csv_path) != 0) csv_status = DS_ERR_IO;
+        else partial[0] = '\0';
+      }
+      if (csv_status != DS_OK)
+        status = ds_fail(DS_ERR_IO, "summary --csv %s: write failed: %s", options->csv_path, strerror(errno));
     }
   }
   if (csv) fclose(csv);
+  if (partial[0]) unlink(partial);
   if (result) free(result->stats);
   free(result);
   return comm_agree(comm, status);

@@ -4,6 +4,10 @@
  *   BROKEN_ABI          reports another ABI version
  *   BROKEN_CREATE       dsampler_target_create returns 5
  *   BROKEN_CALL         logp_grad returns 7 from its third call, on rank 1 only
+ *   BROKEN_EXIT         logp_grad calls exit(0) from its third call, on rank 1 only (the
+ *                       other ranks wait in a collective: the run must still end everywhere)
+ *   BROKEN_DIM_BY_RANK  reports dimension 3 + rank (ranks disagree)
+ *   BROKEN_HUGE_DIM     reports dimension 2^62 (sizes would wrap 64 bits)
  * The model itself is N(0, I). */
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +24,9 @@ __attribute__((unused)) static int normal_logp_grad(void *self, const float *x, 
   broken_t *model = self;
 #ifdef BROKEN_CALL
   if (model->rank == 1 && ++model->calls >= 3) return 7;
+#endif
+#ifdef BROKEN_EXIT
+  if (model->rank == 1 && ++model->calls >= 3) exit(0);
 #endif
   for (int64_t i = 0; i < n; ++i) {
     double sum = 0.0;
@@ -51,6 +58,12 @@ int dsampler_target_create(const char *args, MPI_Comm comm, dsampler_target *out
   if (!model) return 2;
   model->dim = 3;
   if (comm != MPI_COMM_NULL) MPI_Comm_rank(comm, &model->rank);
+#ifdef BROKEN_DIM_BY_RANK
+  model->dim = 3 + model->rank;
+#endif
+#ifdef BROKEN_HUGE_DIM
+  model->dim = (int64_t)1 << 62;
+#endif
   memset(out, 0, sizeof *out);
 #ifdef BROKEN_ABI
   out->abi_version = DSAMPLER_TARGET_ABI_VERSION + 98;

@@ -125,3 +125,41 @@ def hmc_momenta_and_uniform(seed, chains, iteration, dim):
     z[:, 0::2] = radius * np.cos(2 * np.pi * u2)
     z[:, 1::2] = radius * np.sin(2 * np.pi * u2)
     return z[:, :dim], uniform(w[:, 2 * pairs])
+
+
+# --- hostile-input helpers (test_robustness.py) -----------------------------------------------
+def file_hash(p):
+    """sha256 of a file's bytes, or None when it does not exist."""
+    import hashlib
+    if not os.path.exists(p):
+        return None
+    with open(p, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def error_lines(stderr):
+    """dsampler's own error lines (mpirun's banners are not dsampler's)."""
+    return [line for line in stderr.splitlines() if line.startswith("dsampler: error")]
+
+
+def run_every_rank(np_ranks, *args, timeout=60, env=None, preexec_fn=None):
+    """Runs `dsampler args...` with each rank's exit code recorded (Open MPI told not to end the
+    job at the first non-zero exit, so every rank's own code is seen). Returns (mpirun's code,
+    [code of rank 0, 1, ...] with None for a rank that recorded none, stdout, stderr); raises
+    subprocess.TimeoutExpired on a hang."""
+    import tempfile
+    rc_dir = tempfile.mkdtemp(dir=path(""))
+    wrapper = ('"$0" "$@"; code=$?; '
+               f'echo $code > {shlex.quote(rc_dir)}/rc.${{OMPI_COMM_WORLD_RANK:-${{PMI_RANK:-0}}}}; exit $code')
+    cmd = [MPIEXEC, "--mca", "orte_abort_on_non_zero_status", "0", NP_FLAG, str(np_ranks), *PREFLAGS,
+           "sh", "-c", wrapper, DSAMPLER, *[str(a) for a in args]]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **(env or {})}, preexec_fn=preexec_fn)
+    codes = []
+    for r in range(np_ranks):
+        p = os.path.join(rc_dir, f"rc.{r}")
+        codes.append(int(open(p).read()) if os.path.exists(p) else None)
+    # With the abort at the first non-zero exit off, mpirun's own code is 0 whatever the
+    # ranks did; what a plain mpirun would return is the first non-zero rank's code.
+    overall = proc.returncode or next((c for c in codes if c), 0)
+    return overall, codes, proc.stdout, proc.stderr

@@ -44,7 +44,7 @@ def errors():
     y_bad = y.copy()
     y_bad[4] = 2
     lg = ["--target", "logistic", "--data"]
-    refused("missing_file", lg + [t.path("no_such_data.h5")], "cannot open as an HDF5 file")
+    refused("missing_file", lg + [t.path("no_such_data.h5")], "no_such_data.h5: cannot open: No such file")
     refused("no_X", lg + [data_file("no_X", y=y)], "no dataset 'X' (expected X [n, D] and y [n])")
     refused("no_y", lg + [data_file("no_y", X=X)], "no dataset 'y'")
     refused("X_1d", lg + [data_file("X_1d", X=X[:, 0], y=y)], "dataset 'X' has shape [10], expected X [n, D] and y [n]")

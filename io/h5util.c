@@ -1,0 +1,215 @@
+/* h5util.c: parallel HDF5 opens, checked inputs and one-line HDF5 errors (see h5util.h). */
+#include "h5util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "comm.h"
+#include "status.h"
+
+void h5util_init(void) {
+  /* H5open registers HDF5's atexit handler now, so handlers registered after this one run
+   * before it (main.c relies on that order). */
+  H5open();
+  H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+}
+
+typedef struct error_walk {
+  char api[128];       /* the API call the user's code made (outermost entry) */
+  char innermost[512]; /* the most specific reason (innermost entry) */
+} error_walk_t;
+
+static herr_t walk_entry(unsigned n, const H5E_error2_t *entry, void *user) {
+  error_walk_t *walk = user;
+  if (n == 0 && entry->func_name) snprintf(walk->api, sizeof walk->api, "%s", entry->func_name);
+  if (entry->desc && entry->desc[0]) snprintf(walk->innermost, sizeof walk->innermost, "%s", entry->desc);
+  return 0;
+}
+
+int h5util_fail(int code, const char *what) {
+  error_walk_t walk = {"", ""};
+  H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, walk_entry, &walk);
+  H5Eclear2(H5E_DEFAULT);
+  if (walk.innermost[0])
+    return ds_fail(code, "%s (%s%s%s)", what, walk.api, walk.api[0] ? ": " : "", walk.innermost);
+  return ds_fail(code, "%s", what);
+}
+
+int h5util_check_input(const char *option, const char *path, int64_t max_bytes) {
+  if (!path || !path[0]) return ds_fail(DS_ERR_INPUT, "%s: expected a file name", option);
+  struct stat st;
+  /* stat, never open: opening a FIFO for reading blocks until a writer comes. */
+  if (stat(path, &st) != 0) return ds_fail(DS_ERR_INPUT, "%s %s: cannot open: %s", option, path, strerror(errno));
+  if (S_ISDIR(st.st_mode)) return ds_fail(DS_ERR_INPUT, "%s %s: is a directory, expected a file", option, path);
+  if (!S_ISREG(st.st_mode))
+    return ds_fail(DS_ERR_INPUT, "%s %s: not a regular file (a FIFO, socket or device cannot be read as one)", option,
+                   path);
+  if (access(path, R_OK) != 0) return ds_fail(DS_ERR_INPUT, "%s %s: cannot open: %s", option, path, strerror(errno));
+  if (max_bytes > 0 && st.st_size > max_bytes)
+    return ds_fail(DS_ERR_INPUT, "%s %s: %lld bytes, more than the %lld this input may have", option, path,
+                   (long long)st.st_size, (long long)max_bytes);
+  return DS_OK;
+}
+
+int h5util_agree(MPI_Comm comm, int status) { return comm_agree_on(comm, NULL, status); }
+
+static hid_t parallel_fapl(MPI_Comm comm) {
+  hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+  if (fapl < 0) return fapl;
+  if (H5Pset_fapl_mpio(fapl, comm, MPI_INFO_NULL) < 0 || H5Pset_all_coll_metadata_ops(fapl, 1) < 0 ||
+      H5Pset_coll_metadata_write(fapl, 1) < 0) {
+    H5Pclose(fapl);
+    return H5I_INVALID_HID;
+  }
+  return fapl;
+}
+
+int h5util_open_read(MPI_Comm comm, const char *option, const char *path, hid_t *file) {
+  *file = H5I_INVALID_HID;
+  DS_TRY(h5util_agree(comm, h5util_check_input(option, path, 0)));
+  char what[4300];
+  int status = DS_OK;
+  hid_t fapl = parallel_fapl(comm);
+  if (fapl < 0) {
+    snprintf(what, sizeof what, "%s %s: cannot set up parallel access", option, path);
+    status = h5util_fail(DS_ERR_IO, what);
+  } else {
+    /* H5Fopen is collective: every rank reaches it, having agreed the path is a file. */
+    *file = H5Fopen(path, H5F_ACC_RDONLY, fapl);
+    H5Pclose(fapl);
+    if (*file < 0) {
+      snprintf(what, sizeof what, "%s %s: not an HDF5 file (or a truncated or damaged one)", option, path);
+      status = h5util_fail(DS_ERR_INPUT, what);
+    }
+  }
+  status = h5util_agree(comm, status);
+  if (status != DS_OK && *file >= 0) {
+    H5Fclose(*file);
+    *file = H5I_INVALID_HID;
+  }
+  return status;
+}
+
+int h5util_create(MPI_Comm comm, const char *option, const char *path, hid_t *file) {
+  *file = H5I_INVALID_HID;
+  char what[4300];
+  int status = DS_OK;
+  hid_t fapl = parallel_fapl(comm);
+  if (fapl < 0) {
+    snprintf(what, sizeof what, "%s %s: cannot set up parallel access", option, path);
+    status = h5util_fail(DS_ERR_IO, what);
+  }
+  status = h5util_agree(comm, status);
+  if (status != DS_OK) return status;
+  *file = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
+  H5Pclose(fapl);
+  if (*file < 0) {
+    snprintf(what, sizeof what, "%s %s: cannot create the file", option, path);
+    status = h5util_fail(DS_ERR_IO, what);
+  }
+  status = h5util_agree(comm, status);
+  if (status != DS_OK && *file >= 0) {
+    H5Fclose(*file);
+    *file = H5I_INVALID_HID;
+  }
+  return status;
+}
+
+int h5util_checked_bytes(const char *option, const char *path, const char *dataset, int ndims, const hsize_t *dims,
+                         size_t elem_size, size_t *bytes) {
+  size_t total = elem_size;
+  int overflow = 0;
+  for (int d = 0; d < ndims; ++d) overflow |= __builtin_mul_overflow(total, (size_t)dims[d], &total);
+  char shape[160] = "[";
+  for (int d = 0, used = 1; d < ndims && used < (int)sizeof shape; ++d)
+    used += snprintf(shape + used, sizeof shape - (size_t)used, "%s%llu", d ? ", " : "", (unsigned long long)dims[d]);
+  strncat(shape, "]", sizeof shape - strlen(shape) - 1);
+  if (overflow)
+    return ds_fail(DS_ERR_INPUT, "%s %s: dataset '%s' declares shape %s, whose size in bytes overflows 64 bits", option,
+                   path, dataset, shape);
+  long pages = sysconf(_SC_PHYS_PAGES), page_size = sysconf(_SC_PAGE_SIZE);
+  if (pages > 0 && page_size > 0 && total / (size_t)page_size > (size_t)pages)
+    return ds_fail(DS_ERR_INPUT, "%s %s: dataset '%s' declares shape %s (%zu bytes), more than this node's memory (%zu "
+                                 "bytes)", option, path, dataset, shape, total, (size_t)pages * (size_t)page_size);
+  *bytes = total;
+  return DS_OK;
+}
+
+int h5util_same_file(const char *a, const char *b) {
+  struct stat sa, sb;
+  if (!a || !b || !a[0] || !b[0] || stat(a, &sa) != 0 || stat(b, &sb) != 0) return 0;
+  return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
+/* Replaces one root attribute; collective (metadata writes are collective on this file). */
+static int set_root_attr(hid_t file, const char *key, const char *value) {
+  hid_t type = H5Tcopy(H5T_C_S1), space = H5Screate(H5S_SCALAR), attr = H5I_INVALID_HID;
+  int ok = type >= 0 && space >= 0 && H5Tset_size(type, H5T_VARIABLE) >= 0 && H5Tset_cset(type, H5T_CSET_UTF8) >= 0;
+  if (ok) {
+    htri_t exists = H5Aexists(file, key);
+    ok = exists >= 0 && (exists == 0 || H5Adelete(file, key) >= 0);
+  }
+  if (ok) ok = (attr = H5Acreate2(file, key, type, space, H5P_DEFAULT, H5P_DEFAULT)) >= 0;
+  if (ok) ok = H5Awrite(attr, type, &value) >= 0;
+  if (attr >= 0) ok = H5Aclose(attr) >= 0 && ok;
+  if (space >= 0) H5Sclose(space);
+  if (type >= 0) H5Tclose(type);
+  return ok ? DS_OK : DS_ERR_IO;
+}
+
+int h5util_set_root_attrs(MPI_Comm comm, const char *option, const char *path, const char *const *keys,
+                          const char *const *values, int count) {
+  int status = h5util_agree(comm, h5util_check_input(option, path, 0));
+  if (status != DS_OK) return status;
+  hid_t fapl = parallel_fapl(comm), file = H5I_INVALID_HID;
+  char what[4300];
+  if (fapl >= 0) {
+    file = H5Fopen(path, H5F_ACC_RDWR, fapl);
+    H5Pclose(fapl);
+  }
+  if (file < 0) {
+    snprintf(what, sizeof what, "%s %s: cannot open for writing", option, path);
+    status = h5util_fail(DS_ERR_IO, what);
+  }
+  status = h5util_agree(comm, status);
+  if (status != DS_OK) return status;
+  for (int i = 0; i < count && status == DS_OK; ++i) {
+    if (set_root_attr(file, keys[i], values[i]) != DS_OK) {
+      snprintf(what, sizeof what, "%s %s: cannot update attribute %s", option, path, keys[i]);
+      status = h5util_fail(DS_ERR_IO, what);
+    }
+    status = h5util_agree(comm, status);
+  }
+  if (H5Fclose(file) < 0 && status == DS_OK) {
+    snprintf(what, sizeof what, "%s %s: closing failed", option, path);
+    status = h5util_fail(DS_ERR_IO, what);
+  }
+  return h5util_agree(comm, status);
+}
+
+int h5util_read_root_attr(MPI_Comm comm, const char *option, const char *path, const char *key, char *value,
+                          size_t size) {
+  value[0] = '\0';
+  hid_t file;
+  DS_TRY(h5util_open_read(comm, option, path, &file));
+  int status = DS_OK;
+  hid_t type = H5Tcopy(H5T_C_S1), attr = H5I_INVALID_HID;
+  char *text = NULL;
+  htri_t exists = H5Aexists(file, key);
+  if (exists > 0) attr = H5Aopen(file, key, H5P_DEFAULT);
+  if (type < 0 || H5Tset_size(type, H5T_VARIABLE) < 0 || attr < 0 || H5Aread(attr, type, &text) < 0 || !text) {
+    H5Eclear2(H5E_DEFAULT);
+    status = ds_fail(DS_ERR_INPUT, "%s %s: no readable string attribute '%s' (not a dsampler output?)", option, path, key);
+  } else {
+    snprintf(value, size, "%s", text);
+  }
+  if (text) H5free_memory(text);
+  if (attr >= 0) H5Aclose(attr);
+  if (type >= 0) H5Tclose(type);
+  H5Fclose(file);
+  return h5util_agree(comm, status);
+}

@@ -1,0 +1,58 @@
+/* h5util.h: the one way dsampler opens HDF5 files in parallel (checkpoints, --init, --data,
+ * summary) and turns their failures into one line naming the file. Every rank checks a path
+ * before any collective open, so a directory, a FIFO or a missing file is refused with the
+ * system's reason instead of MPI-IO noise or a hang; HDF5's own error printing is off and its
+ * innermost message goes into the recorded error; every failure is agreed over the file's
+ * communicator before the next collective. */
+#ifndef DSAMPLER_H5UTIL_H
+#define DSAMPLER_H5UTIL_H
+
+#include <hdf5.h>
+#include <mpi.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Once per process, before any other HDF5 call: initialises the library and turns its
+ * automatic error printing off (HDF5-DIAG stacks never reach the user). */
+void h5util_init(void);
+
+/* Records "what: HDF5's innermost message" as the current error (DS_ERR_IO unless `code`
+ * says otherwise) and clears HDF5's error stack. `what` names the file and the step. */
+int h5util_fail(int code, const char *what);
+
+/* Checks that `path` (named `option` in messages: "--data", "checkpoint") is a regular,
+ * readable file of at most max_bytes (0: no limit). Local; no collective. */
+int h5util_check_input(const char *option, const char *path, int64_t max_bytes);
+
+/* Every rank leaves with the status and message of the lowest failing rank (comm_agree_on). */
+int h5util_agree(MPI_Comm comm, int status);
+
+/* Collective: checks `path` as an input on every rank, agrees, and opens it read-only with
+ * the MPI-IO driver. On failure *file is H5I_INVALID_HID and every rank returns the same
+ * status (DS_ERR_INPUT for a file that is not HDF5 or cannot be read). */
+int h5util_open_read(MPI_Comm comm, const char *option, const char *path, hid_t *file);
+
+/* Collective: creates (truncates) `path` for writing with collective metadata. Agreed. */
+int h5util_create(MPI_Comm comm, const char *option, const char *path, hid_t *file);
+
+/* Bytes of a dataset of `ndims` axes `dims` with elements of elem_size, into *bytes; an error
+ * naming option, path and dataset when the count overflows 64 bits or could not be held in
+ * this node's memory (a crafted file can declare [2^31, 2^31] in a few bytes). Local. */
+int h5util_checked_bytes(const char *option, const char *path, const char *dataset, int ndims, const hsize_t *dims,
+                         size_t elem_size, size_t *bytes);
+
+/* 1 when paths a and b name the same existing file (same device and inode). */
+int h5util_same_file(const char *a, const char *b);
+
+/* Collective: sets string attributes key[i] = value[i] on the root group of an existing
+ * file (replacing those present), with HDF5's variable-length UTF-8 strings as the output
+ * writer uses. Agreed. */
+int h5util_set_root_attrs(MPI_Comm comm, const char *option, const char *path, const char *const *keys,
+                          const char *const *values, int count);
+
+/* Collective: reads string attribute `key` of the root group of `path` into value. Agreed;
+ * DS_ERR_INPUT naming the file when absent. */
+int h5util_read_root_attr(MPI_Comm comm, const char *option, const char *path, const char *key, char *value,
+                          size_t size);
+
+#endif

@@ -1,0 +1,248 @@
+"""Hostile use, by family: every case must end with a clear error (one line, naming the input),
+a non-zero exit on every rank within a timeout, no input changed and no output silently lost.
+Families: data destroyed or lost (resume of files that are not this run's checkpoints, two runs
+on one --out, --out equal to an input, summary --csv over its input or after a failure); hangs
+(FIFOs, devices and directories as inputs, sizes declared in HDF5 metadata that overflow,
+plugins that exit() on one rank or disagree on their dimension, a file-size limit while
+writing); silent wrong answers (counts that wrap, over-long or repeated target-args, a
+misspelled INI section, resume --draws recorded in the output); signals under mpirun through
+jobs/dsampler-job.sh; early path checks; HDF5's own error stacks never shown."""
+import glob
+import os
+import shutil
+import signal
+import subprocess
+import time
+
+import h5py
+import numpy as np
+
+import dstest as t
+
+PLUGINS = os.environ.get("DSAMPLER_PLUGIN_DIR", "")
+SMALL = ["hmc", "--dim", 3, "--chains", 4, "--warmup", 10, "--draws", 20, "--backend", "cpu", "--quiet"]
+TIMEOUT = 60
+
+
+def inputs_of(paths):
+    return {p: t.file_hash(p) for p in paths}
+
+
+def refused(name, args, needle, protect=(), ranks=2, every_rank=True, one_line=True, **kw):
+    """Runs a case that must fail: bounded time, non-zero everywhere, one error line naming
+    `needle`, no HDF5-DIAG, and the files in `protect` byte for byte unchanged."""
+    before = inputs_of(protect)
+    start = time.time()
+    try:
+        rc, codes, _, stderr = t.run_every_rank(ranks, *args, timeout=TIMEOUT, **kw)
+    except subprocess.TimeoutExpired:
+        t.check(False, f"{name}: hung (no exit within {TIMEOUT} s)")
+        return ""
+    lines = t.error_lines(stderr)
+    t.check(rc != 0, f"{name}: mpirun exit {rc} != 0 ({time.time() - start:.1f} s)")
+    if every_rank:
+        t.check(all(c is not None and c != 0 for c in codes), f"{name}: every rank exits non-zero ({codes})")
+    if one_line:
+        t.check(len(lines) == 1 and needle in lines[0], f"{name}: one error line naming {needle!r} ({lines})")
+    else:
+        t.check(len(lines) >= 1 and all(needle in line for line in lines), f"{name}: errors reported ({lines})")
+    t.check("HDF5-DIAG" not in stderr and "MPI_File" not in stderr, f"{name}: no HDF5/MPI-IO noise")
+    after = inputs_of(protect)
+    t.check(before == after, f"{name}: inputs unchanged ({[os.path.basename(p) for p in protect]})")
+    return stderr
+
+
+def make_run(name, *extra):
+    out, ckpt = t.path(f"{name}.h5"), t.path(f"{name}.ckpt")
+    shutil.rmtree(ckpt, ignore_errors=True)
+    t.run(2, *SMALL, "--out", out, "--checkpoint-dir", ckpt, *extra)
+    return out, ckpt
+
+
+def data_destroyed():
+    out, ckpt = make_run("rb_base", "--checkpoint-every", 10)
+    # resume given the run's own output: refused, the output neither renamed nor changed.
+    refused("resume_output", ["resume", out], "not a dsampler checkpoint", protect=[out])
+    t.check(not glob.glob(t.path("*.unusable")), "resume_output: nothing renamed *.unusable")
+    # A checkpoint of another format version as the newest: passed over, left in place.
+    newest = sorted(glob.glob(os.path.join(ckpt, "ckpt-*.h5")), key=lambda p: int(p.split("-")[-1][:-3]))[-1]
+    with h5py.File(newest, "r+") as f:
+        f.attrs.modify("format_version", np.int32(99))
+    files = sorted(glob.glob(os.path.join(ckpt, "*")))
+    v2_before = inputs_of(files)
+    # Falling back to an older checkpoint would write over it at its iteration: resume stops.
+    refused("resume_version", ["resume", ckpt, "--quiet"], "format version 99", protect=files + [out])
+    t.check(inputs_of(files) == v2_before and sorted(glob.glob(os.path.join(ckpt, "*"))) == files,
+            "version: the checkpoint directory is exactly as it was")
+    # Only that one file: resume refuses and changes nothing.
+    refused("resume_version_only", ["resume", newest], "format version 99", protect=[newest])
+
+    # Two runs on one --out: the second is refused while the first writes; the first, stopped
+    # by SIGUSR1 afterwards, checkpoints (75) and resumes to a whole output of its own.
+    out2, ckpt2 = t.path("rb_lock.h5"), t.path("rb_lock.ckpt")
+    shutil.rmtree(ckpt2, ignore_errors=True)
+    long_args = ["hmc", "--dim", 2, "--chains", 4, "--warmup", 100, "--draws", 10_000_000, "--backend", "cpu",
+                 "--quiet", "--out", out2, "--checkpoint-dir", ckpt2]
+    long_run = subprocess.Popen([t.MPIEXEC, t.NP_FLAG, "2", *t.PREFLAGS, t.DSAMPLER, *map(str, long_args)],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 60
+    while time.time() < deadline and not (os.path.exists(out2) and os.path.getsize(out2) > 0):
+        time.sleep(0.1)
+    time.sleep(0.5)
+    refused("second_writer", [*SMALL, "--out", out2, "--checkpoint-dir", t.path("rb_lock2.ckpt")],
+            "another dsampler run is writing")
+    long_run.send_signal(signal.SIGUSR1)
+    _, first_err = long_run.communicate(timeout=120)
+    t.check(long_run.returncode == 75, f"second_writer: the first run stops at a checkpoint ({long_run.returncode})")
+    with h5py.File(out2, "r") as f:
+        t.check(f["posterior/x"].shape[0] == 4 and f["posterior/x"].shape[2] == 2,
+                f"second_writer: the output is the first run's ({f['posterior/x'].shape})")
+
+    # --out equal to an input.
+    init = t.write_init("rb_init.h5", np.full((4, 3), 0.25, np.float32))
+    refused("out_is_init", [*SMALL, "--init", init, "--out", init], "is the input --init", protect=[init])
+    data = t.path("rb_data.h5")
+    with h5py.File(data, "w") as f:
+        f.create_dataset("X", data=np.random.default_rng(1).normal(size=(20, 3)).astype(np.float32))
+        f.create_dataset("y", data=(np.arange(20) % 2).astype(np.float32))
+    refused("out_is_data", [*SMALL[:1], "--target", "logistic", *SMALL[3:], "--data", data, "--out", data],
+            "is the input --data", protect=[data])
+    cfg = t.path("rb_cfg.ini")
+    with open(cfg, "w") as f:
+        f.write("dim = 3\n")
+    refused("out_is_config", ["hmc", "--config", cfg, "--backend", "cpu", "--out", cfg], "is the input --config",
+            protect=[cfg])
+
+    # summary --csv: never the input; an existing CSV survives a summary that fails.
+    refused("csv_is_input", ["summary", out, "--csv", out], "is the input file", protect=[out])
+    csv = t.path("rb_keep.csv")
+    with open(csv, "w") as f:
+        f.write("precious\n")
+    refused("csv_after_failure", ["summary", out, "--var", "nosuch", "--csv", csv], "no variable posterior/nosuch",
+            protect=[out, csv])
+    rc, _, _ = t.run(2, "summary", out, "--csv", csv, expect_ok=False)
+    t.check(rc == 0 and open(csv).readline().startswith("variable,"), "csv: a good summary replaces the CSV")
+    t.check(not glob.glob(csv + ".partial-*"), "csv: no partial file left")
+    return out
+
+
+def hangs(out):
+    fifo = t.path("rb_fifo")
+    if not os.path.exists(fifo):
+        os.mkfifo(fifo)
+    refused("fifo_init", [*SMALL, "--init", fifo, "--out", t.path("rb_x.h5")], "rb_fifo: not a regular file")
+    refused("fifo_config", ["hmc", "--config", fifo, "--out", t.path("rb_x.h5")], "rb_fifo: not a regular file")
+    refused("dev_zero_config", ["hmc", "--config", "/dev/zero", "--out", t.path("rb_x.h5")], "/dev/zero: not a regular file")
+    refused("fifo_summary", ["summary", fifo], "rb_fifo: not a regular file")
+    refused("fifo_resume", ["resume", fifo], "rb_fifo: not a regular file")
+    refused("dir_init", [*SMALL, "--init", t.path(""), "--out", t.path("rb_x.h5")], "is a directory")
+    refused("dir_summary", ["summary", t.path("")], "is a directory")
+
+    # Sizes from HDF5 metadata: a tiny file declaring X [2^31, 2^31] (never written).
+    huge = t.path("rb_huge.h5")
+    with h5py.File(huge, "w") as f:
+        f.create_dataset("X", shape=(2 ** 31, 2 ** 31), dtype="f4", chunks=(1, 1024))
+        f.create_dataset("y", shape=(2 ** 31,), dtype="f4", chunks=(1024,))
+    t.check(os.path.getsize(huge) < 100_000, f"huge: the crafted file is small ({os.path.getsize(huge)} bytes)")
+    refused("huge_data", ["hmc", "--target", "logistic", "--data", huge, "--chains", 2, "--draws", 5, "--warmup", 5,
+                          "--backend", "cpu", "--out", t.path("rb_x.h5")], "overflows 64 bits", protect=[huge])
+    posterior = t.path("rb_huge_posterior.h5")
+    with h5py.File(posterior, "w") as f:
+        f.create_dataset("posterior/x", shape=(2 ** 31, 2 ** 31, 2 ** 20), dtype="f4", chunks=(1, 1, 1024))
+    refused("huge_summary", ["summary", posterior], "rb_huge_posterior.h5", protect=[posterior])
+    unwritten = t.path("rb_unwritten.h5")
+    with h5py.File(unwritten, "w") as f:
+        f.create_dataset("X", shape=(1000, 3), dtype="f4", chunks=(10, 3))
+        f.create_dataset("y", shape=(1000,), dtype="f4", chunks=(10,))
+    refused("unwritten_data", ["hmc", "--target", "logistic", "--data", unwritten, "--chains", 2, "--draws", 5,
+                               "--warmup", 5, "--backend", "cpu", "--out", t.path("rb_x.h5")], "holds no data",
+            protect=[unwritten])
+
+    # Misbehaving plugins.
+    def plugin(kind):
+        return "plugin:" + os.path.join(PLUGINS, f"broken_{kind}.so")
+    base = ["hmc", "--chains", 4, "--warmup", 10, "--draws", 10, "--backend", "cpu", "--quiet"]
+    refused("plugin_dim_by_rank", [*base, "--target", plugin("dim_by_rank"), "--out", t.path("rb_p1.h5")],
+            "dimension must not depend on the rank")
+    refused("plugin_huge_dim", [*base, "--target", plugin("huge_dim"), "--out", t.path("rb_p2.h5")],
+            "overflows 64-bit sizes")
+    # exit() on rank 1: every rank is ended by MPI_Abort, so only mpirun's code is seen.
+    refused("plugin_exit", [*base, "--target", plugin("exit"), "--out", t.path("rb_p3.h5")], "exit() called",
+            every_rank=False)
+
+    # A file-size limit while writing the output: an error, not SIGXFSZ, not a hang.
+    # RLIMIT_FSIZE stands in for a full disk (no tmpfs mount needed). It is set by dsampler
+    # after MPI_Init (DSAMPLER_FAULT_FILE_SIZE_LIMIT): Open MPI's own shared-memory files
+    # break under a limit set by the launcher. The output's writer (io/h5out.c) does not yet
+    # agree on failed writes, so HDF5 can leave the ranks in different collectives; the
+    # watchdog must then end them all, and no rank may die of SIGXFSZ.
+    env = {"DSAMPLER_FAULT_FILE_SIZE_LIMIT": "20000", "DSAMPLER_ERROR_WATCHDOG_SECONDS": "5"}
+    stderr = refused("fsize_limit", ["hmc", "--dim", 50, "--chains", 40, "--warmup", 0, "--draws", 200, "--backend",
+                                     "cpu", "--quiet", "--out", t.path("rb_fsize.h5"), "--checkpoint-dir",
+                                     t.path("rb_fsize.ckpt")], "", every_rank=False, env=env, one_line=False)
+    t.check("File size limit" not in stderr and "signal 25" not in stderr, "fsize_limit: no rank killed by SIGXFSZ")
+
+
+def wrong_answers():
+    out = t.path("rb_x.h5")
+    refused("warmup_huge", [*SMALL, "--warmup", 9223372036854775000, "--out", out], "--warmup")
+    refused("keep_wraps", [*SMALL, "--keep", 4294967297, "--out", out], "--keep")
+    refused("draws_thin_wrap", [*SMALL, "--draws", 2 ** 39, "--thin", 2 ** 30, "--out", out], "--thin")
+    long_number = "1" + "0" * 199
+    refused("target_args_long", [*SMALL, "--target-args", f"mean={long_number}", "--out", out], "mean")
+    refused("target_args_twice", [*SMALL, "--target-args", "mean=1,mean=2", "--out", out], "'mean' is given twice")
+    cfg = t.path("rb_section.ini")
+    with open(cfg, "w") as f:
+        f.write("[hcm]\ndim = 3\nchains = 4\n")
+    refused("ini_section", ["hmc", "--config", cfg, "--out", out], "unknown section [hcm]", protect=[cfg])
+    # resume --draws N: the output's attributes record N.
+    res_out, res_ckpt = make_run("rb_resume", "--checkpoint-every", 10)
+    t.run(2, "resume", res_ckpt, "--draws", 40, "--quiet")
+    with h5py.File(res_out, "r") as f:
+        recorded = f.attrs["config_draws"]
+        recorded = recorded.decode() if isinstance(recorded, bytes) else str(recorded)
+        shape = f["posterior/x"].shape
+    t.check(recorded == "40" and shape[1] == 40, f"resume --draws 40: recorded {recorded}, {shape[1]} draws")
+
+
+def early_checks():
+    # An unwritable --checkpoint-dir is refused before SVGD's iterations, not after them.
+    blocker = t.path("rb_blocker")
+    with open(blocker, "w") as f:
+        f.write("x")
+    start = time.time()
+    refused("ckpt_dir_is_file", ["svgd", "--dim", 2, "--particles", 20, "--iters", 100000, "--backend", "cpu",
+                                 "--quiet", "--out", t.path("rb_svgd.h5"), "--checkpoint-dir", blocker],
+            "--checkpoint-dir", protect=[blocker])
+    t.check(time.time() - start < 30, "ckpt_dir_is_file: refused before the iterations")
+    refused("out_dir_missing", [*SMALL, "--out", t.path("no_such_dir/run.h5")], "does not exist")
+
+
+def job_signals():
+    """jobs/dsampler-job.sh with DSAMPLER_LAUNCH=mpirun: SIGTERM to the job shell ends in 75."""
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "jobs", "dsampler-job.sh")
+    out, ckpt = t.path("rb_job.h5"), t.path("rb_job.ckpt")
+    shutil.rmtree(ckpt, ignore_errors=True)
+    args = f"hmc --dim 20 --chains 200 --warmup 1000 --draws 20000 --backend cpu --quiet --out {out} --checkpoint-dir {ckpt}"
+    env = {**os.environ, "DSAMPLER_BIN": t.DSAMPLER, "DSAMPLER_ARGS": args, "DSAMPLER_CKPT_DIR": ckpt,
+           "DSAMPLER_LAUNCH": f"{t.MPIEXEC} {t.NP_FLAG} 2 {' '.join(t.PREFLAGS)}", "DSAMPLER_REQUEUE": "0"}
+    job = subprocess.Popen(["bash", "-c", f"source {script}; dsampler_job_run"], env=env, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True)
+    time.sleep(3.0)
+    job.send_signal(signal.SIGTERM)
+    stdout, stderr = job.communicate(timeout=120)
+    t.check(job.returncode == 75, f"job: SIGTERM under mpirun ends in 75 ({job.returncode}; {stdout.strip()[-200:]!r})")
+    t.check(bool(glob.glob(os.path.join(ckpt, "ckpt-*.h5"))), "job: a checkpoint was written")
+
+
+def main():
+    out = data_destroyed()
+    hangs(out)
+    wrong_answers()
+    early_checks()
+    job_signals()
+    t.finish("robustness")
+
+
+if __name__ == "__main__":
+    main()
