@@ -90,8 +90,11 @@ __device__ __forceinline__ void add_moments(const hmc_batch_t &b, long long row,
  * p = fma(kick (-1/scale^2), q - mean, p) and q = fma(eps m_inv, p, q): three operations per
  * coordinate per step. This rounds differently from the CPU's separate multiply and add
  * (within float rounding: the tests hold positions to 1e-5 relative). */
-template <int LANES, int MB, bool VEC4>
-__global__ void __launch_bounds__(HMC_THREADS)
+/* MOMENTS: the state kept is added to the chains' running moments (a variant of its own: the
+ * extra registers would halve the occupancy of the plain kernel). Two blocks per SM: at most
+ * 128 registers a thread. */
+template <int LANES, int MB, bool VEC4, bool MOMENTS>
+__global__ void __launch_bounds__(HMC_THREADS, 2)
 hmc_gaussian_kernel(const builtin_params_t params, const hmc_batch_t b) {
   constexpr int PER = 4 * MB;
   const long long thread = (long long)blockIdx.x * blockDim.x + threadIdx.x;
@@ -203,7 +206,7 @@ hmc_gaussian_kernel(const builtin_params_t params, const hmc_batch_t b) {
     b.step_size[chain] = eps;
     if (v.accept) b.logp[chain] = logp1;
   }
-  if (b.moment_mean) {
+  if (MOMENTS) {
     /* The state kept: the proposal, or the start read again. */
     if (!v.accept) {
 #pragma unroll
@@ -456,10 +459,15 @@ int launch_gaussian(const builtin_params_t &params, const hmc_batch_t &b, cudaSt
   const unsigned blocks = blocks_for(b.n_chains * LANES, HMC_THREADS);
   const bool vec4 = b.dim % 4 == 0 && ((uintptr_t)b.q % 16 == 0) && ((uintptr_t)b.grad % 16 == 0) &&
                     ((uintptr_t)b.inv_metric % 16 == 0);
-  if (vec4)
-    hmc_gaussian_kernel<LANES, MB, true><<<blocks, HMC_THREADS, 0, stream>>>(params, b);
+  const bool moments = b.moment_mean != NULL;
+  if (vec4 && moments)
+    hmc_gaussian_kernel<LANES, MB, true, true><<<blocks, HMC_THREADS, 0, stream>>>(params, b);
+  else if (vec4)
+    hmc_gaussian_kernel<LANES, MB, true, false><<<blocks, HMC_THREADS, 0, stream>>>(params, b);
+  else if (moments)
+    hmc_gaussian_kernel<LANES, MB, false, true><<<blocks, HMC_THREADS, 0, stream>>>(params, b);
   else
-    hmc_gaussian_kernel<LANES, MB, false><<<blocks, HMC_THREADS, 0, stream>>>(params, b);
+    hmc_gaussian_kernel<LANES, MB, false, false><<<blocks, HMC_THREADS, 0, stream>>>(params, b);
   CUDA_CHECK_LAUNCH("hmc_gaussian_kernel");
   return DS_OK;
 }

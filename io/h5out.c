@@ -458,10 +458,12 @@ int h5out_close(h5out_t *f) {
 /* One float64 dataset of the summary group: dims (rank 1 or 2), the given axes attached; each
  * rank writes `rows` rows from row `row_begin` (none when rows == 0). */
 static int write_summary_dataset(h5out_t *f, hid_t group, const char *name, int rank, const hsize_t *dims,
-                                 const hid_t *scales, int64_t row_begin, int64_t rows, const double *data) {
+                                 const hid_t *scales, int64_t row_begin, int64_t rows, const void *data,
+                                 int single) {
   hid_t space = H5Screate_simple(rank, dims, NULL);
   H5_CHECK(space);
-  hid_t dataset = H5Dcreate2(group, name, H5T_IEEE_F64LE, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  hid_t dataset = H5Dcreate2(group, name, single ? H5T_IEEE_F32LE : H5T_IEEE_F64LE, space, H5P_DEFAULT, H5P_DEFAULT,
+                             H5P_DEFAULT);
   H5Sclose(space);
   H5_CHECK(dataset);
   int status = DS_OK;
@@ -486,7 +488,8 @@ static int write_summary_dataset(h5out_t *f, hid_t group, const char *name, int 
   static const double placeholder[1] = {0};
   status = h5out_agree(f, status);
   if (status == DS_OK &&
-      H5Dwrite(dataset, H5T_NATIVE_DOUBLE, mem_space, file_space, f->xfer, rows > 0 ? data : placeholder) < 0)
+      H5Dwrite(dataset, single ? H5T_NATIVE_FLOAT : H5T_NATIVE_DOUBLE, mem_space, file_space, f->xfer,
+               rows > 0 ? data : placeholder) < 0)
     status = h5_fail(__FILE__, __LINE__, "H5Dwrite(summary)");
   if (mem_space >= 0) H5Sclose(mem_space);
   if (file_space >= 0) H5Sclose(file_space);
@@ -496,7 +499,7 @@ static int write_summary_dataset(h5out_t *f, hid_t group, const char *name, int 
 
 int h5out_write_summary_group(h5out_t *f, const char *name, const char *dim_name, int64_t n_chains, int64_t dim,
                               int64_t chain_begin, int64_t chain_count, const char *const *chain_vars,
-                              const double *const *chain_data, int n_chain_vars, const char *const *global_vars,
+                              const float *const *chain_data, int n_chain_vars, const char *const *global_vars,
                               const double *const *global_data, int n_global_vars) {
   /* A rewrite (a resumed run that was extended) replaces the group. */
   htri_t exists;
@@ -514,10 +517,10 @@ int h5out_write_summary_group(h5out_t *f, const char *name, const char *dim_name
   const hsize_t chain_dims[2] = {(hsize_t)n_chains, (hsize_t)dim}, global_dims[1] = {(hsize_t)dim};
   for (int v = 0; v < n_chain_vars && status == DS_OK; ++v)
     status = write_summary_dataset(f, group, chain_vars[v], 2, chain_dims, scales, chain_begin, chain_count,
-                                   chain_data[v]);
+                                   chain_data[v], 1);
   for (int v = 0; v < n_global_vars && status == DS_OK; ++v)
     status = write_summary_dataset(f, group, global_vars[v], 1, global_dims, scales + 1, 0, f->rank == 0 ? 1 : 0,
-                                   global_data[v]);
+                                   global_data[v], 0);
   for (int axis = 0; axis < 2; ++axis)
     if (scales[axis] >= 0) H5Dclose(scales[axis]);
   H5Gclose(group);

@@ -41,12 +41,12 @@ int h5out_write(h5out_t *f, int group_id, int64_t total_draws, int64_t chain_beg
 int h5out_write_block(h5out_t *f, int group_id, int64_t total_draws, int64_t chain_begin, int64_t chain_count,
                       int64_t draw_begin, int64_t draw_count, int64_t buffer_draws, const void *const *data);
 /* Writes (or rewrites) group `name` of per-chain summaries without a draw axis: for each of
- * n_chain_vars variables, [n_chains, dim] from this rank's rows chain_data[v] ([chain_count,
- * dim] for chains [chain_begin, +chain_count)); for each of n_global_vars, [dim] from rank 0's
- * global_data[v]; float64. The axes are `chain` and dim_name. Collective. */
+ * n_chain_vars variables, [n_chains, dim] float32 from this rank's rows chain_data[v]
+ * ([chain_count, dim] for chains [chain_begin, +chain_count)); for each of n_global_vars, [dim]
+ * float64 from rank 0's global_data[v]. The axes are `chain` and dim_name. Collective. */
 int h5out_write_summary_group(h5out_t *f, const char *name, const char *dim_name, int64_t n_chains, int64_t dim,
                               int64_t chain_begin, int64_t chain_count, const char *const *chain_vars,
-                              const double *const *chain_data, int n_chain_vars, const char *const *global_vars,
+                              const float *const *chain_data, int n_chain_vars, const char *const *global_vars,
                               const double *const *global_data, int n_global_vars);
 /* Opens an existing output file for appending (resume). Collective. */
 int h5out_open(h5out_t **out, MPI_Comm comm, const char *path);

@@ -235,9 +235,6 @@ static int config_validate(config_t *cfg) {
     if (counts[i].value > CONFIG_COUNT_MAX)
       return ds_fail(DS_ERR_INPUT, "--%s: %lld is more than this dsampler handles (at most 2^40)", counts[i].name,
                      (long long)counts[i].value);
-  if (hmc && cfg->thin > 0 && cfg->draws > CONFIG_COUNT_MAX / cfg->thin)
-    return ds_fail(DS_ERR_INPUT, "--draws %lld with --thin %lld: more than 2^40 sampling iterations",
-                   (long long)cfg->draws, (long long)cfg->thin);
   if (cfg->dim < 0) return ds_fail(DS_ERR_INPUT, "--dim: expected a positive integer, got %lld", (long long)cfg->dim);
   /* --dim 0 (absent) is for the target to judge: some take their dimension from data. */
   if (hmc && cfg->chains <= 0)

@@ -341,15 +341,15 @@ static int output_moments(run_ctx_t *run, hmc_output_t *output, hmc_chains_t *ch
   const int64_t dim = run->target->dim, n = (int64_t)chains->totals[2];
   if (n < 1) return DS_OK;
   backend_t *b = run->backend;
-  const size_t cells = (size_t)(max64(rows, 1) * dim);
-  double *chain_mean = malloc(cells * sizeof(double)), *chain_var = malloc(cells * sizeof(double));
+  /* The per-chain values in float32, as accumulated, in the moments' checkpoint mirrors (no
+   * checkpoint follows the end of the run). */
+  float *chain_mean = chains->state[5].array.local, *chain_var = chains->state[6].array.local;
   double *pooled = malloc((size_t)(4 * dim) * sizeof(double));
-  float *host = malloc(cells * sizeof(float));
-  int status = chain_mean && chain_var && pooled && host ? DS_OK : DS_FAIL_ALLOC("the moments", 4 * cells * 8);
-  if (status == DS_OK) status = b->download(b, host, chains->moment_mean, (size_t)(rows * dim) * sizeof(float));
-  for (int64_t e = 0; status == DS_OK && e < rows * dim; ++e) chain_mean[e] = host[e];
-  if (status == DS_OK) status = b->download(b, host, chains->moment_m2, (size_t)(rows * dim) * sizeof(float));
-  for (int64_t e = 0; status == DS_OK && e < rows * dim; ++e) chain_var[e] = n > 1 ? host[e] / (double)(n - 1) : NAN;
+  int status = pooled ? DS_OK : DS_FAIL_ALLOC("the moments", (size_t)(4 * dim) * sizeof(double));
+  if (status == DS_OK) status = b->download(b, chain_mean, chains->moment_mean, (size_t)(rows * dim) * sizeof(float));
+  if (status == DS_OK) status = b->download(b, chain_var, chains->moment_m2, (size_t)(rows * dim) * sizeof(float));
+  for (size_t e = 0; status == DS_OK && e < (size_t)(rows * dim); ++e)
+    chain_var[e] = n > 1 ? (float)((double)chain_var[e] / (double)(n - 1)) : NAN;
   status = comm_agree(run->comm, status);
   double *mean = pooled, *within = pooled + dim, *between = pooled + 2 * dim, *var = pooled + 3 * dim;
   const double chains_total = (double)config_items(run->cfg), total = chains_total * (double)n;
@@ -360,16 +360,14 @@ static int output_moments(run_ctx_t *run, hmc_output_t *output, hmc_chains_t *ch
     var[k] = total > 1 ? (within[k] + (double)n * between[k]) / (total - 1.0) : NAN;
   if (status == DS_OK) {
     static const char *const chain_names[] = {"chain_mean", "chain_var"}, *const global_names[] = {"mean", "var"};
-    const double *chain_data[] = {chain_mean, chain_var}, *global_data[] = {mean, var};
+    const float *chain_data[] = {chain_mean, chain_var};
+    const double *global_data[] = {mean, var};
     char dim_name[300];
     snprintf(dim_name, sizeof dim_name, "%s_dim_0", run->target->var_name);
     status = h5out_write_summary_group(output->file, "moments", dim_name, config_items(run->cfg), dim,
                                        run->item_begin, rows, chain_names, chain_data, 2, global_names, global_data, 2);
   }
-  free(chain_mean);
-  free(chain_var);
   free(pooled);
-  free(host);
   return comm_agree(run->comm, status);
 }
 

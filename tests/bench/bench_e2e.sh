@@ -14,11 +14,15 @@ now() { date +%s.%N; }
 calc() { awk "BEGIN { printf \"%.9g\", $1 }"; }
 
 # wall SECONDS of one run
+# (the page cache is written back first, so no run pays for the one before; with
+# DURABLE=1 the time includes writing the output back to disk, as dd's fdatasync does)
 wall() {
   local start end
+  sync
   start=$(now)
   "$bin" hmc --backend "$backend" --quiet --out "$work/bench.h5" "$@" >/dev/null 2>"$work/err.txt" || {
     echo "run failed: $* : $(tail -3 "$work/err.txt")" >&2; echo nan; return; }
+  [ "${DURABLE:-0}" = 1 ] && sync
   end=$(now)
   calc "$end - $start"
 }
@@ -47,17 +51,20 @@ per_iteration "2^20 chains d=64 gaussian warmup, per-chain" 200 2200 warmup --di
 per_iteration "2^20 chains d=64 gaussian sampling, --output-chains 1024 --thin 10" 200 3200 draws --dim 64 --chains $C20 \
   --warmup 0 --adapt none --output-chains 1024 --thin 10
 per_iteration "65536 chains d=64 gaussian warmup, pooled" 200 20200 warmup --dim 64 --chains 65536 --draws 0
+if [ -z "${DSAMPLER_BENCH_SKIP_GENERIC:-}" ]; then
 per_iteration "65536 chains d=64 banana warmup, pooled (generic path)" 200 3200 warmup --target banana --dim 64 \
   --chains 65536 --draws 0
 per_iteration "2^20 chains d=64 banana warmup, pooled (generic path)" 100 400 warmup --target banana --dim 64 \
   --chains $C20 --draws 0
 per_iteration "2^20 chains d=64 banana sampling, --output-chains 1024 --thin 10" 100 400 draws --target banana \
   --dim 64 --chains $C20 --warmup 0 --adapt none --output-chains 1024 --thin 10
+fi
 
 # Full output: every draw of 65536 chains, against the disk's raw speed (dd, fdatasync), and
 # the same run writing one chain's draws (start-up and sampling without the output).
 draws=${DSAMPLER_BENCH_FULL_DRAWS:-600}
 bytes=$(( draws * 65536 * (64 * 4 + 21) ))
+sync
 dd_start=$(now)
 dd if=/dev/zero of="$work/dd.bin" bs=16M count=$(( bytes / 16777216 + 1 )) conv=fdatasync status=none
 dd_end=$(now)
@@ -71,7 +78,7 @@ for variant in ${DSAMPLER_BENCH_IO_VARIANTS:-default}; do
     default) env_args=() ;;
     *) env_args=("$variant") ;;
   esac
-  full=$(env "${env_args[@]}" bash -c "$(declare -f now calc wall); bin='$bin' work='$work' backend='$backend'; wall ${full_args[*]}")
+  full=$(env "${env_args[@]}" DURABLE=1 bash -c "$(declare -f now calc wall); bin='$bin' work='$work' backend='$backend'; wall ${full_args[*]}")
   printf '%-58s %8.2f s wall for %.3g GB; disk (dd) %.1f MB/s -> %.2f s; ratio %.2f  [%s]\n' \
     "65536 chains d=64 full output, $draws draws" "$full" "$(calc "$bytes / 1e9")" \
     "$(calc "$dd_rate / 1e6")" "$(calc "$bytes / $dd_rate")" "$(calc "$full * $dd_rate / $bytes")" "$variant"

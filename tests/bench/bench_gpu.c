@@ -228,6 +228,12 @@ typedef struct hmc_row {
   double accept_rate, gbytes_per_s;
 } hmc_row_t;
 
+/* 1: each transition also adds the state to per-chain running moments (the warmup window's, or
+ * the sampling moments), as dsampler does in adaptation windows and on kept draws. */
+static int bench_moments = 0;
+/* 1: after each transition, the statistics summed exactly (hmc_stats, with its copy to the host). */
+static int bench_stats = 0;
+
 /* shared_metric: one inverse metric for all chains (--adapt pooled or none), else one per chain. */
 static hmc_row_t bench_hmc(curandGenerator_t generator, const dsampler_target *target, int64_t chains, int repeats,
                            int shared_metric) {
@@ -258,12 +264,26 @@ static hmc_row_t bench_hmc(curandGenerator_t generator, const dsampler_target *t
                        .n_leapfrog = 10, .q = q, .logp = logp, .grad = grad, .step_nominal = step, .step_size = step_used,
                        .inv_metric = inv_metric, .accept_prob = accept_prob, .energy = energy,
                        .diverging = diverging, .accepted = accepted, .shared_metric = shared_metric};
+  float *moment_mean = NULL, *moment_m2 = NULL;
+  if (bench_moments) {
+    BENCH_TRY(gpu->alloc(gpu, (void **)&moment_mean, count * sizeof(float)));
+    BENCH_TRY(gpu->alloc(gpu, (void **)&moment_m2, count * sizeof(float)));
+    BENCH_TRY(gpu->fill(gpu, moment_mean, 0.0f, (int64_t)count));
+    BENCH_TRY(gpu->fill(gpu, moment_m2, 0.0f, (int64_t)count));
+    batch.moment_mean = moment_mean;
+    batch.moment_m2 = moment_m2;
+  }
   float *ms = calloc((size_t)repeats, sizeof(float));
   if (!ms) exit(1);
   for (int r = -3; r < repeats; ++r) {
     batch.iteration = (uint32_t)(r + 3);
+    batch.moment_count = r + 4;
     BENCH_TRY(record(0));
     BENCH_TRY(gpu->hmc_transition(gpu, target, &batch));
+    if (bench_stats) {
+      hmc_stats_t stats;
+      BENCH_TRY(gpu->hmc_stats(gpu, &batch, &stats));
+    }
     BENCH_TRY(record(1));
     if (r >= 0) ms[r] = between(0, 1);
   }
@@ -278,7 +298,7 @@ static hmc_row_t bench_hmc(curandGenerator_t generator, const dsampler_target *t
   row.gbytes_per_s = bytes / (row.iteration_ms * 1e-3) / 1e9;
   free(ms); free(ones); free(flags);
   gpu->release(gpu, q); gpu->release(gpu, grad); gpu->release(gpu, inv_metric); gpu->release(gpu, logp);
-  gpu->release(gpu, step); gpu->release(gpu, step_used); gpu->release(gpu, accept_prob); gpu->release(gpu, energy);
+  gpu->release(gpu, step); gpu->release(gpu, step_used); gpu->release(gpu, moment_mean); gpu->release(gpu, moment_m2); gpu->release(gpu, accept_prob); gpu->release(gpu, energy);
   gpu->release(gpu, diverging); gpu->release(gpu, accepted);
   return row;
 }
@@ -435,6 +455,36 @@ static int run(int quick) {
   return DS_OK;
 }
 
+/* The HMC transition alone and with what a dsampler iteration adds on the device: the moments
+ * (adaptation windows, kept draws) and the summed statistics (with their copy to the host). */
+static int run_hmc_only(void) {
+  struct cudaDeviceProp prop;
+  CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  BENCH_TRY(backend_cuda_create(0, &gpu));
+  stream = (cudaStream_t)gpu->stream;
+  for (int m = 0; m < 8; ++m) CUDA_CHECK(cudaEventCreate(&marks[m]));
+  curandGenerator_t generator;
+  CURAND_CHECK(curandCreateGenerator(&generator, CURAND_RNG_PSEUDO_PHILOX4_32_10));
+  CURAND_CHECK(curandSetPseudoRandomGeneratorSeed(generator, 20261129ull));
+  CURAND_CHECK(curandSetStream(generator, stream));
+  dsampler_target target;
+  BENCH_TRY(builtin_target_create("gaussian", "dim=64", MPI_COMM_NULL, &target));
+  printf("%s: d=64, L=10, eps=0.1, shared metric; CUDA events, median of 21\n", prop.name);
+  printf("| HMC chains | transition ms | + moments ms | + moments + stats ms |\n|---|---|---|---|\n");
+  const int64_t sizes[] = {65536, 1048576};
+  for (int c = 0; c < 2; ++c) {
+    bench_moments = bench_stats = 0;
+    const hmc_row_t plain = bench_hmc(generator, &target, sizes[c], 21, 1);
+    bench_moments = 1;
+    const hmc_row_t moments = bench_hmc(generator, &target, sizes[c], 21, 1);
+    bench_stats = 1;
+    const hmc_row_t both = bench_hmc(generator, &target, sizes[c], 21, 1);
+    printf("| %10lld | %13.4f | %12.4f | %20.4f |\n", (long long)sizes[c], plain.iteration_ms, moments.iteration_ms,
+           both.iteration_ms);
+  }
+  return DS_OK;
+}
+
 int main(int argc, char **argv) {
   if (comm_cuda_device_count() == 0) {
     printf("no CUDA device: skipped\n");
@@ -442,7 +492,11 @@ int main(int argc, char **argv) {
   }
   /* One rank: svgd_exact_median's collectives are then local. */
   BENCH_TRY(comm_init(&comm, &argc, &argv));
-  BENCH_TRY(run(argc > 1 && strcmp(argv[1], "--quick") == 0));
+  if (argc > 1 && strcmp(argv[1], "--hmc") == 0) {
+    BENCH_TRY(run_hmc_only());
+  } else {
+    BENCH_TRY(run(argc > 1 && strcmp(argv[1], "--quick") == 0));
+  }
   comm_free(&comm);
   return 0;
 }
