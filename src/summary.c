@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "diagnostics.h"
+#include "exactsum.h"
 #include "h5out.h"
 #include "h5util.h"
 #include "status.h"
@@ -36,8 +37,16 @@ typedef struct summary_var {
   int64_t n_params;  /* dim, or 1 */
 } summary_var_t;
 
+/* Every chain's moments (group `moments`, written by HMC runs): a classic R-hat over all
+ * chains, also those whose draws the output does not hold (--output-chains). */
+typedef struct summary_moments {
+  int64_t chains;       /* 0: the file has no moments */
+  double *mean, *sd, *r_hat; /* rank 0: [n_rows] */
+} summary_moments_t;
+
 typedef struct summary_result {
   int64_t chains, draws;
+  summary_moments_t moments;
   int64_t divergent;    /* -1: the file records none (no sample_stats/diverging) */
   int n_vars;
   summary_var_t vars[SUMMARY_MAX_VARS];
@@ -346,6 +355,103 @@ static int count_divergent(comm_ctx_t *comm, hid_t file, int64_t *divergent) {
 }
 
 /* Reads and summarises the file; on return rank 0 holds every row's stats. Collective. */
+/* Rows [row_begin, + rows) of a float [n, dim] dataset into values (collective; rows may be 0). */
+static int read_rows(hid_t dataset, int64_t row_begin, int64_t rows, int64_t dim, float *values) {
+  int status = DS_OK;
+  hid_t file_space = H5Dget_space(dataset);
+  hsize_t elements = (hsize_t)(rows * dim), mem_elements = elements ? elements : 1;
+  hid_t mem_space = H5Screate_simple(1, &mem_elements, NULL);
+  hid_t xfer = H5Pcreate(H5P_DATASET_XFER);
+  if (file_space < 0 || mem_space < 0 || xfer < 0) status = h5_fail(__FILE__, __LINE__, "H5Dget_space/H5Screate/H5Pcreate");
+  if (status == DS_OK) {
+    hsize_t start[2] = {(hsize_t)row_begin, 0}, count[2] = {(hsize_t)rows, (hsize_t)dim};
+    herr_t rc = elements ? H5Sselect_hyperslab(file_space, H5S_SELECT_SET, start, NULL, count, NULL)
+                         : H5Sselect_none(file_space);
+    if (rc >= 0 && !elements) rc = H5Sselect_none(mem_space);
+    if (rc >= 0) rc = H5Pset_dxpl_mpio(xfer, H5FD_MPIO_COLLECTIVE);
+    if (rc >= 0) rc = H5Dread(dataset, H5T_NATIVE_FLOAT, mem_space, file_space, xfer, values);
+    if (rc < 0) status = h5_fail(__FILE__, __LINE__, "H5Dread(moments)");
+  }
+  if (xfer >= 0) H5Pclose(xfer);
+  if (mem_space >= 0) H5Sclose(mem_space);
+  if (file_space >= 0) H5Sclose(file_space);
+  return status;
+}
+
+/* Classic (not split, not rank-normalised) R-hat of Gelman and Rubin for each parameter from
+ * every chain's mean and variance over n draws: W = mean of the chain variances, B / n = the
+ * variance of the chain means, R = sqrt(((n - 1) / n W + B / n) / W). Chains are split over the
+ * ranks and summed exactly, so the result does not depend on the rank count. Collective. */
+static int summarize_moments(comm_ctx_t *comm, hid_t file, summary_result_t *result) {
+  htri_t exists;
+  H5E_BEGIN_TRY { exists = H5Lexists(file, "moments", H5P_DEFAULT) > 0 && H5Lexists(file, "moments/chain_mean", H5P_DEFAULT) > 0 &&
+                           H5Lexists(file, "moments/chain_var", H5P_DEFAULT) > 0; }
+  H5E_END_TRY;
+  if (exists <= 0 || result->n_vars != 1 || result->draws < 2) return DS_OK;
+  const int64_t dim = result->n_rows, n = result->draws;
+  hid_t datasets[2] = {H5Dopen2(file, "moments/chain_mean", H5P_DEFAULT), H5Dopen2(file, "moments/chain_var", H5P_DEFAULT)};
+  hsize_t dims[2] = {0, 0};
+  int status = datasets[0] >= 0 && datasets[1] >= 0 ? DS_OK : h5util_fail(DS_ERR_INPUT, "summary: moments cannot be opened");
+  if (status == DS_OK) {
+    hid_t space = H5Dget_space(datasets[0]);
+    if (H5Sget_simple_extent_ndims(space) != 2 || H5Sget_simple_extent_dims(space, dims, NULL) < 0 ||
+        dims[1] != (hsize_t)dim || dims[0] < 2)
+      status = ds_fail(DS_ERR_INPUT, "summary: moments/chain_mean is not [chains >= 2, %lld]", (long long)dim);
+    H5Sclose(space);
+  }
+  status = comm_agree(comm, status);
+  const int64_t chains = (int64_t)dims[0];
+  int64_t begin = 0, end = 0;
+  comm_partition(chains, comm->size, comm->rank, &begin, &end);
+  /* Blocks of chains bound the memory; every rank makes the same number of collective reads. */
+  const int64_t block = dim > 0 ? (((int64_t)1 << 22) / dim > 0 ? ((int64_t)1 << 22) / dim : 1) : 1;
+  const int64_t rows_max = (chains + comm->size - 1) / comm->size, rounds = (rows_max + block - 1) / block;
+  float *values = malloc((size_t)(block * dim) * sizeof(float));
+  exact_sum_t *sums = calloc((size_t)(3 * dim), sizeof(exact_sum_t)); /* sum mean, sum var, sum (mean - gm)^2 */
+  double *grand_mean = malloc((size_t)dim * sizeof(double));
+  if (status == DS_OK) status = comm_agree(comm, values && sums && grand_mean ? DS_OK : DS_FAIL_ALLOC("moments", (size_t)(block * dim) * 4));
+  for (int pass = 0; pass < 2 && status == DS_OK; ++pass) {
+    for (int v = pass; v < 2 && status == DS_OK; v += 1 + pass) { /* pass 0: means, variances; pass 1: means */
+      for (int64_t round = 0; round < rounds && status == DS_OK; ++round) {
+        const int64_t row = begin + round * block, rows = row < end ? (end - row < block ? end - row : block) : 0;
+        status = comm_agree(comm, read_rows(datasets[pass == 1 ? 0 : v], row, rows, dim, values));
+        for (int64_t e = 0; status == DS_OK && e < rows * dim; ++e) {
+          const int64_t k = e % dim;
+          double x = values[e];
+          if (pass == 1) x = (x - grand_mean[k]) * (x - grand_mean[k]);
+          exact_sum_add(&sums[(pass == 1 ? 2 : v) * dim + k], x);
+        }
+      }
+    }
+    if (status == DS_OK) status = exact_sum_allreduce(comm, sums + (pass == 0 ? 0 : 2 * dim), pass == 0 ? 2 * dim : dim);
+    for (int64_t k = 0; status == DS_OK && pass == 0 && k < dim; ++k) grand_mean[k] = exact_sum_value(&sums[k]) / (double)chains;
+  }
+  if (status == DS_OK && comm->rank == 0) {
+    summary_moments_t *m = &result->moments;
+    m->mean = malloc((size_t)dim * sizeof(double));
+    m->sd = malloc((size_t)dim * sizeof(double));
+    m->r_hat = malloc((size_t)dim * sizeof(double));
+    if (!m->mean || !m->sd || !m->r_hat) status = DS_FAIL_ALLOC("moments", (size_t)dim * 24);
+    for (int64_t k = 0; status == DS_OK && k < dim; ++k) {
+      const double within = exact_sum_value(&sums[dim + k]) / (double)chains;
+      const double between_n = exact_sum_value(&sums[2 * dim + k]) / (double)(chains - 1); /* B / n */
+      const double var_plus = (double)(n - 1) / (double)n * within + between_n;
+      m->mean[k] = grand_mean[k];
+      /* The variance over all chains' draws: within-chain sums of squares plus between. */
+      m->sd[k] = sqrt(((double)(n - 1) * within * (double)chains + (double)n * between_n * (double)(chains - 1)) /
+                      ((double)n * (double)chains - 1.0));
+      m->r_hat[k] = within > 0 ? sqrt(var_plus / within) : NAN;
+    }
+    if (status == DS_OK) m->chains = chains;
+  }
+  free(values);
+  free(sums);
+  free(grand_mean);
+  for (int d = 0; d < 2; ++d)
+    if (datasets[d] >= 0) H5Dclose(datasets[d]);
+  return comm_agree(comm, status);
+}
+
 static int summary_compute(comm_ctx_t *comm, const summary_options_t *options, summary_result_t *result) {
   memset(result, 0, sizeof *result);
   result->divergent = -1;
@@ -404,6 +510,7 @@ static int summary_compute(comm_ctx_t *comm, const summary_options_t *options, s
   free(counts);
   free(displs);
   if (status == DS_OK) status = count_divergent(comm, file, &result->divergent);
+  if (status == DS_OK) status = summarize_moments(comm, file, result);
   diag_workspace_free(ws);
   if (posterior >= 0) H5Gclose(posterior);
   H5Fclose(file);
@@ -443,6 +550,30 @@ static void format_number(char *buf, size_t size, const char *format, double val
 /* Table formats: 4 significant digits for location and scale, 3 for MCSE, whole ESS. */
 static const char *const table_formats[DIAG_N_STATS] = {"%.4g", "%.4g", "%.3g", "%.3g", "%.4g",
                                                         "%.4g", "%.4g", "%.0f", "%.0f", "%.3f"};
+
+/* All chains from their moments, when the output holds the draws of fewer of them. */
+static void print_moments(const summary_result_t *result, FILE *out, int max_rows) {
+  const summary_moments_t *m = &result->moments;
+  if (m->chains <= result->chains) return;
+  int64_t worst = 0, high = 0;
+  for (int64_t k = 0; k < result->n_rows; ++k) {
+    if (m->r_hat[k] > m->r_hat[worst]) worst = k;
+    high += m->r_hat[k] > SUMMARY_RHAT_WARN;
+  }
+  char name[SUMMARY_NAME_LEN + 32];
+  row_name(result, worst, name, sizeof name);
+  fprintf(out, "all %lld chains, from their moments over %lld draws each (the table above: the %lld chains whose "
+               "draws are written): classic R-hat (not split, not rank-normalised) max %.4f (%s), > %.2f for %lld of "
+               "%lld parameters\n",
+          (long long)m->chains, (long long)result->draws, (long long)result->chains, m->r_hat[worst], name,
+          SUMMARY_RHAT_WARN, (long long)high, (long long)result->n_rows);
+  const int64_t shown = max_rows > 0 && max_rows < result->n_rows ? max_rows : result->n_rows;
+  fprintf(out, "%-16s  %10s  %10s  %12s\n", "", "mean", "sd", "r_hat_classic");
+  for (int64_t k = 0; k < shown; ++k) {
+    row_name(result, k, name, sizeof name);
+    fprintf(out, "%-16s  %10.4g  %10.4g  %12.4f\n", name, m->mean[k], m->sd[k], m->r_hat[k]);
+  }
+}
 
 static void print_table(const summary_result_t *result, const char *path, FILE *out, int max_rows) {
   int64_t shown = max_rows > 0 && result->n_rows > max_rows ? max_rows : result->n_rows;
@@ -497,6 +628,7 @@ static void print_table(const summary_result_t *result, const char *path, FILE *
   if (low_ess)
     fprintf(out, "warning: ess_bulk or ess_tail < %.0f for %lld of %lld parameters: too few effective draws\n",
             SUMMARY_ESS_WARN, (long long)low_ess, (long long)result->n_rows);
+  print_moments(result, out, max_rows);
   if (result->draws < 4)
     fprintf(out, "note: fewer than 4 draws per chain: no MCSE, ESS or R-hat\n");
   else if (result->chains < 2)
@@ -592,7 +724,12 @@ static int summary_run(comm_ctx_t *comm, const summary_options_t *options, FILE 
   }
   if (csv) fclose(csv);
   if (partial[0]) unlink(partial);
-  if (result) free(result->stats);
+  if (result) {
+    free(result->stats);
+    free(result->moments.mean);
+    free(result->moments.sd);
+    free(result->moments.r_hat);
+  }
   free(result);
   return comm_agree(comm, status);
 }

@@ -51,6 +51,25 @@ def main():
         # Moments cover every chain, over the kept (thinned) draws.
         check_moments(f"np{ranks} thin {thin} chains {chains}", out, x_full[:, ::thin])
 
+    # summary: every chain's classic R-hat from the moments, when the draws of only 4 are stored,
+    # equal to float64 numpy over the full run's thinned draws; the same text on 1 and 3 ranks.
+    subset = t.path("output_thin3_m4_np3.h5")
+    texts = [t.run(ranks, "summary", subset)[1] for ranks in (1, 3)]
+    t.check(texts[0] == texts[1], "summary with moments: the same text on 1 and 3 ranks")
+    lines = texts[0].splitlines()
+    head = [i for i, line in enumerate(lines) if line.split()[-1:] == ["r_hat_classic"]]
+    t.check(len(head) == 1 and "all 9 chains" in texts[0], "summary names all 9 chains from their moments")
+    x = x_full[:, ::3].astype(np.float64)
+    n = x.shape[1]
+    within = x.var(axis=1, ddof=1).mean(axis=0)
+    between_n = x.mean(axis=1).var(axis=0, ddof=1)
+    r_hat = np.sqrt(((n - 1) / n * within + between_n) / within)
+    if head:
+        got = np.array([float(line.split()[3]) for line in lines[head[0] + 1:head[0] + 5]])
+        # Printed to 4 decimals; float32 moments: tol 1e-4 + |ref| 1e-5.
+        err = np.max(np.abs(got - r_hat) - (1e-4 + np.abs(r_hat) * 1e-5))
+        t.check(err <= 0, f"classic R-hat from moments {got} vs float64 numpy {np.round(r_hat, 5)}")
+
     # Extending a finished run by resume == running that long from the start, moments included.
     long_run = t.path("output_long.h5")
     t.run(1, *BASE, "--draws", 80, "--thin", 2, "--output-chains", 5, "--out", long_run)
