@@ -5,7 +5,13 @@
  * Conventions: x is row-major [n, dim] float32; logp is [n]; grad is [n, dim] and receives
  * d log p / dx. log p may omit constants. A call returns 0 on success; on failure non-zero,
  * and the run stops with the target's name in the message. logp_grad is called on host
- * memory; logp_grad_cuda, if not NULL, on device memory in the given cudaStream_t. */
+ * memory; logp_grad_cuda, if not NULL, on device memory in the given cudaStream_t.
+ *
+ * Threads: the CPU backend calls logp_grad from several OpenMP threads at once, with the same
+ * self and distinct rows: keep no scratch space in self without a lock (use the stack or
+ * per-thread buffers). dim must be the same on every rank. Report a failure by returning
+ * non-zero, never by exit() (the other ranks would wait for this one), and make no MPI calls
+ * from logp_grad. */
 #ifndef DSAMPLER_TARGET_H
 #define DSAMPLER_TARGET_H
 

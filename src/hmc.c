@@ -7,6 +7,7 @@
  * host in one copy and is written by the writer thread (draw_writer.h) while the chains go on.
  * Each chain's running moments over its kept draws are written at the end (group `moments`),
  * so a run that stores the draws of a few chains still summarises all of them. */
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -186,7 +187,18 @@ static int resume_state(run_ctx_t *run, hmc_chains_t *chains, int64_t rows) {
 static int block_capacity(run_ctx_t *run, int64_t output_chains, int64_t dim, int64_t draws, int64_t *capacity) {
   int64_t budget = (int64_t)HMC_DRAW_BUFFER_BYTES;
   const char *text = getenv("DSAMPLER_DRAW_BUFFER_BYTES");
-  if (run->comm->rank == 0 && text && atoll(text) > 0) budget = atoll(text);
+  int status = DS_OK;
+  if (run->comm->rank == 0 && text) {
+    char *end = NULL;
+    errno = 0;
+    const long long parsed = strtoll(text, &end, 10);
+    if (errno != 0 || end == text || *end != '\0' || parsed < 1 || parsed > ((long long)1 << 40))
+      status = ds_fail(DS_ERR_INPUT, "DSAMPLER_DRAW_BUFFER_BYTES: expected a number of bytes in [1, 2^40], got '%s'",
+                       text);
+    else
+      budget = parsed;
+  }
+  DS_TRY(comm_agree(run->comm, status));
   DS_TRY(comm_bcast(run->comm, &budget, sizeof budget, 0));
   int64_t rows_max = 0;
   for (int r = 0; r < run->comm->size; ++r) {
