@@ -48,6 +48,16 @@ __device__ __forceinline__ hmc_verdict hmc_decide(double h0, double h1, float un
   return v;
 }
 
+/* A chain's per-iteration outputs; on accept, its new log density. */
+__device__ __forceinline__ void write_verdict(const hmc_batch_t &b, long long chain, const hmc_verdict &v,
+                                              float logp_proposed) {
+  b.diverging[chain] = (uint8_t)v.divergent;
+  b.accepted[chain] = (uint8_t)v.accept;
+  b.accept_prob[chain] = v.accept_prob;
+  b.energy[chain] = v.energy;
+  if (v.accept) b.logp[chain] = logp_proposed;
+}
+
 /* Welford's update of a chain's running moments (backend.h) with x, in float as the CPU. */
 __device__ __forceinline__ void welford_add(float *mean, float *m2, float x, float n) {
   const float delta = __fsub_rn(x, *mean);
@@ -199,12 +209,8 @@ hmc_gaussian_kernel(const builtin_params_t params, const hmc_batch_t b) {
   if (!active) return;
 
   if (lane == 0) {
-    b.diverging[chain] = (uint8_t)v.divergent;
-    b.accepted[chain] = (uint8_t)v.accept;
-    b.accept_prob[chain] = v.accept_prob;
-    b.energy[chain] = v.energy;
+    write_verdict(b, chain, v, logp1);
     b.step_size[chain] = eps;
-    if (v.accept) b.logp[chain] = logp1;
   }
   if (MOMENTS) {
     /* The state kept: the proposal, or the start read again. */
@@ -309,13 +315,7 @@ __global__ void hmc_finish_kernel(const hmc_batch_t b, const float *q_work, floa
   const double h1 = -(double)logp_work[chain] + 0.5 * kinetic;
   const hmc_verdict v = hmc_decide(h0[chain], h1, uniform[chain]);
   if (!active) return;
-  if (lane == 0) {
-    b.diverging[chain] = (uint8_t)v.divergent;
-    b.accepted[chain] = (uint8_t)v.accept;
-    b.accept_prob[chain] = v.accept_prob;
-    b.energy[chain] = v.energy;
-    if (v.accept) b.logp[chain] = logp_work[chain];
-  }
+  if (lane == 0) write_verdict(b, chain, v, logp_work[chain]);
   const float n = (float)b.moment_count;
   for (long long k = lane; k < dim; k += GENERIC_LANES) {
     float q = b.q[row + k];

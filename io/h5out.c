@@ -433,7 +433,9 @@ int h5out_flush(h5out_t *f) {
   return DS_OK;
 }
 
-int h5out_close(h5out_t *f) {
+int h5out_close(h5out_t *f) { return h5out_close_as(f, 0); }
+
+int h5out_close_as(h5out_t *f, int failed) {
   if (!f) return DS_OK;
   int status = DS_OK;
   for (int i = 0; i < f->n_groups; ++i) {
@@ -445,7 +447,10 @@ int h5out_close(h5out_t *f) {
     if (g->chain_scale >= 0) H5Dclose(g->chain_scale);
     if (g->group >= 0) H5Gclose(g->group);
   }
-  if (f->file >= 0 && H5Fflush(f->file, H5F_SCOPE_GLOBAL) < 0) status = h5_fail(__FILE__, __LINE__, "H5Fflush");
+  /* After a failure agreed by every rank, no flush: HDF5's collective state may differ between
+   * ranks (a write that failed on one), and what was flushed before stays valid. */
+  if (!failed && f->file >= 0 && H5Fflush(f->file, H5F_SCOPE_GLOBAL) < 0)
+    status = h5_fail(__FILE__, __LINE__, "H5Fflush");
   if (f->bool_type >= 0) H5Tclose(f->bool_type);
   if (f->xfer >= 0) H5Pclose(f->xfer);
   if (f->file >= 0 && H5Fclose(f->file) < 0 && status == DS_OK)

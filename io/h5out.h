@@ -60,6 +60,8 @@ int h5out_read_attr(h5out_t *f, const char *key, char *value, size_t size);
 int h5out_flush(h5out_t *f);
 /* Flushes and closes; f is freed whatever the result. */
 int h5out_close(h5out_t *f);
+/* As h5out_close; with failed (agreed on every rank) it closes without flushing first. */
+int h5out_close_as(h5out_t *f, int failed);
 
 /* The HDF5 checker: HDF5 calls return negative values on failure. */
 int h5_fail(const char *file, int line, const char *call);

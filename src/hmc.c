@@ -574,7 +574,7 @@ int hmc_run(run_ctx_t *run) {
   int writer_status = comm_agree(run->comm, draw_writer_free(output.writer));
   if (status == DS_OK) status = writer_status;
   if (output.file) {
-    int close_status = comm_agree(run->comm, h5out_close(output.file));
+    int close_status = comm_agree(run->comm, h5out_close_as(output.file, status != DS_OK && status != DS_INTERRUPTED));
     if (status == DS_OK) status = close_status;
   }
   if (status == DS_OK && stopped) status = DS_INTERRUPTED;

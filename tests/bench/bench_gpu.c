@@ -362,7 +362,27 @@ static int run_quick(curandGenerator_t generator, const dsampler_target *target)
   return DS_OK;
 }
 
-static int run(int quick) {
+/* The HMC transition alone and with what a dsampler iteration adds on the device: the moments
+ * (adaptation windows, kept draws) and the summed statistics (with their copy to the host). */
+static int run_hmc_only(curandGenerator_t generator, const dsampler_target *target, const char *gpu_name) {
+  printf("%s: d=64, L=10, eps=0.1, shared metric; CUDA events, median of 21\n", gpu_name);
+  printf("| HMC chains | transition ms | + moments ms | + moments + stats ms |\n|---|---|---|---|\n");
+  const int64_t sizes[] = {65536, 1048576};
+  for (int c = 0; c < 2; ++c) {
+    bench_moments = bench_stats = 0;
+    const hmc_row_t plain = bench_hmc(generator, target, sizes[c], 21, 1);
+    bench_moments = 1;
+    const hmc_row_t moments = bench_hmc(generator, target, sizes[c], 21, 1);
+    bench_stats = 1;
+    const hmc_row_t both = bench_hmc(generator, target, sizes[c], 21, 1);
+    printf("| %10lld | %13.4f | %12.4f | %20.4f |\n", (long long)sizes[c], plain.iteration_ms, moments.iteration_ms,
+           both.iteration_ms);
+  }
+  return DS_OK;
+}
+
+/* mode: 0 everything, 1 one SVGD step and one HMC iteration (for a profiler), 2 HMC alone. */
+static int run(int mode) {
   struct cudaDeviceProp prop;
   CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
   BENCH_TRY(backend_cuda_create(0, &gpu));
@@ -374,7 +394,8 @@ static int run(int quick) {
   CURAND_CHECK(curandSetStream(generator, stream));
   dsampler_target target;
   BENCH_TRY(builtin_target_create("gaussian", "dim=64", MPI_COMM_NULL, &target));
-  if (quick) return run_quick(generator, &target);
+  if (mode == 1) return run_quick(generator, &target);
+  if (mode == 2) return run_hmc_only(generator, &target, prop.name);
 
   /* Variants first (svgd_kernels.h, hmc_kernels.h); the table uses the fastest of each. */
   printf("variants at N=65536 (median of 5): histogram chunk -> pass 1 ms, pass 2 ms\n");
@@ -455,36 +476,6 @@ static int run(int quick) {
   return DS_OK;
 }
 
-/* The HMC transition alone and with what a dsampler iteration adds on the device: the moments
- * (adaptation windows, kept draws) and the summed statistics (with their copy to the host). */
-static int run_hmc_only(void) {
-  struct cudaDeviceProp prop;
-  CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
-  BENCH_TRY(backend_cuda_create(0, &gpu));
-  stream = (cudaStream_t)gpu->stream;
-  for (int m = 0; m < 8; ++m) CUDA_CHECK(cudaEventCreate(&marks[m]));
-  curandGenerator_t generator;
-  CURAND_CHECK(curandCreateGenerator(&generator, CURAND_RNG_PSEUDO_PHILOX4_32_10));
-  CURAND_CHECK(curandSetPseudoRandomGeneratorSeed(generator, 20261129ull));
-  CURAND_CHECK(curandSetStream(generator, stream));
-  dsampler_target target;
-  BENCH_TRY(builtin_target_create("gaussian", "dim=64", MPI_COMM_NULL, &target));
-  printf("%s: d=64, L=10, eps=0.1, shared metric; CUDA events, median of 21\n", prop.name);
-  printf("| HMC chains | transition ms | + moments ms | + moments + stats ms |\n|---|---|---|---|\n");
-  const int64_t sizes[] = {65536, 1048576};
-  for (int c = 0; c < 2; ++c) {
-    bench_moments = bench_stats = 0;
-    const hmc_row_t plain = bench_hmc(generator, &target, sizes[c], 21, 1);
-    bench_moments = 1;
-    const hmc_row_t moments = bench_hmc(generator, &target, sizes[c], 21, 1);
-    bench_stats = 1;
-    const hmc_row_t both = bench_hmc(generator, &target, sizes[c], 21, 1);
-    printf("| %10lld | %13.4f | %12.4f | %20.4f |\n", (long long)sizes[c], plain.iteration_ms, moments.iteration_ms,
-           both.iteration_ms);
-  }
-  return DS_OK;
-}
-
 int main(int argc, char **argv) {
   if (comm_cuda_device_count() == 0) {
     printf("no CUDA device: skipped\n");
@@ -492,11 +483,8 @@ int main(int argc, char **argv) {
   }
   /* One rank: svgd_exact_median's collectives are then local. */
   BENCH_TRY(comm_init(&comm, &argc, &argv));
-  if (argc > 1 && strcmp(argv[1], "--hmc") == 0) {
-    BENCH_TRY(run_hmc_only());
-  } else {
-    BENCH_TRY(run(argc > 1 && strcmp(argv[1], "--quick") == 0));
-  }
+  const char *mode = argc > 1 ? argv[1] : "";
+  BENCH_TRY(run(strcmp(mode, "--quick") == 0 ? 1 : strcmp(mode, "--hmc") == 0 ? 2 : 0));
   comm_free(&comm);
   return 0;
 }
