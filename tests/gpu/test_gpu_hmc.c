@@ -3,13 +3,16 @@
  * (dim a multiple of 4 and not), the generic path with the GPU gaussian gradient (dim too
  * large to fuse), and the generic path through host staging (a target with a host gradient
  * only). Momenta and uniforms come from the same Philox words on both, so accept decisions
- * must agree on >= 99.9% of chains and positions within 1e-5 relative. Exits 77 without a GPU. */
+ * must agree on >= 99.9% of chains and positions within 1e-5 relative; the jittered steps bit
+ * for bit; the running moments close. Also the entries around the transition: exact column sums
+ * bitwise equal to the CPU backend's, per-chain dual averaging. Exits 77 without a GPU. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend.h"
+#include "exactsum.h"
 #include "backend_cuda.h"
 #include "comm_cuda.h"
 #include "gpu_test.h"
@@ -27,7 +30,7 @@ static int wrapped_logp_grad(void *self, const float *x, int64_t n, float *logp,
 }
 
 typedef struct chain_arrays {
-  float *q, *logp, *grad, *step_size, *step_used, *inv_metric, *accept_prob, *energy;
+  float *q, *logp, *grad, *step_size, *step_used, *inv_metric, *accept_prob, *energy, *moment_mean, *moment_m2;
   uint8_t *diverging, *accepted;
 } chain_arrays_t;
 
@@ -39,6 +42,10 @@ static void arrays_alloc(backend_t *b, chain_arrays_t *a, int64_t n, int64_t dim
   GPU_TRY(b->alloc(b, (void **)&a->logp, n4));
   GPU_TRY(b->alloc(b, (void **)&a->step_size, n4));
   GPU_TRY(b->alloc(b, (void **)&a->step_used, n4));
+  GPU_TRY(b->alloc(b, (void **)&a->moment_mean, nd));
+  GPU_TRY(b->alloc(b, (void **)&a->moment_m2, nd));
+  GPU_TRY(b->fill(b, a->moment_mean, 0.0f, n * dim));
+  GPU_TRY(b->fill(b, a->moment_m2, 0.0f, n * dim));
   GPU_TRY(b->alloc(b, (void **)&a->accept_prob, n4));
   GPU_TRY(b->alloc(b, (void **)&a->energy, n4));
   GPU_TRY(b->alloc(b, (void **)&a->diverging, (size_t)n));
@@ -47,7 +54,7 @@ static void arrays_alloc(backend_t *b, chain_arrays_t *a, int64_t n, int64_t dim
 
 static void arrays_free(backend_t *b, chain_arrays_t *a) {
   b->release(b, a->q); b->release(b, a->grad); b->release(b, a->inv_metric); b->release(b, a->logp);
-  b->release(b, a->step_size); b->release(b, a->step_used); b->release(b, a->accept_prob); b->release(b, a->energy);
+  b->release(b, a->step_size); b->release(b, a->step_used); b->release(b, a->moment_mean); b->release(b, a->moment_m2); b->release(b, a->accept_prob); b->release(b, a->energy);
   b->release(b, a->diverging); b->release(b, a->accepted);
 }
 
@@ -55,7 +62,9 @@ static hmc_batch_t batch_of(chain_arrays_t *a, int64_t n, int64_t dim, int64_t c
   hmc_batch_t batch = {.n_chains = n, .chain_begin = chain_begin, .dim = dim, .seed = 0x5eed0123456789abull,
                        .iteration = iteration, .n_leapfrog = 10, .q = a->q, .logp = a->logp, .grad = a->grad,
                        .step_nominal = a->step_size, .step_size = a->step_used, .inv_metric = a->inv_metric, .accept_prob = a->accept_prob,
-                       .energy = a->energy, .diverging = a->diverging, .accepted = a->accepted};
+                       .energy = a->energy, .diverging = a->diverging, .accepted = a->accepted,
+                       .jitter = 0.3f, .moment_mean = a->moment_mean, .moment_m2 = a->moment_m2,
+                       .moment_count = (int64_t)iteration - 99};
   return batch;
 }
 
@@ -103,6 +112,7 @@ static void test_hmc_case(const char *label, int64_t n, int64_t dim, int wrap, i
   uint8_t *acc_gpu = test_malloc((size_t)n), *div_gpu = test_malloc((size_t)n);
   uint8_t *same_history = test_malloc((size_t)n);
   memset(same_history, 1, (size_t)n);
+  float *moments_gpu = test_malloc((size_t)nd * sizeof(float));
   float *q_match_gpu = test_malloc((size_t)nd * sizeof(float)), *q_match_cpu = test_malloc((size_t)nd * sizeof(float));
   unsigned char *poison = test_malloc((size_t)n * sizeof(float));
   memset(poison, 0xFF, (size_t)n * sizeof(float)); /* NaN as float, 255 as a flag */
@@ -123,6 +133,11 @@ static void test_hmc_case(const char *label, int64_t n, int64_t dim, int wrap, i
     GPU_TRY(gpu->download(gpu, div_gpu, dev.diverging, (size_t)n));
     GPU_TRY(gpu->download(gpu, energy_gpu, dev.energy, (size_t)n * sizeof(float)));
     GPU_TRY(gpu->download(gpu, prob_gpu, dev.accept_prob, (size_t)n * sizeof(float)));
+    /* The jittered steps: the same double arithmetic on the same Philox word, bit for bit. */
+    GPU_TRY(gpu->download(gpu, energy_gpu, dev.step_used, (size_t)n * sizeof(float)));
+    GPU_EXPECT(memcmp(energy_gpu, host.step_used, (size_t)n * sizeof(float)) == 0, "%s it %d: jittered steps differ",
+               label, it);
+    GPU_TRY(gpu->download(gpu, energy_gpu, dev.energy, (size_t)n * sizeof(float)));
     int64_t same_decision = 0, divergent = 0, accepted = 0, matched = 0;
     double prob_err = 0.0, energy_err = 0.0;
     for (int64_t c = 0; c < n; ++c) {
@@ -141,6 +156,16 @@ static void test_hmc_case(const char *label, int64_t n, int64_t dim, int wrap, i
       }
     }
     double q_err = test_rel_err(q_match_gpu, q_match_cpu, matched * dim);
+    /* The running moments of chains with the same history: float Welford of close positions. */
+    GPU_TRY(gpu->download(gpu, moments_gpu, dev.moment_mean, (size_t)nd * sizeof(float)));
+    double moment_err = 0.0;
+    for (int64_t c = 0; c < n; ++c)
+      for (int64_t k = 0; same_history[c] && k < dim; ++k)
+        moment_err = fmax(moment_err, fabs((double)moments_gpu[c * dim + k] - (double)host.moment_mean[c * dim + k]) /
+                                          (1e-3 + fabs((double)host.moment_mean[c * dim + k])));
+    /* tol 1e-3 absolute + 1e-4 relative: positions agree to 1e-5 relative, a few updates. */
+    GPU_EXPECT(moment_err <= 0.1, "%s it %d: moment means differ (scaled %.3g)", label, it, moment_err);
+
     double agree = (double)same_decision / (double)n, history = (double)matched / (double)n;
     printf("    iteration %d: accepted %lld, divergent %lld, same decision %.5f, same history %.5f, "
            "q rel err %.2e, max |dprob| %.2e, max energy rel err %.2e\n",
@@ -158,11 +183,66 @@ static void test_hmc_case(const char *label, int64_t n, int64_t dim, int wrap, i
     /* Continue both from their own states for chains that disagree: only matched ones are compared. */
   }
   free(poison);
+  free(moments_gpu);
   free(q0); free(inv_metric); free(grad0); free(logp0); free(step); free(q_gpu); free(energy_gpu);
   free(prob_gpu); free(acc_gpu); free(div_gpu); free(same_history); free(q_match_gpu); free(q_match_cpu);
   arrays_free(cpu, &host);
   arrays_free(gpu, &dev);
   if (target.destroy) target.destroy(target.self);
+}
+
+/* The backend entries around the transition, on the same inputs: exact sums and the draw copy
+ * bit for bit; dual averaging to 1e-12 (CUDA's exp/log/pow against glibc's). */
+static void test_device_entries(void) {
+  const int64_t rows = 100003, cols = 7;
+  float *values = test_malloc((size_t)(rows * cols) * sizeof(float)), *values_dev = NULL;
+  test_fill_normal(values, rows * cols, 3.0, 99);
+  for (int64_t e = 0; e < rows * cols; e += 97) values[e] *= 1e20f; /* a wide range of exponents */
+  for (int64_t e = 5; e < rows * cols; e += 89) values[e] *= 1e-20f;
+  GPU_TRY(gpu->alloc(gpu, (void **)&values_dev, (size_t)(rows * cols) * sizeof(float)));
+  GPU_TRY(gpu->upload(gpu, values_dev, values, (size_t)(rows * cols) * sizeof(float)));
+  exact_sum_t cpu_sums[7], gpu_sums[7];
+  const double center[7] = {0.5, -1, 2, 0, 1e3, -3, 7};
+  for (int centred = 0; centred < 2; ++centred) {
+    GPU_TRY(cpu->column_sums(cpu, values, rows, cols, centred ? center : NULL, cpu_sums));
+    GPU_TRY(gpu->column_sums(gpu, values_dev, rows, cols, centred ? center : NULL, gpu_sums));
+    int same = 1;
+    for (int k = 0; k < cols; ++k) {
+      exact_sum_normalize(&cpu_sums[k]);
+      exact_sum_normalize(&gpu_sums[k]);
+      same &= memcmp(cpu_sums[k].digit, gpu_sums[k].digit, sizeof cpu_sums[k].digit) == 0;
+    }
+    GPU_EXPECT(same, "column sums (%s): GPU digits differ from the CPU's", centred ? "centred" : "plain");
+    printf("  column sums (%s), %lld x %lld: %s\n", centred ? "centred" : "plain", (long long)rows, (long long)cols,
+           same ? "bitwise equal" : "DIFFER");
+  }
+  /* Dual averaging, per chain, from the same states and acceptance statistics. */
+  const int64_t chains = 5000;
+  double *state = test_malloc((size_t)chains * DUAL_FIELDS * sizeof(double)), *state_dev = NULL;
+  float *accept = test_malloc((size_t)chains * sizeof(float)), *accept_dev = NULL, *step_dev = NULL;
+  float *step_cpu = test_malloc((size_t)chains * sizeof(float)), *step_gpu = test_malloc((size_t)chains * sizeof(float));
+  uint64_t rng = 5;
+  for (int64_t c = 0; c < chains; ++c) {
+    dual_restart(state + c * DUAL_FIELDS, 0.01 + test_rng_uniform(&rng));
+    accept[c] = (float)test_rng_uniform(&rng);
+  }
+  GPU_TRY(gpu->alloc(gpu, (void **)&state_dev, (size_t)chains * DUAL_FIELDS * sizeof(double)));
+  GPU_TRY(gpu->alloc(gpu, (void **)&accept_dev, (size_t)chains * sizeof(float)));
+  GPU_TRY(gpu->alloc(gpu, (void **)&step_dev, (size_t)chains * sizeof(float)));
+  GPU_TRY(gpu->upload(gpu, state_dev, state, (size_t)chains * DUAL_FIELDS * sizeof(double)));
+  GPU_TRY(gpu->upload(gpu, accept_dev, accept, (size_t)chains * sizeof(float)));
+  dual_average_step_t step = {0.8, 0.05, 0.75, 10.0, 3.0, 1, 0};
+  GPU_TRY(cpu->dual_average(cpu, state, accept, step_cpu, chains, &step));
+  GPU_TRY(gpu->dual_average(gpu, state_dev, accept_dev, step_dev, chains, &step));
+  GPU_TRY(gpu->download(gpu, step_gpu, step_dev, (size_t)chains * sizeof(float)));
+  double step_err = 0.0;
+  for (int64_t c = 0; c < chains; ++c)
+    step_err = fmax(step_err, fabs((double)step_gpu[c] - (double)step_cpu[c]) / (double)step_cpu[c]);
+  /* Both round a double to float: equal, or one float ulp apart (6e-8) where CUDA's exp differs. */
+  GPU_EXPECT(step_err <= 1.2e-7, "dual averaging: steps differ by %.3g relative", step_err);
+  printf("  per-chain dual averaging, %lld chains: max relative step difference %.2e\n", (long long)chains, step_err);
+  gpu->release(gpu, values_dev); gpu->release(gpu, state_dev); gpu->release(gpu, accept_dev); gpu->release(gpu, step_dev);
+  free(values); free(state); free(accept); free(step_cpu); free(step_gpu);
 }
 
 int main(void) {
@@ -172,6 +252,8 @@ int main(void) {
   }
   GPU_TRY(backend_cpu_create(&cpu));
   GPU_TRY(backend_cuda_create(0, &gpu));
+  printf("Backend entries, GPU vs CPU:\n");
+  test_device_entries();
   printf("HMC, GPU vs CPU:\n");
   hmc_cuda_set_lanes(16);
   test_hmc_case("fused gaussian, 16 lanes per chain", 16384, 64, 0, 4);
