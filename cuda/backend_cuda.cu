@@ -260,6 +260,20 @@ int cuda_moments_to_metric(backend_t *b, float *mean, float *m2, int64_t count, 
   return launch_moments_to_metric(mean, m2, count, n, inv_metric, impl_of(b)->stream);
 }
 
+int cuda_step_search(backend_t *b, const float *accept_prob, int8_t *direction, int8_t *exponent, float *step,
+                     int64_t rows, step_search_counts_t *counts) {
+  cuda_impl *impl = impl_of(b);
+  const size_t count = STEP_SEARCH_BINS + 1;
+  DS_TRY(ensure_sums(impl, count));
+  unsigned long long *totals = static_cast<unsigned long long *>(impl->sums_dev);
+  DS_TRY(launch_step_search(accept_prob, direction, exponent, step, rows, totals, impl->stream));
+  unsigned long long *host = static_cast<unsigned long long *>(impl->sums_host);
+  DS_TRY(cuda_download(b, host, totals, count * sizeof *host));
+  counts->open = (int64_t)host[0];
+  for (int i = 0; i < STEP_SEARCH_BINS; ++i) counts->exponent[i] = (int64_t)host[1 + i];
+  return DS_OK;
+}
+
 int cuda_alloc_host(backend_t *b, void **ptr, size_t bytes) {
   (void)b;
   *ptr = NULL;
@@ -347,6 +361,7 @@ extern "C" int backend_cuda_create(int device, backend_t **out) {
   b->column_sums = cuda_column_sums;
   b->dual_average = cuda_dual_average;
   b->moments_to_metric = cuda_moments_to_metric;
+  b->step_search = cuda_step_search;
   b->alloc_host = cuda_alloc_host;
   b->release_host = cuda_release_host;
   b->destroy = cuda_destroy;

@@ -55,7 +55,7 @@ __device__ __forceinline__ void write_verdict(const hmc_batch_t &b, long long ch
   b.accepted[chain] = (uint8_t)v.accept;
   b.accept_prob[chain] = v.accept_prob;
   b.energy[chain] = v.energy;
-  if (v.accept) b.logp[chain] = logp_proposed;
+  if (v.accept && !b.probe) b.logp[chain] = logp_proposed;
 }
 
 /* Welford's update of a chain's running moments (backend.h) with x, in float as the CPU. */
@@ -223,7 +223,7 @@ hmc_gaussian_kernel(const builtin_params_t params, const hmc_batch_t b) {
     }
     add_moments<MB, VEC4>(b, row, lane * 4, LANES * 4, q, valid);
   }
-  if (!v.accept) return;
+  if (!v.accept || b.probe) return;
 #pragma unroll
   for (int m = 0; m < MB; ++m) {
     const int base = 4 * (lane + LANES * m);
@@ -319,7 +319,7 @@ __global__ void hmc_finish_kernel(const hmc_batch_t b, const float *q_work, floa
   const float n = (float)b.moment_count;
   for (long long k = lane; k < dim; k += GENERIC_LANES) {
     float q = b.q[row + k];
-    if (v.accept) {
+    if (v.accept && !b.probe) {
       q = q_work[row + k];
       b.q[row + k] = q;
       b.grad[row + k] = grad_work[row + k];
@@ -424,7 +424,7 @@ __global__ void fill_kernel(float *dst, float value, long long count) {
 __global__ void dual_average_kernel(double *state, const float *accept, float *step_out, long long rows,
                                     const dual_average_step_t step) {
   const long long r = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-  if (r < rows) step_out[r] = dual_iterate(state + r * DUAL_FIELDS, &step, (double)accept[r]);
+  if (r < rows) step_out[r] = dual_apply(state + r * DUAL_FIELDS, &step, accept ? (double)accept[r] : 0.0, step_out[r]);
 }
 
 __global__ void moments_to_metric_kernel(float *mean, float *m2, long long count, double n, float *inv_metric) {
@@ -433,6 +433,26 @@ __global__ void moments_to_metric_kernel(float *mean, float *m2, long long count
     mean[e] = 0.0f;
     m2[e] = 0.0f;
   }
+}
+
+__global__ void step_search_kernel(const float *accept_prob, int8_t *direction, int8_t *exponent, float *step,
+                                   long long rows, unsigned long long *counts) {
+  __shared__ unsigned long long local[STEP_SEARCH_BINS + 1];
+  for (int i = threadIdx.x; i <= STEP_SEARCH_BINS; i += blockDim.x) local[i] = 0;
+  __syncthreads();
+  for (long long r = (long long)blockIdx.x * blockDim.x + threadIdx.x; r < rows; r += (long long)gridDim.x * blockDim.x) {
+    signed char d = direction[r], e = exponent[r];
+    float s = step[r];
+    step_search_trial(accept_prob[r], &d, &e, &s);
+    direction[r] = d;
+    exponent[r] = e;
+    step[r] = s;
+    if (d != 2) atomicAdd(&local[0], 1ull);
+    atomicAdd(&local[1 + e + STEP_SEARCH_LIMIT], 1ull);
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i <= STEP_SEARCH_BINS; i += blockDim.x)
+    if (local[i]) atomicAdd(&counts[i], local[i]);
 }
 
 unsigned grid_stride_blocks(long long count) {
@@ -593,5 +613,16 @@ extern "C" int launch_moments_to_metric(float *mean, float *m2, int64_t count, d
   if (count <= 0) return DS_OK;
   moments_to_metric_kernel<<<grid_stride_blocks(count), 256, 0, stream>>>(mean, m2, count, n, inv_metric);
   CUDA_CHECK_LAUNCH("moments_to_metric_kernel");
+  return DS_OK;
+}
+
+extern "C" int launch_step_search(const float *accept_prob, int8_t *direction, int8_t *exponent, float *step,
+                                  int64_t rows, unsigned long long *counts, cudaStream_t stream) {
+  CUDA_CHECK(cudaMemsetAsync(counts, 0, (STEP_SEARCH_BINS + 1) * sizeof *counts, stream));
+  if (rows <= 0) return DS_OK;
+  long long blocks = (rows + 255) / 256;
+  if (blocks > 1024) blocks = 1024;
+  step_search_kernel<<<(unsigned)blocks, 256, 0, stream>>>(accept_prob, direction, exponent, step, rows, counts);
+  CUDA_CHECK_LAUNCH("step_search_kernel");
   return DS_OK;
 }

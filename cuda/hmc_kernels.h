@@ -49,6 +49,10 @@ int hmc_launch_record_draw(const hmc_batch_t *batch, const hmc_draw_block_t *blo
 int launch_fill(float *dst, float value, int64_t count, cudaStream_t stream);
 int launch_dual_average(double *state, const float *accept, float *step_out, int64_t rows,
                         const dual_average_step_t *step, cudaStream_t stream);
+/* One trial of the step-size search (backend.h): counts (device, STEP_SEARCH_BINS + 1) receive
+ * the chains not done, then the exponent histogram. */
+int launch_step_search(const float *accept_prob, int8_t *direction, int8_t *exponent, float *step,
+                       int64_t rows, unsigned long long *counts, cudaStream_t stream);
 int launch_moments_to_metric(float *mean, float *m2, int64_t count, double n, float *inv_metric,
                              cudaStream_t stream);
 

@@ -11,8 +11,8 @@
 #include "status.h"
 
 /* Scalars in the checkpoint's "adapt_scalars" global. */
-enum { SC_DA_COUNTER = 0, SC_WINDOW_COUNTER, SC_WINDOW_SIZE, SC_NEXT_WINDOW, SC_WINDOW_SAMPLES, SC_POOLED_DA,
-       SC_COUNT = SC_POOLED_DA + DUAL_FIELDS };
+enum { SC_DA_COUNTER = 0, SC_WINDOW_COUNTER, SC_WINDOW_SIZE, SC_NEXT_WINDOW, SC_WINDOW_SAMPLES, SC_SEARCHES,
+       SC_POOLED_DA, SC_COUNT = SC_POOLED_DA + DUAL_FIELDS };
 enum { ADAPT_MAX_ARRAYS = 3 };
 
 struct adapt {
@@ -142,7 +142,9 @@ void adapt_before_iteration(adapt_t *a, hmc_batch_t *batch) {
   batch->moment_count = (int64_t)a->scalars[SC_WINDOW_SAMPLES] + 1;
 }
 
-/* The pooled window: the variance over all chains' samples, from each chain's moments. */
+/* The pooled window: the mean over chains of each chain's own variance in the window. A chain
+ * that is stuck (never moved) adds nothing and cannot inflate the metric, as the total variance
+ * over chains would (chains far apart at the start, or frozen far out). */
 static int pooled_metric(adapt_t *a, double n_chain, float *inv_metric) {
   backend_t *b = a->backend;
   const int64_t dim = a->s.dim, rows = a->s.rows;
@@ -151,8 +153,13 @@ static int pooled_metric(adapt_t *a, double n_chain, float *inv_metric) {
   double *grand_mean = totals, *within = totals + dim, *between = totals + 2 * dim;
   int status = moments_pool(a->comm, b, a->window_mean, a->window_m2, rows, dim, a->s.chains_total, grand_mean,
                             within, between);
-  for (int64_t k = 0; status == DS_OK && k < dim; ++k)
-    a->metric_row[k] = dual_regularised_variance(within[k] + n_chain * between[k], n_chain * (double)a->s.chains_total);
+  const double chains = (double)a->s.chains_total;
+  for (int64_t k = 0; status == DS_OK && k < dim; ++k) {
+    /* Stan's regularisation of a variance from n samples, with the window's samples over all
+     * chains as n, applied to the mean within-chain variance sum_c m2_c / (C (n - 1)). */
+    const double n = n_chain * chains, mean_var = n_chain > 1 ? within[k] / (chains * (n_chain - 1.0)) : 1.0;
+    a->metric_row[k] = dual_regularised_variance(mean_var * (n - 1.0), n);
+  }
   free(totals);
   DS_TRY(status);
   DS_TRY(b->upload(b, inv_metric, a->metric_row, (size_t)dim * sizeof(float)));
@@ -201,6 +208,29 @@ int adapt_after_iteration(adapt_t *a, int64_t iteration, const hmc_stats_t *stat
     return b->fill(b, step_nominal, next, rows);
   }
   return b->dual_average(b, a->dual, batch->accept_prob, step_nominal, rows, &step);
+}
+
+int64_t adapt_next_search(adapt_t *a) {
+  const int64_t round = (int64_t)a->scalars[SC_SEARCHES];
+  a->scalars[SC_SEARCHES] += 1.0;
+  return round;
+}
+
+int adapt_restart_steps(adapt_t *a, float *step_nominal, float pooled_step) {
+  backend_t *b = a->backend;
+  if (a->s.mode == ADAPT_POOLED) {
+    dual_restart(a->scalars + SC_POOLED_DA, (double)pooled_step);
+    return b->fill(b, step_nominal, pooled_step, a->s.rows);
+  }
+  dual_average_step_t step = dual_settings(a);
+  step.restart_only = 1;
+  return b->dual_average(b, a->dual, NULL, step_nominal, a->s.rows, &step);
+}
+
+int adapt_pooled(const adapt_t *a) { return a->s.mode == ADAPT_POOLED; }
+
+float adapt_pooled_step(const adapt_t *a) {
+  return (float)exp(a->scalars[SC_POOLED_DA + DUAL_LOG_EPS]);
 }
 
 int adapt_checkpoint_items(adapt_t *a, adapt_array_t *arrays, int *n_arrays, ckpt_global_t *globals, int *n_globals) {

@@ -1,5 +1,5 @@
 /* adapt.h: HMC warmup adaptation as in Stan: dual averaging of the step size (delta, gamma
- * 0.05, kappa 0.75, t0 10, mu = log(10 eps), restarted at each metric update) and a windowed
+ * 0.05, kappa 0.75, t0 10, mu = log(eps) of the step searched, restarted at each metric update) and a windowed
  * diagonal metric (75 / 25 doubling / 50 iterations, 15/75/10 % for short warmups; Stan's
  * shrinkage n/(n+5) var + 1e-3 * 5/(n+5)). Per chain, or pooled over all chains of all ranks.
  *
@@ -7,7 +7,10 @@
  * chains' positions to per-chain running moments (Welford, hmc_batch_t), and per-chain step
  * sizes and metrics are computed by backend entries. Pooled adaptation combines the chains
  * with exact sums once per iteration (the acceptance) and once per window (the moments), so
- * the result is the same bits on any rank count. The host does no per-chain work. */
+ * the result is the same bits on any rank count; its metric is the mean of the chains' own
+ * window variances. Before warmup and after each metric update, hmc.c searches each chain's
+ * initial step as Stan's init_stepsize (the pooled step: the median of the chains'). The host
+ * does no per-chain work. */
 #ifndef DSAMPLER_ADAPT_H
 #define DSAMPLER_ADAPT_H
 
@@ -50,6 +53,16 @@ void adapt_before_iteration(adapt_t *a, hmc_batch_t *batch);
  * After the last warmup iteration the step sizes are the final, averaged ones. Collective. */
 int adapt_after_iteration(adapt_t *a, int64_t iteration, const hmc_stats_t *stats, const hmc_batch_t *batch,
                           float *step_nominal, float *inv_metric, int *metric_changed);
+
+/* Stan's initial step-size search runs (in hmc.c) before warmup and after each metric update;
+ * each run is numbered for its random draws. Returns this run's number. */
+int64_t adapt_next_search(adapt_t *a);
+/* After a search: the dual averaging restarts from the steps found (per chain: step_nominal,
+ * [rows] on the backend; pooled: pooled_step, which is also written to step_nominal). */
+int adapt_restart_steps(adapt_t *a, float *step_nominal, float pooled_step);
+int adapt_pooled(const adapt_t *a);
+/* Pooled: the step every chain uses now. */
+float adapt_pooled_step(const adapt_t *a);
 
 /* The adaptation's state for a checkpoint: per-chain arrays (with backend copies) and globals
  * (host). Pointers stay valid until adapt_free. */

@@ -68,7 +68,21 @@ typedef struct hmc_batch {
    * mean += delta / n, m2 += delta * (q - mean). [n_chains, dim] each. */
   float *moment_mean, *moment_m2;
   int64_t moment_count;
+  /* 1: a probe (the initial step-size search): the outputs are written, the state is not. */
+  int probe;
 } hmc_batch_t;
+
+/* Stan's initial step-size search (init_stepsize), one trial for every chain: after a probe at
+ * each chain's step, a chain whose direction is undecided (0) takes +1 when its acceptance
+ * probability is above 0.8, else -1; a chain going +1 doubles its step while the probability
+ * stays above 0.8 and, when it drops, goes back to the last step that passed; one going -1
+ * halves it while it stays below; a chain that stops (or reaches 2^+-STEP_SEARCH_LIMIT times
+ * its first step) is done (2). */
+enum { STEP_SEARCH_BINS = 2 * STEP_SEARCH_LIMIT + 1 };
+typedef struct step_search_counts {
+  int64_t open;                         /* chains not done */
+  int64_t exponent[STEP_SEARCH_BINS];   /* chains whose step is 2^(b - STEP_SEARCH_LIMIT) times the first */
+} step_search_counts_t;
 
 /* Sums over a rank's chains of one transition's statistics, exact (rank-count independent). */
 typedef struct hmc_stats {
@@ -139,9 +153,14 @@ struct backend {
   int (*column_sums)(backend_t *b, const float *values, int64_t rows, int64_t cols, const double *center,
                      exact_sum_t *sums);
   /* Per-chain dual averaging: for each row, state[row] (DUAL_FIELDS doubles) takes one
-   * dual_iterate with accept[row] and step_out[row] receives the next step. */
+   * dual_apply with accept[row] (NULL with restart_only) and step_out[row] (read with
+   * restart_only) receives the next step. */
   int (*dual_average)(backend_t *b, double *state, const float *accept, float *step_out, int64_t rows,
                       const dual_average_step_t *step);
+  /* One trial of the step-size search (above) after a probe transition: updates direction,
+   * exponent and step [rows]; counts (host) receives this rank's counts. */
+  int (*step_search)(backend_t *b, const float *accept_prob, int8_t *direction, int8_t *exponent, float *step,
+                     int64_t rows, step_search_counts_t *counts);
   /* inv_metric[e] = dual_regularised_variance(m2[e], n); then mean and m2 are zeroed. */
   int (*moments_to_metric)(backend_t *b, float *mean, float *m2, int64_t count, double n, float *inv_metric);
 

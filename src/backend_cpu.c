@@ -339,7 +339,7 @@ static int hmc_block(const dsampler_target *t, hmc_batch_t *batch, int64_t c0, i
     batch->accepted[chain] = (uint8_t)accept;
     batch->accept_prob[chain] = divergent ? 0.0f : (float)fmin(1.0, exp(h0[c] - h1));
     batch->energy[chain] = (float)(accept ? h1 : h0[c]);
-    if (accept) {
+    if (accept && !batch->probe) {
       memcpy(batch->q + chain * dim, q + c * dim, (size_t)dim * sizeof *q);
       memcpy(batch->grad + chain * dim, grad + c * dim, (size_t)dim * sizeof *grad);
       batch->logp[chain] = logp[c];
@@ -467,7 +467,20 @@ static int cpu_dual_average(backend_t *b, double *state, const float *accept, fl
                             const dual_average_step_t *step) {
   (void)b;
 #pragma omp parallel for schedule(static) if (rows > CPU_PARALLEL_MIN)
-  for (int64_t r = 0; r < rows; ++r) step_out[r] = dual_iterate(state + r * DUAL_FIELDS, step, (double)accept[r]);
+  for (int64_t r = 0; r < rows; ++r)
+    step_out[r] = dual_apply(state + r * DUAL_FIELDS, step, accept ? (double)accept[r] : 0.0, step_out[r]);
+  return DS_OK;
+}
+
+static int cpu_step_search(backend_t *b, const float *accept_prob, int8_t *direction, int8_t *exponent, float *step,
+                           int64_t rows, step_search_counts_t *counts) {
+  (void)b;
+  memset(counts, 0, sizeof *counts);
+  for (int64_t r = 0; r < rows; ++r) {
+    step_search_trial(accept_prob[r], (signed char *)&direction[r], (signed char *)&exponent[r], &step[r]);
+    counts->open += direction[r] != 2;
+    counts->exponent[exponent[r] + STEP_SEARCH_LIMIT]++;
+  }
   return DS_OK;
 }
 
@@ -523,6 +536,7 @@ int backend_cpu_create(backend_t **out) {
   b->column_sums = cpu_column_sums;
   b->dual_average = cpu_dual_average;
   b->moments_to_metric = cpu_moments_to_metric;
+  b->step_search = cpu_step_search;
   b->destroy = cpu_destroy;
   *out = b;
   return DS_OK;

@@ -12,6 +12,9 @@
 #define DUAL_FN static inline
 #endif
 
+/* The step-size search stops at 2^+-STEP_SEARCH_LIMIT times its first step. */
+enum { STEP_SEARCH_LIMIT = 60 };
+
 /* A state's fields, in this order in the per-chain arrays [rows, DUAL_FIELDS]. */
 enum { DUAL_MU = 0, DUAL_S_BAR, DUAL_X_BAR, DUAL_LOG_EPS, DUAL_FIELDS };
 
@@ -22,10 +25,15 @@ typedef struct dual_average_step {
   double target_accept, gamma, kappa, t0;
   double counter;
   int restart, final;
+  int restart_only;      /* no learning: restart from the step given (a new initial step) */
 } dual_average_step_t;
 
+/* Stan restarts with mu = log(10 eps), trying larger steps at first: its initial step comes from
+ * one leapfrog step and NUTS shortens trajectories that fail. Here the step was searched over
+ * whole fixed-length trajectories and a too-large step diverges on every one of them, so mu is
+ * the step found. */
 DUAL_FN void dual_restart(double *state, double step) {
-  state[DUAL_MU] = log(10.0 * step);
+  state[DUAL_MU] = log(step);
   state[DUAL_S_BAR] = 0.0;
   state[DUAL_X_BAR] = 0.0;
   state[DUAL_LOG_EPS] = log(step);
@@ -41,11 +49,50 @@ DUAL_FN void dual_learn(double *state, const dual_average_step_t *s, double acce
   state[DUAL_LOG_EPS] = x;
 }
 
-/* The whole iteration's update; returns the next step size. */
+/* The whole iteration's update; returns the next step size. With restart_only, the state
+ * restarts from `step` and step is returned. */
+DUAL_FN float dual_apply(double *state, const dual_average_step_t *s, double accept_stat, float step) {
+  if (s->restart_only) {
+    dual_restart(state, (double)step);
+    return step;
+  }
+  dual_learn(state, s, accept_stat);
+  if (s->restart) dual_restart(state, exp(state[DUAL_LOG_EPS]));
+  return (float)exp(s->final ? state[DUAL_X_BAR] : state[DUAL_LOG_EPS]);
+}
+
 DUAL_FN float dual_iterate(double *state, const dual_average_step_t *s, double accept_stat) {
   dual_learn(state, s, accept_stat);
   if (s->restart) dual_restart(state, exp(state[DUAL_LOG_EPS]));
   return (float)exp(s->final ? state[DUAL_X_BAR] : state[DUAL_LOG_EPS]);
+}
+
+/* One trial of the initial step-size search for one chain (backend.h's step_search). */
+DUAL_FN void step_search_trial(float accept_prob, signed char *direction, signed char *exponent, float *step) {
+  const int above = accept_prob > 0.8f, below = accept_prob < 0.8f;
+  if (*direction == 0) {
+    *direction = above ? 1 : -1;
+  } else if (*direction == 1) {
+    if (above && *exponent < STEP_SEARCH_LIMIT) {
+      *step *= 2.0f;
+      ++*exponent;
+    } else {
+      /* Back to the last step that passed (Stan keeps the first that failed: with a fixed
+       * number of leapfrog steps, that can be past the stability limit). */
+      if (!above && *exponent > -STEP_SEARCH_LIMIT) {
+        *step *= 0.5f;
+        --*exponent;
+      }
+      *direction = 2;
+    }
+  } else if (*direction == -1) {
+    if (below && *exponent > -STEP_SEARCH_LIMIT) {
+      *step *= 0.5f;
+      --*exponent;
+    } else {
+      *direction = 2;
+    }
+  }
 }
 
 /* Stan's regularised variance from a window of n samples with sum of squared deviations m2. */

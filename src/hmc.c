@@ -42,6 +42,7 @@ typedef struct hmc_chains {
   hmc_batch_t batch;
   float *step_nominal, *inv_metric;   /* the batch's, writable */
   float *moment_mean, *moment_m2;     /* [rows, dim]: over the kept draws of sampling */
+  int8_t *search;                     /* [2 rows, rounded up to 4]: the step search's directions, exponents */
   adapt_array_t state[HMC_MAX_STATE]; /* backend arrays and their host mirrors */
   int n_state, n_owned;               /* all of them; the first n_owned are the chains' own */
   ckpt_global_t globals[4];
@@ -108,6 +109,7 @@ static int chains_alloc(hmc_chains_t *chains, backend_t *b, adapt_t *adapt, int6
   DS_TRY(b->alloc(b, (void **)&batch->energy, vec));
   DS_TRY(b->alloc(b, (void **)&batch->diverging, (size_t)rows));
   DS_TRY(b->alloc(b, (void **)&batch->accepted, (size_t)rows));
+  DS_TRY(b->alloc(b, (void **)&chains->search, (size_t)((2 * rows + 3) / 4 * 4)));
   DS_TRY(b->fill(b, chains->moment_mean, 0.0f, rows * dim));
   DS_TRY(b->fill(b, chains->moment_m2, 0.0f, rows * dim));
   chains->globals[chains->n_globals++] = (ckpt_global_t){"totals", 3, chains->totals};
@@ -126,6 +128,7 @@ static void chains_free(hmc_chains_t *chains, backend_t *b) {
     b->release(b, chains->state[i].backend_copy);
     free(chains->state[i].array.local);
   }
+  b->release(b, chains->search);
   b->release(b, chains->batch.step_size);
   b->release(b, chains->batch.accept_prob);
   b->release(b, chains->batch.energy);
@@ -178,6 +181,45 @@ static int resume_state(run_ctx_t *run, hmc_chains_t *chains, int64_t rows) {
                          chains->n_globals, run->item_begin, run->item_end, config_items(run->cfg));
   DS_TRY(comm_agree(run->comm, status == DS_OK ? DS_OK : DS_ERR_CHECKPOINT));
   return comm_agree(run->comm, chains_sync(chains, run->backend, rows, 0));
+}
+
+/* Stan's init_stepsize for every chain at once (backend.h's step_search): probe iterations
+ * from each chain's state, which they leave as it is, with fresh momenta keyed by
+ * (seed, chain, search round and trial). Per chain, each chain keeps its own step; pooled, every
+ * chain takes the median of the chains' (exactly: the steps are the common start times powers
+ * of two, counted by exponent). The dual averaging then restarts from there. Collective. */
+static int search_initial_steps(run_ctx_t *run, hmc_chains_t *chains, adapt_t *adapt) {
+  backend_t *b = run->backend;
+  const int64_t rows = chains->batch.n_chains, round = adapt_next_search(adapt);
+  const float pooled_start = adapt_pooled(adapt) ? adapt_pooled_step(adapt) : 0.0f;
+  /* A probe is an iteration as the run makes them (its leapfrog steps and jitter): the step must
+   * hold over the whole trajectory, not one leapfrog step as in Stan's NUTS. */
+  hmc_batch_t probe = chains->batch;
+  probe.probe = 1;
+  probe.moment_mean = probe.moment_m2 = NULL;
+  int8_t *direction = chains->search, *exponent = chains->search + rows;
+  /* Zero bytes: a float 0 is four of them. */
+  DS_TRY(comm_agree(run->comm, b->fill(b, (float *)chains->search, 0.0f, (2 * rows + 3) / 4)));
+  step_search_counts_t counts;
+  memset(&counts, 0, sizeof counts);
+  for (int trial = 0; trial < STEP_SEARCH_LIMIT + 2; ++trial) {
+    probe.iteration = 0x80000000u + (uint32_t)(round * 256 + trial);
+    int status = b->hmc_transition(b, run->target, &probe);
+    if (status == DS_OK) status = b->step_search(b, probe.accept_prob, direction, exponent, chains->step_nominal, rows, &counts);
+    DS_TRY(comm_agree(run->comm, status));
+    DS_TRY(comm_allreduce_sum_u64(run->comm, (uint64_t *)&counts, 1 + STEP_SEARCH_BINS));
+    if (counts.open == 0) break;
+  }
+  float pooled_step = 0.0f;
+  if (adapt_pooled(adapt)) {
+    /* The lower median over all chains of the exponent. */
+    const int64_t rank = (config_items(run->cfg) - 1) / 2;
+    int64_t below = 0;
+    int bin = 0;
+    while (bin < STEP_SEARCH_BINS - 1 && below + counts.exponent[bin] <= rank) below += counts.exponent[bin++];
+    pooled_step = ldexpf(pooled_start, bin - STEP_SEARCH_LIMIT);
+  }
+  return comm_agree(run->comm, adapt_restart_steps(adapt, chains->step_nominal, pooled_step));
 }
 
 /* ---- The output ------------------------------------------------------------------------ */
@@ -472,6 +514,7 @@ static int iterate(run_ctx_t *run, hmc_chains_t *chains, adapt_t *adapt, hmc_out
       int metric_changed = 0;
       DS_TRY(comm_agree(run->comm, adapt_after_iteration(adapt, it, &stats, batch, chains->step_nominal,
                                                          chains->inv_metric, &metric_changed)));
+      if (metric_changed) DS_TRY(search_initial_steps(run, chains, adapt));
     }
     report_progress(run, chains, &stats, in_warmup, it + 1);
 
@@ -558,6 +601,7 @@ int hmc_run(run_ctx_t *run) {
 
   const int64_t first_iteration = run->resume_path ? run->resume_meta->iteration : 0;
   if (status == DS_OK) status = run->resume_path ? resume_state(run, &chains, rows) : fresh_state(run, &chains, rows, dim);
+  if (status == DS_OK && !run->resume_path && adapt) status = search_initial_steps(run, &chains, adapt);
   if (status == DS_OK) {
     const int64_t warmup_left = output.phase[0].enabled ? phase_draws[0] - kept_draws(min64(first_iteration, cfg->warmup), cfg->thin) : 0;
     const int64_t draws_left = phase_draws[1] - (run->resume_path ? run->resume_meta->draws_written : 0);
