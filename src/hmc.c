@@ -42,6 +42,7 @@ typedef struct hmc_chains {
   hmc_batch_t batch;
   float *step_nominal, *inv_metric;   /* the batch's, writable */
   float *moment_mean, *moment_m2;     /* [rows, dim]: over the kept draws of sampling */
+  float *moment_mean_host, *moment_m2_host; /* their checkpoint mirrors */
   int8_t *search;                     /* [2 rows, rounded up to 4]: the step search's directions, exponents */
   adapt_array_t state[HMC_MAX_STATE]; /* backend arrays and their host mirrors */
   int n_state, n_owned;               /* all of them; the first n_owned are the chains' own */
@@ -102,6 +103,8 @@ static int chains_alloc(hmc_chains_t *chains, backend_t *b, adapt_t *adapt, int6
   DS_TRY(chains_array(chains, b, "inv_metric", dim, f, rows, metric_rows, (void **)&chains->inv_metric));
   DS_TRY(chains_array(chains, b, "moment_mean", dim, f, rows, rows, (void **)&chains->moment_mean));
   DS_TRY(chains_array(chains, b, "moment_m2", dim, f, rows, rows, (void **)&chains->moment_m2));
+  chains->moment_mean_host = chains->state[chains->n_state - 2].array.local;
+  chains->moment_m2_host = chains->state[chains->n_state - 1].array.local;
   batch->step_nominal = chains->step_nominal;
   batch->inv_metric = chains->inv_metric;
   DS_TRY(b->alloc(b, (void **)&batch->step_size, vec));
@@ -397,7 +400,7 @@ static int output_moments(run_ctx_t *run, hmc_output_t *output, hmc_chains_t *ch
   backend_t *b = run->backend;
   /* The per-chain values in float32, as accumulated, in the moments' checkpoint mirrors (no
    * checkpoint follows the end of the run). */
-  float *chain_mean = chains->state[5].array.local, *chain_var = chains->state[6].array.local;
+  float *chain_mean = chains->moment_mean_host, *chain_var = chains->moment_m2_host;
   double *pooled = malloc((size_t)(4 * dim) * sizeof(double));
   int status = pooled ? DS_OK : DS_FAIL_ALLOC("the moments", (size_t)(4 * dim) * sizeof(double));
   if (status == DS_OK) status = b->download(b, chain_mean, chains->moment_mean, (size_t)(rows * dim) * sizeof(float));
