@@ -506,8 +506,9 @@ static double mcse_sd_all(diag_workspace_t *ws, const double *draws) {
  *   B~_k = 1/(M-1) sum_m (mean_mk - mean_k)^2, 0 if M = 1   (between chains of superchain k)
  *   W~_k = 1/M sum_m s_mk^2, s^2 with ddof 1, 0 if N = 1     (within those chains)
  *   W_nu = 1/K sum_k (B~_k + W~_k),  R_nu = sqrt(1 + B_nu / W_nu).
- * Unlike classic R-hat there is no (N-1)/N factor, so R_nu >= 1 always (the paper's footnote 3;
- * stan-dev/posterior's rhat_nested computes the same). Plain, as the paper defines it: not split,
+ * Unlike classic R-hat there is no (N-1)/N factor, so R_nu >= 1 always, and with M = 1 it is
+ * not quite classic R-hat (footnote 3 of the paper, as stan-dev/posterior's rhat_nested notes; it
+ * computes the same formulas, and so does this). Plain, as the paper defines it: not split,
  * not rank-normalised. A superchain's chains are contiguous in [chain][draw] order, so its mean
  * is that of one block. W_nu = 0 (every chain constant and in agreement within its superchain)
  * gives IEEE's answer: inf when superchains differ, NaN when nothing varies at all. */
