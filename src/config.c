@@ -33,6 +33,9 @@ static const option_spec_t option_table[] = {
     {"target-args", STR(target_args), FOR_BOTH, "K=V,...", "target parameters, e.g. mean=1,scale=2"},
     {"dim", NUM(OPT_INT, dim), FOR_BOTH, "D", "dimension of the target"},
     {"chains", NUM(OPT_INT, chains), FOR_HMC, "N", "number of chains (default 4)"},
+    {"chains-per-start", NUM(OPT_INT, chains_per_start), FOR_HMC, "K",
+     "chains cK..cK+K-1 share one start: superchains for summary's r_hat_nested (default 1; with --init, "
+     "row c of the file is still chain c's start)"},
     {"particles", NUM(OPT_INT, particles), FOR_SVGD, "N", "number of particles (default 100)"},
     {"warmup", NUM(OPT_INT, warmup), FOR_HMC, "W", "warmup iterations, adapting step size and metric (default 1000)"},
     {"draws", NUM(OPT_INT, draws), FOR_HMC, "D", "draws kept per chain (default 1000)"},
@@ -76,6 +79,7 @@ static void config_defaults(config_t *cfg, algorithm_t algorithm) {
   cfg->algorithm = algorithm;
   strcpy(cfg->target, "gaussian");
   cfg->chains = 4;
+  cfg->chains_per_start = 1;
   cfg->particles = 100;
   cfg->warmup = 1000;
   cfg->draws = 1000;
@@ -239,6 +243,14 @@ static int config_validate(config_t *cfg) {
   /* --dim 0 (absent) is for the target to judge: some take their dimension from data. */
   if (hmc && cfg->chains <= 0)
     return ds_fail(DS_ERR_INPUT, "--chains: expected a positive integer, got %lld", (long long)cfg->chains);
+  /* Superchains must be whole: nested R-hat (Margossian et al. 2024) takes K superchains of
+   * equally many chains. */
+  if (hmc && cfg->chains_per_start < 1)
+    return ds_fail(DS_ERR_INPUT, "--chains-per-start: expected a positive integer, got %lld",
+                   (long long)cfg->chains_per_start);
+  if (hmc && cfg->chains % cfg->chains_per_start != 0)
+    return ds_fail(DS_ERR_INPUT, "--chains-per-start %lld does not divide --chains %lld: every start needs the same "
+                   "number of chains", (long long)cfg->chains_per_start, (long long)cfg->chains);
   if (!hmc && cfg->particles <= 0)
     return ds_fail(DS_ERR_INPUT, "--particles: expected a positive integer, got %lld", (long long)cfg->particles);
   if (hmc && cfg->warmup < 0) return ds_fail(DS_ERR_INPUT, "--warmup: expected >= 0, got %lld", (long long)cfg->warmup);

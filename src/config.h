@@ -17,6 +17,7 @@ typedef struct config {
   char target_args[1024];
   int64_t dim;
   int64_t chains;      /* HMC */
+  int64_t chains_per_start; /* HMC: chains c share the start of chain K floor(c / K) (default 1) */
   int64_t particles;   /* SVGD */
   int64_t warmup;      /* HMC iterations before draws are kept */
   int64_t draws;       /* HMC draws kept */

@@ -18,7 +18,8 @@
 #include "status.h"
 
 const char *const diag_stat_names[DIAG_N_STATS] = {"mean", "sd", "mcse_mean", "mcse_sd", "q5",
-                                                   "q50", "q95", "ess_bulk", "ess_tail", "r_hat"};
+                                                   "q50", "q95", "ess_bulk", "ess_tail", "r_hat",
+                                                   "r_hat_nested"};
 
 /* ArviZ refuses fewer draws than this (and fewer than 2 chains for R-hat) with NaN. */
 enum { DIAG_MIN_DRAWS = 4, DIAG_MIN_CHAINS_RHAT = 2 };
@@ -47,6 +48,11 @@ struct diag_workspace {
   double *fft_real;
   fftw_complex *fft_complex;
   fftw_plan forward, backward;
+  int64_t superchain_size;   /* chains per superchain; 0: none */
+  double *chain_mean;        /* chains, then chain_var [superchain_size], */
+  double *chain_var;         /* superchain_mean [superchains] and */
+  double *superchain_mean;   /* superchain_within [superchains], all in chain_mean's block */
+  double *superchain_within;
 };
 
 /* --- numpy's summation ----------------------------------------------------------------------- */
@@ -238,10 +244,13 @@ static int64_t next_fast_len(int64_t target) {
   }
 }
 
-int diag_workspace_create(diag_workspace_t **out, int64_t chains, int64_t draws) {
+int diag_workspace_create(diag_workspace_t **out, int64_t chains, int64_t draws, int64_t superchain_size) {
   *out = NULL;
   if (chains < 1 || draws < 1) return ds_fail(DS_ERR_INTERNAL, "diagnostics: %lld chains x %lld draws",
                                               (long long)chains, (long long)draws);
+  if (superchain_size < 0 || (superchain_size > 0 && chains % superchain_size != 0))
+    return ds_fail(DS_ERR_INTERNAL, "diagnostics: superchains of %lld chains do not divide %lld chains",
+                   (long long)superchain_size, (long long)chains);
   diag_workspace_t *ws = calloc(1, sizeof *ws);
   if (!ws) return DS_FAIL_ALLOC("diagnostics workspace", sizeof *ws);
   ws->chains = chains;
@@ -268,6 +277,17 @@ int diag_workspace_create(diag_workspace_t **out, int64_t chains, int64_t draws)
   int ok = ws->sorted_all && ws->centered_sq && ws->split && ws->z && ws->scratch && ws->keys &&
            ws->keys_tmp && ws->order && ws->order_tmp &&
            ws->row_stat && ws->row_var && ws->acov_sum && ws->rho;
+  if (ok && superchain_size > 0) {
+    const int64_t superchains = chains / superchain_size;
+    ws->superchain_size = superchain_size;
+    ws->chain_mean = malloc((size_t)(chains + superchain_size + 2 * superchains) * sizeof(double));
+    ok = ws->chain_mean != NULL;
+    if (ok) {
+      ws->chain_var = ws->chain_mean + chains;
+      ws->superchain_mean = ws->chain_var + superchain_size;
+      ws->superchain_within = ws->superchain_mean + superchains;
+    }
+  }
   if (ok && draws >= DIAG_MIN_DRAWS) {
     ws->fft_len = next_fast_len(2 * ws->half);
     ws->fft_real = fftw_malloc((size_t)ws->fft_len * sizeof(double));
@@ -306,6 +326,7 @@ void diag_workspace_free(diag_workspace_t *ws) {
   free(ws->row_var);
   free(ws->acov_sum);
   free(ws->rho);
+  free(ws->chain_mean);
   free(ws);
 }
 
@@ -478,6 +499,45 @@ static double mcse_sd_all(diag_workspace_t *ws, const double *draws) {
   return sqrt(varsd);
 }
 
+/* Nested R-hat of Margossian, Hoffman, Sountsov, Riou-Durand, Vehtari and Gelman, "Nested R-hat:
+ * assessing the convergence of Markov chain Monte Carlo when running many short chains",
+ * Bayesian Analysis (2024), equations 4 to 8: K superchains of M chains of N draws,
+ *   B_nu = 1/(K-1) sum_k (mean_k - mean)^2                  (between superchains)
+ *   B~_k = 1/(M-1) sum_m (mean_mk - mean_k)^2, 0 if M = 1   (between chains of superchain k)
+ *   W~_k = 1/M sum_m s_mk^2, s^2 with ddof 1, 0 if N = 1     (within those chains)
+ *   W_nu = 1/K sum_k (B~_k + W~_k),  R_nu = sqrt(1 + B_nu / W_nu).
+ * Unlike classic R-hat there is no (N-1)/N factor, so R_nu >= 1 always, and with M = 1 it is
+ * not quite classic R-hat (footnote 3 of the paper, as stan-dev/posterior's rhat_nested notes; it
+ * computes the same formulas, and so does this). Plain, as the paper defines it: not split,
+ * not rank-normalised. A superchain's chains are contiguous in [chain][draw] order, so its mean
+ * is that of one block. W_nu = 0 (every chain constant and in agreement within its superchain)
+ * gives IEEE's answer: inf when superchains differ, NaN when nothing varies at all. */
+static double rhat_nested(diag_workspace_t *ws, const double *draws) {
+  const int64_t per_superchain = ws->superchain_size, superchains = ws->chains / per_superchain, n = ws->draws;
+  for (int64_t k = 0; k < superchains; ++k) {
+    const double *block = draws + k * per_superchain * n;
+    double *chain_mean = ws->chain_mean + k * per_superchain;
+    ws->superchain_mean[k] = mean_of(block, per_superchain * n);
+    for (int64_t m = 0; m < per_superchain; ++m) {
+      chain_mean[m] = mean_of(block + m * n, n);
+      ws->chain_var[m] = n > 1 ? pairwise_sum(block + m * n, n, chain_mean[m], 1) / (double)(n - 1) : 0.0;
+    }
+    const double between_chains =
+        per_superchain > 1
+            ? pairwise_sum(chain_mean, per_superchain, ws->superchain_mean[k], 1) / (double)(per_superchain - 1)
+            : 0.0;
+    ws->superchain_within[k] = between_chains + mean_of(ws->chain_var, per_superchain);
+  }
+  const double overall_mean = mean_of(ws->superchain_mean, superchains);
+  const double between = pairwise_sum(ws->superchain_mean, superchains, overall_mean, 1) / (double)(superchains - 1);
+  const double within = mean_of(ws->superchain_within, superchains);
+  return sqrt(1.0 + between / within);
+}
+
+static int nested_valid(const diag_workspace_t *ws, const double *draws) {
+  return ws->superchain_size > 0 && ws->chains / ws->superchain_size >= 2 && !has_nan(draws, ws->n_all);
+}
+
 static int mcmc_valid(const diag_workspace_t *ws, const double *draws) {
   return ws->draws >= DIAG_MIN_DRAWS && !has_nan(draws, ws->n_all);
 }
@@ -519,12 +579,19 @@ double diag_mcse_sd(diag_workspace_t *ws, const double *draws) {
   return mcse_sd_all(ws, draws);
 }
 
+double diag_rhat_nested(diag_workspace_t *ws, const double *draws) {
+  return nested_valid(ws, draws) ? rhat_nested(ws, draws) : NAN;
+}
+
 void diag_summarize(diag_workspace_t *ws, const double *draws, diag_stats_t *out) {
   if (has_nan(draws, ws->n_all)) {
     /* As numpy and ArviZ: one NaN makes every column NaN. */
-    *out = (diag_stats_t){NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN};
+    *out = (diag_stats_t){NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN};
     return;
   }
+  /* Before the check on draws below: nested R-hat is made for many short chains, one draw each
+   * included. */
+  out->r_hat_nested = nested_valid(ws, draws) ? rhat_nested(ws, draws) : NAN;
   out->mean = mean_of(draws, ws->n_all);
   out->sd = ws->n_all > 1 ? sqrt(var_of(draws, ws->n_all, 1)) : NAN;
   sort_all(ws, draws);

@@ -1,8 +1,9 @@
 /* diagnostics.h: convergence diagnostics of MCMC draws, computed as ArviZ 0.22 computes them, so
  * that `dsampler summary` and `arviz.summary` agree to rounding: rank-normalised split R-hat
  * (Vehtari et al. 2021), bulk and tail ESS (FFT autocovariance, Geyer's initial monotone
- * sequence), MCSE of the mean and of the sd, and quantiles. One parameter at a time, from its
- * draws laid out [chain][draw] in double. */
+ * sequence), MCSE of the mean and of the sd, and quantiles; and, when the chains form
+ * superchains (groups started from one point), nested R-hat (Margossian et al. 2024). One
+ * parameter at a time, from its draws laid out [chain][draw] in double. */
 #ifndef DSAMPLER_DIAGNOSTICS_H
 #define DSAMPLER_DIAGNOSTICS_H
 
@@ -20,16 +21,21 @@ typedef struct diag_stats {
   double q5, q50, q95;       /* numpy's default (linear) quantiles over all draws */
   double ess_bulk, ess_tail;
   double r_hat;              /* max of rank-normalised split R-hat, bulk and folded */
+  double r_hat_nested;       /* plain nested R-hat over superchains; NaN without superchains */
 } diag_stats_t;
 
-enum { DIAG_N_STATS = 10 };  /* diag_stats_t as an array of doubles */
+/* diag_stats_t as an array of doubles; r_hat_nested is the last, so a table without
+ * superchains is the first DIAG_N_STATS - 1 columns. */
+enum { DIAG_N_STATS = 11, DIAG_STAT_R_HAT_NESTED = 10 };
 extern const char *const diag_stat_names[DIAG_N_STATS];
 
 /* Scratch memory and FFT plans for parameters of one shape; reused across parameters. */
 typedef struct diag_workspace diag_workspace_t;
 
-/* chains >= 1, draws >= 1. Returns a status (DS_ERR_MEMORY when it cannot allocate). */
-int diag_workspace_create(diag_workspace_t **ws, int64_t chains, int64_t draws);
+/* chains >= 1, draws >= 1. superchain_size: chains per superchain (chains c of superchain
+ * floor(c / superchain_size)), dividing chains; 0 for no superchains (r_hat_nested NaN).
+ * Returns a status (DS_ERR_MEMORY when it cannot allocate). */
+int diag_workspace_create(diag_workspace_t **ws, int64_t chains, int64_t draws, int64_t superchain_size);
 void diag_workspace_free(diag_workspace_t *ws);
 
 /* All columns for one parameter; draws[chain * n_draws + draw]. */
@@ -43,6 +49,9 @@ double diag_ess_mean(diag_workspace_t *ws, const double *draws);
 double diag_rhat_rank(diag_workspace_t *ws, const double *draws);
 double diag_mcse_mean(diag_workspace_t *ws, const double *draws);
 double diag_mcse_sd(diag_workspace_t *ws, const double *draws);
+/* Nested R-hat over the workspace's superchains, not rank-normalised, not split; NaN without
+ * superchains, with fewer than 2 of them, or with a NaN among the draws. */
+double diag_rhat_nested(diag_workspace_t *ws, const double *draws);
 
 /* The standard normal quantile function (Wichura's AS 241, relative error about 1e-16):
  * -inf at 0, +inf at 1, NaN outside [0, 1]. */

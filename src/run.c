@@ -29,11 +29,16 @@ int run_initial_positions(run_ctx_t *run, int64_t n_total, float *x_local) {
   if (cfg->init[0]) {
     status = h5init_read(run->comm->world, cfg->init, n_total, dim, run->item_begin, run->item_end, x_local);
   } else {
+    /* Chains of one superchain (--chains-per-start K) share the start drawn for its first
+     * chain, so that they differ only through their own streams, as nested R-hat assumes; with
+     * K = 1 every chain keys its own start, as before the option existed. */
+    const int64_t per_start = cfg->algorithm == ALGO_HMC && cfg->chains_per_start > 1 ? cfg->chains_per_start : 1;
     for (int64_t r = 0; r < rows; ++r) {
+      const int64_t item = run->item_begin + r, start_key = item - item % per_start;
       rng_words_t block = {{0, 0, 0, 0}};
       for (int64_t k = 0; k < dim; ++k) {
         if (k % 4 == 0)
-          block = rng_block(cfg->seed, (uint64_t)(run->item_begin + r), RNG_ITERATION_INIT, (uint32_t)(k / 4));
+          block = rng_block(cfg->seed, (uint64_t)start_key, RNG_ITERATION_INIT, (uint32_t)(k / 4));
         x_local[r * dim + k] = -2.0f + 4.0f * rng_uniform(block.v[k % 4]);
       }
     }

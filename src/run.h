@@ -55,7 +55,8 @@ int run_reopen_output(run_ctx_t *run, h5out_t **out);
 int run_check_resume_meta(run_ctx_t *run);
 
 /* Starting positions of this rank's items into host x_local [rows, dim]: from --init, or
- * uniform on (-2, 2] keyed by global item id. Non-finite values are an input error on every
+ * uniform on (-2, 2] keyed by global item id (HMC with --chains-per-start K: by the first
+ * chain id of the item's superchain, floor(c / K) K). Non-finite values are an input error on every
  * rank. Collective. */
 int run_initial_positions(run_ctx_t *run, int64_t n_total, float *x_local);
 /* Creates the output file with the run's attributes. Collective. */

@@ -2,7 +2,9 @@
  * HDF5, the parameters (the trailing axis of each variable) split over the ranks as items are
  * everywhere else, computes diagnostics.c's columns per parameter, and gathers them on rank 0,
  * which prints an aligned table (and, with --csv, the same columns at full precision). Nothing
- * printed depends on the rank count: each parameter is computed whole by one rank. */
+ * printed depends on the rank count: each parameter is computed whole by one rank. When the
+ * chains form superchains (`hmc --chains-per-start K` records K as config_chains_per_start, or
+ * --superchain-size K), a last column r_hat_nested is added; without, the table is as before. */
 #include "summary.h"
 
 #include <errno.h>
@@ -52,6 +54,9 @@ typedef struct summary_result {
   summary_var_t vars[SUMMARY_MAX_VARS];
   int64_t n_rows;
   double *stats;        /* rank 0: [n_rows][DIAG_N_STATS] */
+  int64_t superchain_size;   /* chains per superchain; 0: none, and no r_hat_nested column */
+  const char *superchain_source; /* what set it: the file's attribute or the option */
+  int64_t file_chains_per_start; /* config_chains_per_start > 1 that does not fit the posterior */
 } summary_result_t;
 
 typedef struct summary_options {
@@ -59,6 +64,7 @@ typedef struct summary_options {
   const char *csv_path;
   const char *var_name;
   int max_rows;
+  int64_t superchain_size; /* --superchain-size; 0: from the file's config_chains_per_start */
 } summary_options_t;
 
 /* --- reading the file (collective) -------------------------------------------------------- */
@@ -161,6 +167,85 @@ static int check_variable(hid_t posterior, const char *path, summary_result_t *r
   }
   var->has_dim = ndims == 3;
   var->n_params = ndims == 3 ? (int64_t)dims[2] : 1;
+  return DS_OK;
+}
+
+/* Root attribute `key` as a whole number: a string (dsampler writes its config as strings) or an
+ * integer. *found = 0 when absent. Every rank reads the same metadata and reaches the same
+ * verdict; no collective call. */
+static int read_count_attr(hid_t file, const char *path, const char *key, int *found, int64_t *value) {
+  *found = 0;
+  *value = 0;
+  htri_t exists;
+  H5E_BEGIN_TRY { exists = H5Aexists(file, key); }
+  H5E_END_TRY;
+  if (exists <= 0) return DS_OK;
+  int status = DS_OK;
+  hid_t attr = H5Aopen(file, key, H5P_DEFAULT);
+  hid_t file_type = attr >= 0 ? H5Aget_type(attr) : H5I_INVALID_HID;
+  hid_t space = attr >= 0 ? H5Aget_space(attr) : H5I_INVALID_HID;
+  if (attr < 0 || file_type < 0 || space < 0) status = h5_fail(__FILE__, __LINE__, "H5Aopen/H5Aget_type");
+  if (status == DS_OK && H5Sget_simple_extent_npoints(space) != 1)
+    status = ds_fail(DS_ERR_INPUT, "summary %s: attribute %s is not one value", path, key);
+  char text[64] = "";
+  if (status == DS_OK && H5Tget_class(file_type) == H5T_INTEGER) {
+    long long number = 0;
+    if (H5Aread(attr, H5T_NATIVE_LLONG, &number) < 0) status = h5_fail(__FILE__, __LINE__, "H5Aread");
+    snprintf(text, sizeof text, "%lld", number);
+  } else if (status == DS_OK && H5Tget_class(file_type) == H5T_STRING) {
+    /* Read in the file's own string type: HDF5 does not convert between ASCII and UTF-8. */
+    hid_t mem_type = H5Tcopy(file_type);
+    if (H5Tis_variable_str(file_type) > 0) {
+      char *read = NULL;
+      if (mem_type < 0 || H5Aread(attr, mem_type, &read) < 0) status = h5_fail(__FILE__, __LINE__, "H5Aread");
+      if (read) snprintf(text, sizeof text, "%s", read);
+      if (read) H5free_memory(read);
+    } else {
+      size_t size = H5Tget_size(file_type); /* text stays NUL-terminated: size < sizeof text */
+      if (size == 0 || size >= sizeof text || mem_type < 0 || H5Aread(attr, mem_type, text) < 0)
+        status = ds_fail(DS_ERR_INPUT, "summary %s: attribute %s cannot be read as a number", path, key);
+    }
+    if (mem_type >= 0) H5Tclose(mem_type);
+  } else if (status == DS_OK) {
+    status = ds_fail(DS_ERR_INPUT, "summary %s: attribute %s is neither a string nor an integer", path, key);
+  }
+  char *end = NULL;
+  errno = 0;
+  long long parsed = status == DS_OK ? strtoll(text, &end, 10) : 0;
+  if (status == DS_OK && (errno != 0 || end == text || *end != '\0'))
+    status = ds_fail(DS_ERR_INPUT, "summary %s: attribute %s is '%s', not a whole number", path, key, text);
+  if (space >= 0) H5Sclose(space);
+  if (file_type >= 0) H5Tclose(file_type);
+  if (attr >= 0) H5Aclose(attr);
+  if (status == DS_OK) {
+    *found = 1;
+    *value = parsed;
+  }
+  return status;
+}
+
+/* Chooses the superchains: --superchain-size K (which must divide the chains), else the run's
+ * config_chains_per_start when it is > 1 and the posterior holds whole superchains (with
+ * --output-chains it may hold a part of one: then no column, and a note says why). */
+static int choose_superchains(hid_t file, const summary_options_t *options, summary_result_t *result) {
+  if (options->superchain_size > 0) {
+    if (result->chains % options->superchain_size != 0)
+      return ds_fail(DS_ERR_INPUT, "summary --superchain-size %lld: does not divide the posterior's %lld chains",
+                     (long long)options->superchain_size, (long long)result->chains);
+    result->superchain_size = options->superchain_size;
+    result->superchain_source = "--superchain-size";
+    return DS_OK;
+  }
+  int found = 0;
+  int64_t per_start = 0;
+  DS_TRY(read_count_attr(file, options->path, "config_chains_per_start", &found, &per_start));
+  if (!found || per_start <= 1) return DS_OK;
+  if (result->chains % per_start != 0) {
+    result->file_chains_per_start = per_start;
+    return DS_OK;
+  }
+  result->superchain_size = per_start;
+  result->superchain_source = "config_chains_per_start";
   return DS_OK;
 }
 
@@ -459,8 +544,10 @@ static int summary_compute(comm_ctx_t *comm, const summary_options_t *options, s
   int status = comm_agree(comm, open_file(comm, options->path, &file));
   if (status != DS_OK) return status;
   status = comm_agree(comm, inspect_posterior(file, options, result));
+  if (status == DS_OK) status = comm_agree(comm, choose_superchains(file, options, result));
   diag_workspace_t *ws = NULL;
-  if (status == DS_OK) status = comm_agree(comm, diag_workspace_create(&ws, result->chains, result->draws));
+  if (status == DS_OK)
+    status = comm_agree(comm, diag_workspace_create(&ws, result->chains, result->draws, result->superchain_size));
   hid_t posterior = H5I_INVALID_HID;
   if (status == DS_OK) {
     posterior = H5Gopen2(file, "posterior", H5P_DEFAULT);
@@ -489,7 +576,8 @@ static int summary_compute(comm_ctx_t *comm, const summary_options_t *options, s
     int64_t begin, end;
     comm_partition(var->n_params, comm->size, comm->rank, &begin, &end);
     double *stats_local = malloc((size_t)((end - begin) > 0 ? end - begin : 1) * DIAG_N_STATS * sizeof(double));
-    status = comm_agree(comm, stats_local ? DS_OK : DS_FAIL_ALLOC("summary rows", (size_t)(end - begin) * 80));
+    status = comm_agree(comm, stats_local ? DS_OK
+                                          : DS_FAIL_ALLOC("summary rows", (size_t)(end - begin) * DIAG_N_STATS * sizeof(double)));
     if (status == DS_OK)
       status = summarize_variable(comm, posterior, var, result->chains, result->draws, ws, stats_local);
     if (status == DS_OK) {
@@ -548,8 +636,14 @@ static void format_number(char *buf, size_t size, const char *format, double val
 }
 
 /* Table formats: 4 significant digits for location and scale, 3 for MCSE, whole ESS. */
-static const char *const table_formats[DIAG_N_STATS] = {"%.4g", "%.4g", "%.3g", "%.3g", "%.4g",
-                                                        "%.4g", "%.4g", "%.0f", "%.0f", "%.3f"};
+static const char *const table_formats[DIAG_N_STATS] = {"%.4g", "%.4g", "%.3g", "%.3g", "%.4g", "%.4g",
+                                                        "%.4g", "%.0f", "%.0f", "%.3f", "%.3f"};
+
+/* Columns printed and written: r_hat_nested (the last) only with superchains, so that a table
+ * without them reads exactly as it did before the column existed. */
+static int summary_columns(const summary_result_t *result) {
+  return result->superchain_size > 0 ? DIAG_N_STATS : DIAG_STAT_R_HAT_NESTED;
+}
 
 /* All chains from their moments, when the output holds the draws of fewer of them. */
 static void print_moments(const summary_result_t *result, FILE *out, int max_rows) {
@@ -586,26 +680,32 @@ static void print_table(const summary_result_t *result, const char *path, FILE *
   else
     fprintf(out, ", divergences not recorded\n");
 
+  if (result->superchain_size > 0)
+    fprintf(out, "r_hat_nested: %lld superchains of %lld chains (%s)\n",
+            (long long)(result->chains / result->superchain_size), (long long)result->superchain_size,
+            result->superchain_source);
+
   enum { CELL = 32 };
+  const int columns = summary_columns(result);
   int width[DIAG_N_STATS + 1];
   width[0] = 0;
-  for (int c = 0; c < DIAG_N_STATS; ++c) width[c + 1] = (int)strlen(diag_stat_names[c]);
+  for (int c = 0; c < columns; ++c) width[c + 1] = (int)strlen(diag_stat_names[c]);
   char cell[CELL];
   for (int64_t row = 0; row < shown; ++row) {
     row_name(result, row, cell, sizeof cell);
     if ((int)strlen(cell) > width[0]) width[0] = (int)strlen(cell);
-    for (int c = 0; c < DIAG_N_STATS; ++c) {
+    for (int c = 0; c < columns; ++c) {
       format_number(cell, sizeof cell, table_formats[c], result->stats[row * DIAG_N_STATS + c]);
       if ((int)strlen(cell) > width[c + 1]) width[c + 1] = (int)strlen(cell);
     }
   }
   fprintf(out, "%-*s", width[0], "");
-  for (int c = 0; c < DIAG_N_STATS; ++c) fprintf(out, "  %*s", width[c + 1], diag_stat_names[c]);
+  for (int c = 0; c < columns; ++c) fprintf(out, "  %*s", width[c + 1], diag_stat_names[c]);
   fputc('\n', out);
   for (int64_t row = 0; row < shown; ++row) {
     row_name(result, row, cell, sizeof cell);
     fprintf(out, "%-*s", width[0], cell);
-    for (int c = 0; c < DIAG_N_STATS; ++c) {
+    for (int c = 0; c < columns; ++c) {
       format_number(cell, sizeof cell, table_formats[c], result->stats[row * DIAG_N_STATS + c]);
       fprintf(out, "  %*s", width[c + 1], cell);
     }
@@ -615,16 +715,25 @@ static void print_table(const summary_result_t *result, const char *path, FILE *
     fprintf(out, "... %lld more; dsampler summary %s for all\n", (long long)(result->n_rows - shown), path);
 
   /* Over every row, also those not shown. NaN (too few draws or chains) warns of nothing. */
-  int64_t high_rhat = 0, low_ess = 0;
+  int64_t high_rhat = 0, high_nested = 0, low_ess = 0;
   for (int64_t row = 0; row < result->n_rows; ++row) {
     diag_stats_t stats;
     memcpy(&stats, result->stats + row * DIAG_N_STATS, sizeof stats);
     high_rhat += stats.r_hat > SUMMARY_RHAT_WARN;
+    high_nested += result->superchain_size > 0 && stats.r_hat_nested > SUMMARY_RHAT_WARN;
     low_ess += stats.ess_bulk < SUMMARY_ESS_WARN || stats.ess_tail < SUMMARY_ESS_WARN;
   }
   if (high_rhat)
     fprintf(out, "warning: r_hat > %.2f for %lld of %lld parameters: the chains disagree; do not trust them yet\n",
             SUMMARY_RHAT_WARN, (long long)high_rhat, (long long)result->n_rows);
+  if (high_nested)
+    fprintf(out, "warning: r_hat_nested > %.2f for %lld of %lld parameters: the superchains disagree (their starts "
+                 "are not yet forgotten)\n",
+            SUMMARY_RHAT_WARN, (long long)high_nested, (long long)result->n_rows);
+  if (result->file_chains_per_start > 0)
+    fprintf(out, "note: no r_hat_nested: the run started %lld chains per start, but the posterior's %lld chains are "
+                 "not whole superchains (--superchain-size K chooses others)\n",
+            (long long)result->file_chains_per_start, (long long)result->chains);
   if (low_ess)
     fprintf(out, "warning: ess_bulk or ess_tail < %.0f for %lld of %lld parameters: too few effective draws\n",
             SUMMARY_ESS_WARN, (long long)low_ess, (long long)result->n_rows);
@@ -636,14 +745,15 @@ static void print_table(const summary_result_t *result, const char *path, FILE *
 }
 
 static int write_csv(const summary_result_t *result, FILE *csv) {
+  const int columns = summary_columns(result);
   fprintf(csv, "variable");
-  for (int c = 0; c < DIAG_N_STATS; ++c) fprintf(csv, ",%s", diag_stat_names[c]);
+  for (int c = 0; c < columns; ++c) fprintf(csv, ",%s", diag_stat_names[c]);
   fputc('\n', csv);
   char cell[64];
   for (int64_t row = 0; row < result->n_rows; ++row) {
     row_name(result, row, cell, sizeof cell);
     fprintf(csv, "%s", cell);
-    for (int c = 0; c < DIAG_N_STATS; ++c) {
+    for (int c = 0; c < columns; ++c) {
       format_number(cell, sizeof cell, "%.17g", result->stats[row * DIAG_N_STATS + c]);
       fprintf(csv, ",%s", cell);
     }
@@ -735,7 +845,7 @@ static int summary_run(comm_ctx_t *comm, const summary_options_t *options, FILE 
 }
 
 int summary_print_file(comm_ctx_t *comm, const char *path, FILE *out, int max_rows) {
-  summary_options_t options = {path, NULL, NULL, max_rows};
+  summary_options_t options = {path, NULL, NULL, max_rows, 0};
   return summary_run(comm, &options, out);
 }
 
@@ -744,22 +854,25 @@ static void print_usage(FILE *out) {
           "usage: dsampler summary FILE.h5 [options]\n\n"
           "Per parameter of the posterior: mean, sd, MCSE of the mean and of the sd, the 5%%, 50%%\n"
           "and 95%% quantiles, bulk and tail ESS and rank-normalised split R-hat, as ArviZ computes\n"
-          "them; and the number of divergent transitions. Runs on any number of MPI ranks.\n\n"
+          "them; and the number of divergent transitions. Runs on any number of MPI ranks.\n"
+          "When the chains form superchains (groups of chains from one start: hmc --chains-per-start),\n"
+          "also r_hat_nested, the nested R-hat of Margossian et al. (2024) over the superchains.\n\n"
           "options:\n"
-          "  %-20s %s\n  %-20s %s\n  %-20s %s\n  %-20s %s\n",
+          "  %-20s %s\n  %-20s %s\n  %-20s %s\n  %-20s %s\n  %-20s %s\n",
           "--csv FILE", "also write the table as CSV, full precision", "--var NAME",
           "only posterior variable NAME (default: all)", "--max-rows N", "print at most N rows (default: all)",
+          "--superchain-size K", "chains cK..cK+K-1 form a superchain (default: the run's --chains-per-start)",
           "--help", "this text");
 }
 
 int summary_main(comm_ctx_t *comm, int argc, char **argv) {
-  summary_options_t options = {NULL, NULL, NULL, 0};
+  summary_options_t options = {NULL, NULL, NULL, 0, 0};
   for (int i = 2; i < argc; ++i) {
     const char *arg = argv[i];
-    const char *names[3] = {"--csv", "--var", "--max-rows"};
+    const char *names[4] = {"--csv", "--var", "--max-rows", "--superchain-size"};
     int which = -1;
     const char *value = NULL;
-    for (int k = 0; k < 3; ++k) {
+    for (int k = 0; k < 4; ++k) {
       size_t len = strlen(names[k]);
       if (strncmp(arg, names[k], len) == 0 && (arg[len] == '\0' || arg[len] == '=')) {
         which = k;
@@ -782,6 +895,13 @@ int summary_main(comm_ctx_t *comm, int argc, char **argv) {
       if (!*value || *end || rows < 0 || rows > INT32_MAX)
         return ds_fail(DS_ERR_INPUT, "summary: --max-rows %s: expected a whole number >= 0", value);
       options.max_rows = (int)rows;
+    } else if (which == 3) {
+      char *end = NULL;
+      errno = 0;
+      long long size = strtoll(value, &end, 10);
+      if (!*value || *end || errno != 0 || size < 1)
+        return ds_fail(DS_ERR_INPUT, "summary: --superchain-size %s: expected a whole number >= 1", value);
+      options.superchain_size = size;
     } else if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
       if (comm->rank == 0) print_usage(stdout);
       return DS_OK;
