@@ -32,7 +32,7 @@
  * step, energy (float32), n_steps (int32), diverging (int8). */
 #define HMC_STATS_BYTES_PER_DRAW 21
 
-enum { HMC_N_STATS = 6, HMC_MAX_STATE = 12 };
+enum { HMC_N_STATS = 6, HMC_MAX_STATE = 12, HMC_FROZEN_NAMED = 8 };
 static const h5out_var_t hmc_stats_vars[HMC_N_STATS] = {
     {"lp", H5OUT_FLOAT32, 0},       {"acceptance_rate", H5OUT_FLOAT32, 0}, {"step_size", H5OUT_FLOAT32, 0},
     {"diverging", H5OUT_BOOL, 0},   {"energy", H5OUT_FLOAT32, 0},          {"n_steps", H5OUT_INT32, 0}};
@@ -49,6 +49,8 @@ typedef struct hmc_chains {
   ckpt_global_t globals[4];
   int n_globals;
   double totals[3];                   /* divergent transitions in warmup, in sampling; draws in the moments */
+  int64_t frozen;                     /* chains that never moved over their kept draws (all ranks) */
+  int64_t frozen_ids[HMC_FROZEN_NAMED]; /* the first of them, -1 past the count */
 } hmc_chains_t;
 
 /* One phase's output (warmup or sampling): its groups and a block of kept draws. */
@@ -394,6 +396,37 @@ static int output_open(run_ctx_t *run, hmc_output_t *output, int64_t output_chai
 
 /* The group `moments`: each chain's mean and variance (ddof 1) over its kept draws, and the
  * mean and variance over all chains and draws, pooled exactly. Collective. */
+/* Chains whose kept draws never changed (every coordinate's m2 exactly 0): a chain that never
+ * accepted a move. Counted over all ranks, the first few named. Collective. */
+static int find_frozen_chains(run_ctx_t *run, hmc_chains_t *chains, const float *m2, int64_t rows, int64_t dim) {
+  int64_t local[1 + HMC_FROZEN_NAMED];
+  local[0] = 0;
+  for (int i = 0; i < HMC_FROZEN_NAMED; ++i) local[1 + i] = -1;
+  for (int64_t c = 0; c < rows; ++c) {
+    int64_t k = 0;
+    while (k < dim && m2[c * dim + k] == 0.0f) ++k;
+    if (k < dim) continue;
+    if (local[0] < HMC_FROZEN_NAMED) local[1 + local[0]] = run->item_begin + c;
+    local[0]++;
+  }
+  int64_t *all = malloc((size_t)run->comm->size * sizeof local);
+  int status = comm_agree(run->comm, all ? DS_OK : DS_FAIL_ALLOC("frozen chains", sizeof local));
+  if (status == DS_OK)
+    MPI_CHECK(MPI_Allgather(local, 1 + HMC_FROZEN_NAMED, MPI_INT64_T, all, 1 + HMC_FROZEN_NAMED, MPI_INT64_T,
+                            run->comm->world));
+  chains->frozen = 0;
+  for (int i = 0; i < HMC_FROZEN_NAMED; ++i) chains->frozen_ids[i] = -1;
+  int named = 0;
+  for (int r = 0; status == DS_OK && r < run->comm->size; ++r) {
+    const int64_t *theirs = all + r * (1 + HMC_FROZEN_NAMED);
+    chains->frozen += theirs[0];
+    for (int i = 0; i < HMC_FROZEN_NAMED && theirs[1 + i] >= 0 && named < HMC_FROZEN_NAMED; ++i)
+      chains->frozen_ids[named++] = theirs[1 + i];
+  }
+  free(all);
+  return status;
+}
+
 static int output_moments(run_ctx_t *run, hmc_output_t *output, hmc_chains_t *chains, int64_t rows) {
   const int64_t dim = run->target->dim, n = (int64_t)chains->totals[2];
   if (n < 1) return DS_OK;
@@ -405,6 +438,7 @@ static int output_moments(run_ctx_t *run, hmc_output_t *output, hmc_chains_t *ch
   int status = pooled ? DS_OK : DS_FAIL_ALLOC("the moments", (size_t)(4 * dim) * sizeof(double));
   if (status == DS_OK) status = b->download(b, chain_mean, chains->moment_mean, (size_t)(rows * dim) * sizeof(float));
   if (status == DS_OK) status = b->download(b, chain_var, chains->moment_m2, (size_t)(rows * dim) * sizeof(float));
+  if (status == DS_OK && n > 1) status = find_frozen_chains(run, chains, chain_var, rows, dim);
   for (size_t e = 0; status == DS_OK && e < (size_t)(rows * dim); ++e)
     chain_var[e] = n > 1 ? (float)((double)chain_var[e] / (double)(n - 1)) : NAN;
   status = comm_agree(run->comm, status);
@@ -545,6 +579,14 @@ static void report_end(run_ctx_t *run, hmc_chains_t *chains, int64_t output_chai
            "draws; %.0f divergent transitions in warmup)", (long long)kept, (long long)output_chains, cfg->out,
            (long long)config_items(cfg), chains->totals[1], chains->totals[0]);
   progress_finish(&run->progress, what);
+  if (chains->frozen > 0 && run->comm->rank == 0 && !cfg->quiet) {
+    char ids[256] = "";
+    size_t used = 0;
+    for (int i = 0; i < HMC_FROZEN_NAMED && chains->frozen_ids[i] >= 0 && used < sizeof ids; ++i)
+      used += (size_t)snprintf(ids + used, sizeof ids - used, "%s%lld", i ? ", " : "", (long long)chains->frozen_ids[i]);
+    printf("warning: %lld chain%s never moved over the kept draws (stuck: %s%s); their draws are one point\n",
+           (long long)chains->frozen, chains->frozen == 1 ? "" : "s", ids, chains->frozen > HMC_FROZEN_NAMED ? ", ..." : "");
+  }
 }
 
 static int print_summary(run_ctx_t *run, int64_t output_chains) {

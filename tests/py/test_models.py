@@ -139,6 +139,28 @@ def check_starts_far_out():
                                        f"{q10:.3g} / {q50:.3g} / {q90:.3g} (posterior ~ {models.regression_logp(models.regression_reference()[0])[0]:.3g})")
 
 
+def check_frozen_report():
+    """A run that leaves chains stuck (the far-out regression with a fixed step, no warmup) names
+    them: the closing warning's count and ids are those of the chains whose draws never change."""
+    out = t.path("frozen.h5")
+    if os.path.exists(out):
+        os.remove(out)
+    _, stdout, _ = t.run(RANKS, "hmc", "--target", f"plugin:{os.path.join(PLUGIN_DIR, 'model_regression.so')}",
+                         "--chains", CHAINS, "--seed", SEED, "--backend", "cpu", "--out", out, "--adapt", "none",
+                         "--warmup", 0, "--step-size", 1e-3, "--draws", 50)
+    draws = t.read(out, "posterior/x")
+    frozen = [c for c in range(draws.shape[0]) if np.all(draws[c] == draws[c, 0])]
+    line = [x for x in stdout.splitlines() if "never moved" in x]
+    named = []
+    if line:
+        inside = line[0].split("(stuck: ")[1].split(")")[0]
+        named = [int(x) for x in inside.replace(", ...", "").split(", ")]
+    t.check(len(frozen) > 0, f"frozen report: the fixed-step run leaves chains stuck ({frozen})")
+    t.check(bool(line) and line[0].startswith(f"warning: {len(frozen)} chain"),
+            f"frozen report: the warning counts {len(frozen)} stuck chains ({line[:1]})")
+    t.check(named == frozen[:8], f"frozen report: it names {named}, the stuck chains are {frozen[:8]}")
+
+
 def main():
     # argv: the models to sample (default all); the densities of all are checked every time.
     chosen = sys.argv[1:] or list(models.MODELS)
@@ -147,6 +169,7 @@ def main():
         check_density(name)
     for name in chosen:
         check_sampling(name)
+    check_frozen_report()
     t.finish("models " + " ".join(chosen))
 
 
