@@ -11,6 +11,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "h5util.h"
 #include "status.h"
 
 #define H5OUT_MAX_GROUPS 8
@@ -39,6 +40,13 @@ struct h5out {
 int h5_fail(const char *file, int line, const char *call) {
   /* HDF5 prints its own error stack to stderr; this records which call failed. */
   return ds_fail_at(DS_ERR_IO, file, line, call, "HDF5 call failed");
+}
+
+/* A failed step of writing the output, in one line naming the file (and HDF5's reason). */
+static int output_fail(const h5out_t *f, const char *step) {
+  char what[4200];
+  snprintf(what, sizeof what, "--out %s: %s failed", f->path, step);
+  return h5util_fail(DS_ERR_IO, what);
 }
 
 static int write_string_attr(hid_t object, const char *key, const char *value) {
@@ -135,7 +143,7 @@ static int write_index_range(h5out_t *f, hid_t dataset, int64_t offset, int64_t 
     }
   }
   if (status == DS_OK && H5Dwrite(dataset, H5T_NATIVE_INT64, mem_space, file_space, f->xfer, values) < 0)
-    status = h5_fail(__FILE__, __LINE__, "H5Dwrite(coordinate)");
+    status = output_fail(f, "writing a coordinate");
   if (mem_space >= 0) H5Sclose(mem_space);
   if (file_space >= 0) H5Sclose(file_space);
   free(values);
@@ -276,10 +284,11 @@ int h5out_write_block(h5out_t *f, int group_id, int64_t total_draws, int64_t cha
     int status = DS_OK;
     for (int v = 0; v < g->n_vars && status == DS_OK; ++v) {
       hsize_t dims[3] = {(hsize_t)g->n_chains, (hsize_t)total_draws, (hsize_t)g->dim};
-      if (H5Dset_extent(g->datasets[v], dims) < 0) status = h5_fail(__FILE__, __LINE__, "H5Dset_extent");
+      if (H5Dset_extent(g->datasets[v], dims) < 0) status = output_fail(f, "growing the draws (H5Dset_extent)");
     }
     hsize_t draws = (hsize_t)total_draws;
-    if (status == DS_OK && H5Dset_extent(g->draw_scale, &draws) < 0) status = h5_fail(__FILE__, __LINE__, "H5Dset_extent");
+    if (status == DS_OK && H5Dset_extent(g->draw_scale, &draws) < 0)
+      status = output_fail(f, "growing the draw coordinate (H5Dset_extent)");
     DS_TRY(h5out_agree(f, status));
     DS_TRY(h5out_agree(f, write_index_range(f, g->draw_scale, g->n_draws, total_draws - g->n_draws)));
     g->n_draws = total_draws;
@@ -294,7 +303,7 @@ int h5out_write_block(h5out_t *f, int group_id, int64_t total_draws, int64_t cha
     /* Every rank calls the collective write, or (after a failure anywhere) none does. */
     if (status == DS_OK && H5Dwrite(g->datasets[v], memory_type(f, g->vars[v].dtype), mem_space, file_space, f->xfer,
                                     buffer) < 0)
-      status = h5_fail(__FILE__, __LINE__, "H5Dwrite");
+      status = output_fail(f, "writing draws (H5Dwrite)");
     if (mem_space >= 0) H5Sclose(mem_space);
     if (file_space >= 0) H5Sclose(file_space);
     DS_TRY(h5out_agree(f, status));
@@ -429,9 +438,14 @@ int h5out_open_group(h5out_t *f, const char *name, int64_t n_chains, int64_t dim
 }
 
 int h5out_flush(h5out_t *f) {
-  H5_CHECK(H5Fflush(f->file, H5F_SCOPE_GLOBAL));
+  if (H5Fflush(f->file, H5F_SCOPE_GLOBAL) < 0) return output_fail(f, "flushing (H5Fflush)");
   return DS_OK;
 }
+
+/* Output files left open after a failure (see h5out_close_as). */
+static int unclosed_files = 0;
+
+int h5out_unclosed(void) { return unclosed_files; }
 
 int h5out_close(h5out_t *f) { return h5out_close_as(f, 0); }
 
@@ -450,12 +464,16 @@ int h5out_close_as(h5out_t *f, int failed) {
   /* After a failure agreed by every rank, no flush: HDF5's collective state may differ between
    * ranks (a write that failed on one), and what was flushed before stays valid. */
   if (!failed && f->file >= 0 && H5Fflush(f->file, H5F_SCOPE_GLOBAL) < 0)
-    status = h5_fail(__FILE__, __LINE__, "H5Fflush");
+    status = output_fail(f, "flushing (H5Fflush)");
   if (f->bool_type >= 0) H5Tclose(f->bool_type);
   if (f->xfer >= 0) H5Pclose(f->xfer);
-  if (f->file >= 0 && H5Fclose(f->file) < 0 && status == DS_OK)
-    status = ds_fail(DS_ERR_IO, "--out %s: closing the file failed", f->path);
-  MPI_Comm_free(&f->comm);
+  int closed = f->file < 0 || (!failed && H5Fclose(f->file) >= 0);
+  if (!closed && status == DS_OK) status = ds_fail(DS_ERR_IO, "--out %s: closing the file failed", f->path);
+  /* After a failed write HDF5 cannot close the file cleanly, and its own clean-up in
+   * MPI_Finalize would crash on it: it stays open, and the program ends without that
+   * (h5out_unclosed). */
+  if (closed) MPI_Comm_free(&f->comm);
+  else unclosed_files++;
   free(f);
   return status;
 }
@@ -495,7 +513,7 @@ static int write_summary_dataset(h5out_t *f, hid_t group, const char *name, int 
   if (status == DS_OK &&
       H5Dwrite(dataset, single ? H5T_NATIVE_FLOAT : H5T_NATIVE_DOUBLE, mem_space, file_space, f->xfer,
                rows > 0 ? data : placeholder) < 0)
-    status = h5_fail(__FILE__, __LINE__, "H5Dwrite(summary)");
+    status = output_fail(f, "writing the moments (H5Dwrite)");
   if (mem_space >= 0) H5Sclose(mem_space);
   if (file_space >= 0) H5Sclose(file_space);
   H5Dclose(dataset);

@@ -11,6 +11,7 @@
 #include "config.h"
 #include "h5util.h"
 #include "run.h"
+#include "h5out.h"
 #include "status.h"
 #include "summary.h"
 #include "targets_builtin.h"
@@ -41,8 +42,9 @@ static int finish(comm_ctx_t *comm, int status) {
     fprintf(stderr, "dsampler: error: %s\n", ds_error_message());
     fflush(stderr);
   }
-  /* After an MPI failure the ranks may not meet in MPI_Finalize: end them all. */
-  if (status == DS_ERR_MPI) {
+  /* After an MPI failure the ranks may not meet in MPI_Finalize, and after a failed write of the
+   * output HDF5's clean-up in MPI_Finalize would crash on the file: end them all. */
+  if (status == DS_ERR_MPI || h5out_unclosed()) {
     if (comm->rank != 0) fprintf(stderr, "dsampler: error: rank %d on %s: %s\n", comm->rank, comm->host, ds_error_message());
     comm_abort(comm, 1);
   }
