@@ -12,7 +12,7 @@
 
 /* Scalars in the checkpoint's "adapt_scalars" global. */
 enum { SC_DA_COUNTER = 0, SC_WINDOW_COUNTER, SC_WINDOW_SIZE, SC_NEXT_WINDOW, SC_WINDOW_SAMPLES, SC_SEARCHES,
-       SC_POOLED_DA, SC_COUNT = SC_POOLED_DA + DUAL_FIELDS };
+       SC_TAIL_SAMPLES, SC_POOLED_DA, SC_COUNT = SC_POOLED_DA + DUAL_FIELDS };
 enum { ADAPT_MAX_ARRAYS = 3 };
 
 struct adapt {
@@ -87,7 +87,9 @@ int adapt_create(adapt_t **out, comm_ctx_t *comm, backend_t *backend, const adap
     for (int64_t r = 0; status == DS_OK && r < rows; ++r) dual_restart(host + r * DUAL_FIELDS, settings->initial_step);
     if (status == DS_OK) status = backend->upload(backend, a->dual, host, a->arrays[0].bytes);
   }
-  if (status == DS_OK && a->s.diag_metric) {
+  /* The window's moments serve the metric's windows and, after the last, the tail of warmup,
+   * where they show which chains never move (adapt_tail_m2). */
+  if (status == DS_OK) {
     status = add_array(a, "adapt_window_mean", CKPT_FLOAT32, dim, (void **)&a->window_mean);
     if (status == DS_OK) status = add_array(a, "adapt_window_m2", CKPT_FLOAT32, dim, (void **)&a->window_m2);
     if (status == DS_OK) status = backend->fill(backend, a->window_mean, 0.0f, rows * dim);
@@ -133,13 +135,28 @@ static void next_window(adapt_t *a) {
   a->scalars[SC_NEXT_WINDOW] = (double)next;
 }
 
+/* The tail of warmup: its last term_buffer iterations (all of a short warmup's), after the
+ * last window. */
+static int in_tail(const adapt_t *a, int64_t iteration) { return iteration >= a->s.warmup - a->term_buffer; }
+
 void adapt_before_iteration(adapt_t *a, hmc_batch_t *batch) {
   batch->moment_mean = batch->moment_m2 = NULL;
   batch->moment_count = 0;
-  if (!a || !a->s.diag_metric || !in_window(a, (int64_t)a->scalars[SC_WINDOW_COUNTER])) return;
+  if (!a) return;
+  if (in_tail(a, (int64_t)batch->iteration)) {
+    batch->moment_count = (int64_t)a->scalars[SC_TAIL_SAMPLES] + 1;
+  } else if (a->s.diag_metric && in_window(a, (int64_t)a->scalars[SC_WINDOW_COUNTER])) {
+    batch->moment_count = (int64_t)a->scalars[SC_WINDOW_SAMPLES] + 1;
+  } else {
+    return;
+  }
   batch->moment_mean = a->window_mean;
   batch->moment_m2 = a->window_m2;
-  batch->moment_count = (int64_t)a->scalars[SC_WINDOW_SAMPLES] + 1;
+}
+
+const float *adapt_tail_m2(const adapt_t *a, double *samples) {
+  *samples = a->scalars[SC_TAIL_SAMPLES];
+  return a->window_m2;
 }
 
 /* The pooled window: the mean over chains of each chain's own variance in the window. A chain
@@ -175,6 +192,7 @@ int adapt_after_iteration(adapt_t *a, int64_t iteration, const hmc_stats_t *stat
   const int64_t rows = a->s.rows, dim = a->s.dim;
   const int pooled = a->s.mode == ADAPT_POOLED;
 
+  if (in_tail(a, iteration)) a->scalars[SC_TAIL_SAMPLES] += 1.0;
   /* 1. The metric, in Stan's windows; a new metric restarts the step size's averaging. */
   int window_end = 0;
   if (a->s.diag_metric) {

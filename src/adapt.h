@@ -61,6 +61,10 @@ int64_t adapt_next_search(adapt_t *a);
  * [rows] on the backend; pooled: pooled_step, which is also written to step_nominal). */
 int adapt_restart_steps(adapt_t *a, float *step_nominal, float pooled_step);
 int adapt_pooled(const adapt_t *a);
+/* The chains' moments over the tail of warmup (its last iterations, after the last metric
+ * window), [rows, dim] on the backend, and how many samples they hold: m2 = 0 in every
+ * coordinate marks a chain that never moved there. */
+const float *adapt_tail_m2(const adapt_t *a, double *samples);
 /* Pooled: the step every chain uses now. */
 float adapt_pooled_step(const adapt_t *a);
 

@@ -48,6 +48,9 @@ static const option_spec_t option_table[] = {
     {"metric", STR(metric), FOR_HMC, "M", "diag (default: adapted in warmup) or unit"},
     {"jitter", NUM(OPT_DOUBLE, jitter), FOR_HMC, "J", "step size jitter: times 1 + J * U(-1, 1) (default 0.3)"},
     {"save-warmup", NUM(OPT_FLAG, save_warmup), FOR_HMC, NULL, "also write the warmup draws (warmup_* groups)"},
+    {"stuck", STR(stuck), FOR_HMC, "MODE",
+     "restart (default): chains that never moved in the last warmup iterations start sampling from a random "
+     "healthy chain's state; keep: leave them"},
     {"thin", NUM(OPT_INT, thin), FOR_HMC, "K", "keep every K-th draw: sampling iterations 0, K, 2K, ... (default 1)"},
     {"output-chains", NUM(OPT_INT, output_chains), FOR_HMC, "M",
      "write draws of chains 0..M-1 only (default: all); moments cover every chain"},
@@ -97,6 +100,7 @@ static void config_defaults(config_t *cfg, algorithm_t algorithm) {
   strcpy(cfg->comm, "auto");
   cfg->keep = 2;
   cfg->thin = 1;
+  strcpy(cfg->stuck, "restart");
 }
 
 algorithm_t config_algorithm_from_name(const char *name) {
@@ -265,6 +269,8 @@ static int config_validate(config_t *cfg) {
     return ds_fail(DS_ERR_INPUT, "--adapt: expected per-chain, pooled or none, got '%s'", cfg->adapt);
   if (hmc && strcmp(cfg->metric, "diag") != 0 && strcmp(cfg->metric, "unit") != 0)
     return ds_fail(DS_ERR_INPUT, "--metric: expected diag or unit, got '%s'", cfg->metric);
+  if (hmc && strcmp(cfg->stuck, "restart") != 0 && strcmp(cfg->stuck, "keep") != 0)
+    return ds_fail(DS_ERR_INPUT, "--stuck: expected restart or keep, got '%s'", cfg->stuck);
   if (hmc && cfg->thin < 1)
     return ds_fail(DS_ERR_INPUT, "--thin: expected a positive integer, got %lld", (long long)cfg->thin);
   if (hmc && (cfg->output_chains < 0 || cfg->output_chains > cfg->chains))

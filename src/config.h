@@ -28,6 +28,7 @@ typedef struct config {
   char metric[16];     /* HMC: diag | unit */
   double jitter;       /* HMC: step size scaled by 1 + jitter * U(-1, 1) each iteration */
   int save_warmup;     /* HMC: write warmup_posterior and warmup_sample_stats */
+  char stuck[16];      /* HMC: restart | keep: chains that never moved in the tail of warmup */
   int64_t thin;        /* HMC: keep sampling iterations 0, thin, 2 thin, ... (default 1) */
   int64_t output_chains; /* HMC: draws written for global chains [0, output_chains); 0: all */
   double step_size;

@@ -15,6 +15,7 @@
 #include <sys/statvfs.h>
 
 #include "adapt.h"
+#include "rng.h"
 #include "draw_writer.h"
 #include "exactsum.h"
 #include "moments.h"
@@ -225,6 +226,147 @@ static int search_initial_steps(run_ctx_t *run, hmc_chains_t *chains, adapt_t *a
     pooled_step = ldexpf(pooled_start, bin - STEP_SEARCH_LIMIT);
   }
   return comm_agree(run->comm, adapt_restart_steps(adapt, chains->step_nominal, pooled_step));
+}
+
+/* Chains that never moved over the tail of warmup (adapt_tail_m2) start sampling from the state
+ * of a healthy chain drawn for each, keyed by the seed and the stuck chain's id (so any rank
+ * count draws the same), with all it carries: position, gradient, step size, metric and
+ * adaptation state. Rows travel between ranks with one MPI_Alltoallv. Collective. */
+static int restart_stuck_chains(run_ctx_t *run, hmc_chains_t *chains, adapt_t *adapt) {
+  comm_ctx_t *comm = run->comm;
+  backend_t *b = run->backend;
+  const int64_t rows = chains->batch.n_chains, dim = run->target->dim, total = config_items(run->cfg);
+  double samples = 0;
+  const float *tail_m2 = adapt_tail_m2(adapt, &samples);
+  if (samples < 2) return DS_OK;
+  const int size = comm->size;
+  size_t row_bytes = 0;
+  for (int i = 0; i < chains->n_state; ++i)
+    row_bytes += (size_t)chains->state[i].array.width * (chains->state[i].array.dtype == CKPT_FLOAT64 ? 8 : 4);
+  float *m2 = malloc((size_t)(max64(rows, 1) * dim) * sizeof *m2);
+  uint8_t *stuck = malloc((size_t)total), *mine = malloc((size_t)max64(rows, 1));
+  int64_t *healthy = malloc((size_t)total * sizeof *healthy), *begins = malloc((size_t)(size + 1) * sizeof *begins);
+  int *counts = malloc((size_t)size * 4 * sizeof(int));
+  int status = m2 && stuck && mine && healthy && begins && counts ? DS_OK : DS_FAIL_ALLOC("stuck chains", (size_t)total * 9);
+  if (status == DS_OK) status = b->download(b, m2, tail_m2, (size_t)(rows * dim) * sizeof(float));
+  for (int64_t c = 0; status == DS_OK && c < rows; ++c) {
+    int64_t k = 0;
+    while (k < dim && m2[c * dim + k] == 0.0f) ++k;
+    mine[c] = k == dim;
+  }
+  status = comm_agree(comm, status);
+  int *displs = counts + size, *send_counts = counts + 2 * size, *recv_counts = counts + 3 * size;
+  for (int r = 0; status == DS_OK && r <= size; ++r) {
+    int64_t begin, end;
+    comm_partition(total, size, r < size ? r : size - 1, &begin, &end);
+    begins[r] = r < size ? begin : total;
+    if (r < size) {
+      counts[r] = (int)(end - begin);
+      displs[r] = (int)begin;
+    }
+  }
+  if (status == DS_OK)
+    MPI_CHECK(MPI_Allgatherv(mine, (int)rows, MPI_UINT8_T, stuck, counts, displs, MPI_UINT8_T, comm->world));
+  int64_t n_stuck = 0, n_healthy = 0;
+  for (int64_t c = 0; status == DS_OK && c < total; ++c) {
+    if (stuck[c]) n_stuck++;
+    else healthy[n_healthy++] = c;
+  }
+  uint8_t *send = NULL, *recv = NULL;
+  /* The donor of stuck chain c, and the rank that owns a chain. */
+#define DONOR_OF(c) healthy[min64(n_healthy - 1, (int64_t)((double)rng_uniform(rng_block(run->cfg->seed, (uint64_t)(c), \
+                                  RNG_ITERATION_RESTART, 0).v[0]) * (double)n_healthy))]
+  if (status == DS_OK && n_stuck > 0 && n_healthy > 0) {
+    int64_t sends = 0, recvs = 0;
+    for (int r = 0; r < size; ++r) send_counts[r] = recv_counts[r] = 0;
+    int owner = 0;
+    for (int64_t c = 0; c < total; ++c) {
+      if (!stuck[c]) continue;
+      const int64_t donor = DONOR_OF(c);
+      while (c >= begins[owner + 1]) ++owner;
+      int donor_rank = 0;
+      while (donor >= begins[donor_rank + 1]) ++donor_rank;
+      if (donor_rank == comm->rank) send_counts[owner]++, sends++;
+      if (owner == comm->rank) recv_counts[donor_rank]++, recvs++;
+    }
+    send = malloc((size_t)max64(sends, 1) * row_bytes);
+    recv = malloc((size_t)max64(recvs, 1) * row_bytes);
+    status = comm_agree(comm, send && recv ? DS_OK : DS_FAIL_ALLOC("stuck chains' rows", (size_t)(sends + recvs) * row_bytes));
+    if (status == DS_OK) status = comm_agree(comm, chains_sync(chains, b, rows, 1));
+    if (status == DS_OK) {
+      /* Pack by destination rank, each in increasing stuck chain id; the receiver reads its
+       * rows back in the same order. */
+      int *send_bytes = malloc((size_t)size * 4 * sizeof(int));
+      int *send_displs = send_bytes + size, *recv_bytes = send_bytes + 2 * size, *recv_displs = send_bytes + 3 * size;
+      status = comm_agree(comm, send_bytes ? DS_OK : DS_FAIL_ALLOC("stuck chains' counts", (size_t)size * 16));
+      int64_t offset = 0, in_offset = 0;
+      for (int r = 0; status == DS_OK && r < size; ++r) {
+        send_bytes[r] = (int)((size_t)send_counts[r] * row_bytes);
+        send_displs[r] = (int)offset;
+        recv_bytes[r] = (int)((size_t)recv_counts[r] * row_bytes);
+        recv_displs[r] = (int)in_offset;
+        offset += send_bytes[r];
+        in_offset += recv_bytes[r];
+      }
+      int64_t *cursor = calloc((size_t)size, sizeof *cursor);
+      for (int destination = 0; status == DS_OK && cursor && destination < size; ++destination) {
+        uint8_t *at = send + send_displs[destination];
+        for (int64_t c = begins[destination]; c < begins[destination + 1]; ++c) {
+          if (!stuck[c]) continue;
+          const int64_t donor = DONOR_OF(c);
+          if (donor < run->item_begin || donor >= run->item_end) continue;
+          for (int i = 0; i < chains->n_state; ++i) {
+            const ckpt_array_t *a = &chains->state[i].array;
+            const size_t bytes = (size_t)a->width * (a->dtype == CKPT_FLOAT64 ? 8 : 4);
+            memcpy(at, (const uint8_t *)a->local + (size_t)(donor - run->item_begin) * bytes, bytes);
+            at += bytes;
+          }
+        }
+      }
+      if (status == DS_OK)
+        MPI_CHECK(MPI_Alltoallv(send, send_bytes, send_displs, MPI_BYTE, recv, recv_bytes, recv_displs, MPI_BYTE,
+                                comm->world));
+      for (int64_t c = run->item_begin; status == DS_OK && cursor && c < run->item_end; ++c) {
+        if (!stuck[c]) continue;
+        int donor_rank = 0;
+        const int64_t donor = DONOR_OF(c);
+        while (donor >= begins[donor_rank + 1]) ++donor_rank;
+        const uint8_t *at = recv + recv_displs[donor_rank] + (size_t)cursor[donor_rank]++ * row_bytes;
+        for (int i = 0; i < chains->n_state; ++i) {
+          const ckpt_array_t *a = &chains->state[i].array;
+          const size_t bytes = (size_t)a->width * (a->dtype == CKPT_FLOAT64 ? 8 : 4);
+          memcpy((uint8_t *)a->local + (size_t)(c - run->item_begin) * bytes, at, bytes);
+          at += bytes;
+        }
+      }
+      if (status == DS_OK && !cursor) status = DS_FAIL_ALLOC("stuck chains' cursors", (size_t)size * 8);
+      free(cursor);
+      free(send_bytes);
+      status = comm_agree(comm, status);
+    }
+    if (status == DS_OK) status = comm_agree(comm, chains_sync(chains, b, rows, 0));
+    if (status == DS_OK && comm->rank == 0 && !run->cfg->quiet) {
+      char ids[160] = "";
+      size_t used = 0;
+      int named = 0;
+      for (int64_t c = 0; c < total && named < 8 && used < sizeof ids; ++c)
+        if (stuck[c]) used += (size_t)snprintf(ids + used, sizeof ids - used, "%s%lld", named++ ? ", " : "", (long long)c);
+      if (run->progress.printed_inline) fprintf(stderr, "\n");
+      fprintf(stderr, "dsampler: %lld chain%s never moved in the last warmup iterations (%s%s): restarted from "
+                      "healthy chains' states (--stuck keep leaves them)\n",
+              (long long)n_stuck, n_stuck == 1 ? "" : "s", ids, n_stuck > 8 ? ", ..." : "");
+    }
+  }
+#undef DONOR_OF
+  free(send);
+  free(recv);
+  free(m2);
+  free(stuck);
+  free(mine);
+  free(healthy);
+  free(begins);
+  free(counts);
+  return status;
 }
 
 /* ---- The output ------------------------------------------------------------------------ */
@@ -552,6 +694,7 @@ static int iterate(run_ctx_t *run, hmc_chains_t *chains, adapt_t *adapt, hmc_out
       DS_TRY(comm_agree(run->comm, adapt_after_iteration(adapt, it, &stats, batch, chains->step_nominal,
                                                          chains->inv_metric, &metric_changed)));
       if (metric_changed) DS_TRY(search_initial_steps(run, chains, adapt));
+      if (it + 1 == cfg->warmup && strcmp(cfg->stuck, "restart") == 0) DS_TRY(restart_stuck_chains(run, chains, adapt));
     }
     report_progress(run, chains, &stats, in_warmup, it + 1);
 

@@ -19,6 +19,8 @@
 
 /* The iteration number reserved for drawing initial positions. */
 #define RNG_ITERATION_INIT 0xFFFFFFFFu
+/* The iteration number reserved for choosing the healthy chain a stuck chain restarts from. */
+#define RNG_ITERATION_RESTART 0xFFFFFFFEu
 
 typedef struct { uint32_t v[4]; } rng_words_t;
 

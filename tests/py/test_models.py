@@ -161,6 +161,39 @@ def check_frozen_report():
     t.check(named == frozen[:8], f"frozen report: it names {named}, the stuck chains are {frozen[:8]}")
 
 
+def check_stuck_restart():
+    """A short warmup on the far-out regression leaves chains that never move at its end: they
+    are named and restarted from healthy chains' states (positions no longer their stuck ones),
+    and the run is bitwise the same on 1 and 3 ranks."""
+    outs = {}
+    for ranks in (1, 3):
+        out = t.path(f"stuck_np{ranks}.h5")
+        if os.path.exists(out):
+            os.remove(out)
+        _, stdout, stderr = t.run(ranks, "hmc", "--target", f"plugin:{os.path.join(PLUGIN_DIR, 'model_regression.so')}",
+                                  "--chains", CHAINS, "--seed", SEED, "--backend", "cpu", "--out", out, "--warmup", 30,
+                                  "--draws", 20, "--save-warmup")
+        outs[ranks] = (out, stderr)
+    out, stderr = outs[1]
+    line = [x for x in stderr.splitlines() if "never moved in the last warmup" in x]
+    t.check(len(line) == 1, f"stuck restart: one line names the stuck chains ({line})")
+    if not line:
+        return
+    count = int(line[0].split("dsampler: ")[1].split(" chain")[0])
+    named = [int(x) for x in line[0].split("(")[1].split(")")[0].replace(", ...", "").split(", ")]
+    warm = t.read(out, "warmup_posterior/x")
+    draws = t.read(out, "posterior/x")
+    # Warmup 30: Stan's short-warmup windows leave a tail of its last 3 iterations.
+    tail_frozen = [c for c in range(warm.shape[0]) if np.all(warm[c, -3:] == warm[c, -1])]
+    t.check(count == len(tail_frozen) and named == tail_frozen[:8],
+            f"stuck restart: {count} named {named}, chains frozen in the tail {tail_frozen}")
+    moved = [c for c in tail_frozen if not np.all(draws[c, 0] == warm[c, -1])]
+    t.check(moved == tail_frozen, f"stuck restart: every restarted chain starts sampling elsewhere ({moved})")
+    a, b = t.datasets(outs[1][0]), t.datasets(outs[3][0])
+    t.check(sorted(a) == sorted(b) and all(np.array_equal(a[k], b[k]) for k in a),
+            "stuck restart: 1 and 3 ranks bitwise equal")
+
+
 def main():
     # argv: the models to sample (default all); the densities of all are checked every time.
     chosen = sys.argv[1:] or list(models.MODELS)
@@ -170,6 +203,7 @@ def main():
     for name in chosen:
         check_sampling(name)
     check_frozen_report()
+    check_stuck_restart()
     t.finish("models " + " ".join(chosen))
 
 
