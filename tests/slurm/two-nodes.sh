@@ -24,7 +24,7 @@ NODES=(node1 node2) NET=10.200.0 CONF=$W/slurm.conf
 tag=tn$(( $(printf %s "$W" | cksum | cut -d' ' -f1) % 100000 ))   # e.g. tn4242: names for this DIR
 CPUS=${TWONODE_CPUS:-$(( $(nproc) > 2 ? $(nproc) : 2 ))}
 
-die() { echo "two-nodes: $*" >&2; exit "${2:-1}"; }
+die() { echo "two-nodes: $1" >&2; exit "${2:-1}"; }
 addr() { echo "$NET.${1#node}"; }                 # node1 -> 10.200.0.1
 netns() { echo "$tag-$1"; }                       # node1 -> tn4242-node1 (under /run/netns)
 veth() { echo "$tag-${1#node}"; }                 # node1 -> tn4242-1 (at most 15 characters)
