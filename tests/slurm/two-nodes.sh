@@ -6,7 +6,8 @@
 # the root namespace) serves both through its socket file. Needs root, iproute2, util-linux,
 # munge, slurmctld, slurmd and slurm-client.
 #
-#   two-nodes.sh up   DIR            set up (idempotent); exit 77 when namespaces cannot be made
+#   two-nodes.sh up   DIR            set up (idempotent); exit 77 when namespaces, the veth pair
+#                                    or the guard route cannot be made (an environment without them)
 #   two-nodes.sh run  DIR NODE CMD   run CMD inside NODE (node1 or node2) with SLURM_CONF set
 #   two-nodes.sh down DIR            cancel jobs, stop the daemons (by pid file), remove namespaces
 #
@@ -65,18 +66,22 @@ up() {
   #    over 127.0.0.1; with lo down the step hangs in the PMIx fence), and a UTS namespace kept
   #    by a bind mount on $W/ns/NODE.uts whose hostname is the node's name.
   for node in "${NODES[@]}"; do
-    [ -e "/run/netns/$(netns "$node")" ] || ip netns add "$(netns "$node")"
+    [ -e "/run/netns/$(netns "$node")" ] || ip netns add "$(netns "$node")" ||
+      die "cannot make network namespace $(netns "$node") (ip netns add)" 77
     ip -n "$(netns "$node")" link set lo up
     if ! mountpoint -q "$W/ns/$node.uts"; then
-      touch "$W/ns/$node.uts" && unshare --uts="$W/ns/$node.uts" hostname "$node"
+      touch "$W/ns/$node.uts" && unshare --uts="$W/ns/$node.uts" hostname "$node" ||
+        die "cannot keep a UTS namespace on $W/ns/$node.uts (unshare --uts=FILE)" 77
     fi
   done
   # 2. The wire: one veth pair with an end in each node. The guard route in the root namespace.
   if [ -z "$(ip route show "$NET.0/24")" ]; then
-    ip route add unreachable "$NET.0/24" && touch "$W/run/guard-route"
+    ip route add unreachable "$NET.0/24" || die "cannot add the guard route for $NET.0/24" 77
+    touch "$W/run/guard-route"
   fi
   ip -n "$(netns node1)" link show "$(veth node1)" >/dev/null 2>&1 ||
-    ip link add "$(veth node1)" netns "$(netns node1)" type veth peer name "$(veth node2)" netns "$(netns node2)"
+    ip link add "$(veth node1)" netns "$(netns node1)" type veth peer name "$(veth node2)" netns "$(netns node2)" ||
+    die "cannot make a veth pair between the nodes" 77
   for node in "${NODES[@]}"; do
     ip -n "$(netns "$node")" addr replace "$(addr "$node")/24" dev "$(veth "$node")"
     ip -n "$(netns "$node")" link set "$(veth "$node")" up
