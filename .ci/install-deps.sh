@@ -8,7 +8,7 @@ if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; fi
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends \
-  build-essential cmake pkg-config ca-certificates \
+  build-essential cmake pkg-config ca-certificates iproute2 \
   openmpi-bin libopenmpi-dev libhdf5-openmpi-dev hdf5-tools libinih-dev libfftw3-dev \
   python3 python3-venv python3-pip \
   slurmctld slurmd slurm-client munge >/dev/null
