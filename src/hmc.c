@@ -775,10 +775,16 @@ int hmc_run(run_ctx_t *run) {
   output.phase[0].enabled = cfg->save_warmup && cfg->warmup > 0;
   output.phase[1].enabled = 1;
 
-  int status = settings.mode != ADAPT_NONE ? adapt_create(&adapt, run->comm, b, &settings) : DS_OK;
+  /* The output's size against its file system first, before anything is allocated. */
+  const int64_t first_iteration = run->resume_path ? run->resume_meta->iteration : 0;
+  const int64_t phase_draws[2] = {kept_draws(cfg->warmup, cfg->thin), kept_draws(cfg->draws, cfg->thin)};
+  const int64_t warmup_left =
+      output.phase[0].enabled ? phase_draws[0] - kept_draws(min64(first_iteration, cfg->warmup), cfg->thin) : 0;
+  const int64_t draws_left = phase_draws[1] - (run->resume_path ? run->resume_meta->draws_written : 0);
+  int status = check_output_space(run, output_chains, draws_left, warmup_left);
+  if (status == DS_OK && settings.mode != ADAPT_NONE) status = adapt_create(&adapt, run->comm, b, &settings);
   if (status == DS_OK) status = chains_alloc(&chains, b, adapt, rows, dim);
   int64_t capacity[2] = {1, 1};
-  const int64_t phase_draws[2] = {kept_draws(cfg->warmup, cfg->thin), kept_draws(cfg->draws, cfg->thin)};
   for (int p = 0; p < 2 && status == DS_OK; ++p)
     if (output.phase[p].enabled) {
       status = block_capacity(run, output_chains, dim, phase_draws[p], &capacity[p]);
@@ -787,14 +793,8 @@ int hmc_run(run_ctx_t *run) {
   status = comm_agree(run->comm, status);
   if (status == DS_OK) status = comm_agree(run->comm, run_check_checkpoint_dir(run));
 
-  const int64_t first_iteration = run->resume_path ? run->resume_meta->iteration : 0;
   if (status == DS_OK) status = run->resume_path ? resume_state(run, &chains, rows) : fresh_state(run, &chains, rows, dim);
   if (status == DS_OK && !run->resume_path && adapt) status = search_initial_steps(run, &chains, adapt);
-  if (status == DS_OK) {
-    const int64_t warmup_left = output.phase[0].enabled ? phase_draws[0] - kept_draws(min64(first_iteration, cfg->warmup), cfg->thin) : 0;
-    const int64_t draws_left = phase_draws[1] - (run->resume_path ? run->resume_meta->draws_written : 0);
-    status = check_output_space(run, output_chains, draws_left, warmup_left);
-  }
   if (status == DS_OK) status = output_open(run, &output, output_chains);
 
   progress_init(&run->progress, run->comm->rank == 0 && !cfg->quiet, total_iterations);

@@ -2,7 +2,9 @@
 write exactly the slices [:M, ::K] of the full run's draws and statistics; the group `moments`
 equals float64 numpy over the kept draws of every chain; a run extended by `resume --draws`
 equals one that ran that long from the start (moments included)."""
+import os
 import shutil
+import time
 
 import numpy as np
 
@@ -69,6 +71,20 @@ def main():
         # Printed to 4 decimals; float32 moments: tol 1e-4 + |ref| 1e-5.
         err = np.max(np.abs(got - r_hat) - (1e-4 + np.abs(r_hat) * 1e-5))
         t.check(err <= 0, f"classic R-hat from moments {got} vs float64 numpy {np.round(r_hat, 5)}")
+
+    # An output its file system cannot hold: refused before anything is allocated or created
+    # (4e15 bytes asked: no disk here has them).
+    huge = t.path("output_huge.h5")
+    if os.path.exists(huge):
+        os.remove(huge)
+    start = time.time()
+    rc, _, stderr = t.run(2, "hmc", "--dim", 1000, "--chains", 1000000, "--draws", 1000000, "--backend", "cpu",
+                          "--out", huge, expect_ok=False)
+    errors = [line for line in stderr.splitlines() if "error" in line]
+    t.check(rc != 0 and len(errors) == 1 and f"--out {huge}" in errors[0] and "GB free" in errors[0],
+            f"an output larger than the free space is refused naming --out ({errors})")
+    t.check(not os.path.exists(huge) and time.time() - start < 30,
+            f"... before the file is created, in {time.time() - start:.1f} s")
 
     # Extending a finished run by resume == running that long from the start, moments included.
     long_run = t.path("output_long.h5")
