@@ -41,9 +41,13 @@ typedef struct summary_var {
 
 /* Every chain's moments (group `moments`, written by HMC runs): a classic R-hat over all
  * chains, also those whose draws the output does not hold (--output-chains). */
+enum { SUMMARY_FROZEN_NAMED = 8 };
+
 typedef struct summary_moments {
   int64_t chains;       /* 0: the file has no moments */
   double *mean, *sd, *r_hat; /* rank 0: [n_rows] */
+  int64_t frozen;       /* chains whose draws never changed (variance 0 in every coordinate) */
+  int64_t frozen_ids[SUMMARY_FROZEN_NAMED]; /* the first of them, -1 past the count */
 } summary_moments_t;
 
 typedef struct summary_result {
@@ -491,6 +495,9 @@ static int summarize_moments(comm_ctx_t *comm, hid_t file, summary_result_t *res
   /* Blocks of chains bound the memory; every rank makes the same number of collective reads. */
   const int64_t block = dim > 0 ? (((int64_t)1 << 22) / dim > 0 ? ((int64_t)1 << 22) / dim : 1) : 1;
   const int64_t rows_max = (chains + comm->size - 1) / comm->size, rounds = (rows_max + block - 1) / block;
+  int64_t frozen[1 + SUMMARY_FROZEN_NAMED];
+  frozen[0] = 0;
+  for (int i = 0; i < SUMMARY_FROZEN_NAMED; ++i) frozen[1 + i] = -1;
   float *values = malloc((size_t)(block * dim) * sizeof(float));
   exact_sum_t *sums = calloc((size_t)(3 * dim), sizeof(exact_sum_t)); /* sum mean, sum var, sum (mean - gm)^2 */
   double *grand_mean = malloc((size_t)dim * sizeof(double));
@@ -506,11 +513,38 @@ static int summarize_moments(comm_ctx_t *comm, hid_t file, summary_result_t *res
           if (pass == 1) x = (x - grand_mean[k]) * (x - grand_mean[k]);
           exact_sum_add(&sums[(pass == 1 ? 2 : v) * dim + k], x);
         }
+        /* A chain whose variance is 0 in every coordinate never moved. */
+        for (int64_t r = 0; status == DS_OK && pass == 0 && v == 1 && r < rows; ++r) {
+          int64_t k = 0;
+          while (k < dim && values[r * dim + k] == 0.0f) ++k;
+          if (k < dim) continue;
+          if (frozen[0] < SUMMARY_FROZEN_NAMED) frozen[1 + frozen[0]] = row + r;
+          frozen[0]++;
+        }
       }
     }
     if (status == DS_OK) status = exact_sum_allreduce(comm, sums + (pass == 0 ? 0 : 2 * dim), pass == 0 ? 2 * dim : dim);
     for (int64_t k = 0; status == DS_OK && pass == 0 && k < dim; ++k) grand_mean[k] = exact_sum_value(&sums[k]) / (double)chains;
   }
+  /* The frozen chains of every rank, in rank order (chains in increasing id). */
+  int64_t *all_frozen = status == DS_OK ? malloc((size_t)comm->size * sizeof frozen) : NULL;
+  if (status == DS_OK) status = comm_agree(comm, all_frozen ? DS_OK : DS_FAIL_ALLOC("frozen chains", sizeof frozen));
+  if (status == DS_OK &&
+      MPI_Allgather(frozen, 1 + SUMMARY_FROZEN_NAMED, MPI_INT64_T, all_frozen, 1 + SUMMARY_FROZEN_NAMED, MPI_INT64_T,
+                    comm->world) != MPI_SUCCESS)
+    status = comm_agree(comm, ds_fail(DS_ERR_MPI, "summary: MPI_Allgather(frozen chains) failed"));
+  if (status == DS_OK) {
+    summary_moments_t *m = &result->moments;
+    int named = 0;
+    for (int i = 0; i < SUMMARY_FROZEN_NAMED; ++i) m->frozen_ids[i] = -1;
+    for (int r = 0; r < comm->size; ++r) {
+      const int64_t *theirs = all_frozen + r * (1 + SUMMARY_FROZEN_NAMED);
+      m->frozen += theirs[0];
+      for (int i = 0; i < SUMMARY_FROZEN_NAMED && theirs[1 + i] >= 0 && named < SUMMARY_FROZEN_NAMED; ++i)
+        m->frozen_ids[named++] = theirs[1 + i];
+    }
+  }
+  free(all_frozen);
   if (status == DS_OK && comm->rank == 0) {
     summary_moments_t *m = &result->moments;
     m->mean = malloc((size_t)dim * sizeof(double));
@@ -648,7 +682,14 @@ static int summary_columns(const summary_result_t *result) {
 /* All chains from their moments, when the output holds the draws of fewer of them. */
 static void print_moments(const summary_result_t *result, FILE *out, int max_rows) {
   const summary_moments_t *m = &result->moments;
-  if (m->chains <= result->chains) return;
+  if (m->frozen > 0) {
+    fprintf(out, "warning: %lld chain%s never moved (variance 0 in every coordinate, from the moments):",
+            (long long)m->frozen, m->frozen == 1 ? "" : "s");
+    for (int i = 0; i < SUMMARY_FROZEN_NAMED && m->frozen_ids[i] >= 0; ++i)
+      fprintf(out, "%s %lld", i ? "," : "", (long long)m->frozen_ids[i]);
+    fprintf(out, "%s; their draws are one point\n", m->frozen > SUMMARY_FROZEN_NAMED ? ", ..." : "");
+  }
+  if (m->chains <= result->chains || !m->r_hat) return;
   int64_t worst = 0, high = 0;
   for (int64_t k = 0; k < result->n_rows; ++k) {
     if (m->r_hat[k] > m->r_hat[worst]) worst = k;

@@ -159,6 +159,15 @@ def check_frozen_report():
     t.check(bool(line) and line[0].startswith(f"warning: {len(frozen)} chain"),
             f"frozen report: the warning counts {len(frozen)} stuck chains ({line[:1]})")
     t.check(named == frozen[:8], f"frozen report: it names {named}, the stuck chains are {frozen[:8]}")
+    # dsampler summary names them too, from the moments, on any rank count.
+    for ranks in (1, 3):
+        text = t.run(ranks, "summary", out)[1]
+        found = [x for x in text.splitlines() if "never moved" in x]
+        ids = []
+        if found:
+            ids = [int(x) for x in found[0].split("moments):")[1].split(";")[0].replace(", ...", "").split(",")]
+        t.check(len(found) == 1 and found[0].startswith(f"warning: {len(frozen)} chain") and ids == frozen[:8],
+                f"frozen report: summary on {ranks} rank(s) names {ids} ({found[:1]})")
 
 
 def check_stuck_restart():
