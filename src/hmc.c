@@ -606,11 +606,10 @@ static int output_moments(run_ctx_t *run, hmc_output_t *output, hmc_chains_t *ch
 
 /* ---- The iteration --------------------------------------------------------------------- */
 
-/* The iteration's statistics summed over all chains of all ranks, and any rank's stop signal,
- * in one allreduce. */
-static int iteration_stats(run_ctx_t *run, const hmc_batch_t *batch, hmc_stats_t *stats, int *stop) {
+/* This rank's sums of the iteration's statistics (stats, from the backend) summed over all
+ * ranks, with any rank's stop signal, in one allreduce. */
+static int iteration_stats(run_ctx_t *run, hmc_stats_t *stats, int *stop) {
   enum { PACKED = 2 * EXACT_DIGITS + 2 };
-  DS_TRY(comm_agree(run->comm, run->backend->hmc_stats(run->backend, batch, stats)));
   exact_sum_normalize(&stats->accept);
   exact_sum_normalize(&stats->step);
   uint64_t packed[PACKED];
@@ -681,12 +680,14 @@ static int iterate(run_ctx_t *run, hmc_chains_t *chains, adapt_t *adapt, hmc_out
       batch->moment_m2 = chains->moment_m2;
       batch->moment_count = (int64_t)chains->totals[2] + 1;
     }
-    status = b->hmc_transition(b, run->target, batch);
-    if (status == DS_OK && keep && output->rows > 0) status = b->hmc_record_draw(b, batch, &phase->block, phase->count);
-    DS_TRY(comm_agree(run->comm, status));
     hmc_stats_t stats;
     int stop = 0;
-    DS_TRY(iteration_stats(run, batch, &stats, &stop));
+    /* The transition, the draw's copy and the local sums, then one agreement on all three. */
+    status = b->hmc_transition(b, run->target, batch);
+    if (status == DS_OK && keep && output->rows > 0) status = b->hmc_record_draw(b, batch, &phase->block, phase->count);
+    if (status == DS_OK) status = b->hmc_stats(b, batch, &stats);
+    DS_TRY(comm_agree(run->comm, status));
+    DS_TRY(iteration_stats(run, &stats, &stop));
     if (add_moments) chains->totals[2] += 1.0;
     chains->totals[in_warmup ? 0 : 1] += (double)stats.divergent;
     if (in_warmup && adapt) {

@@ -298,31 +298,37 @@ static int inspect_posterior(hid_t file, const summary_options_t *options, summa
 /* One collective read of parameters [param_begin, +param_count) of a variable into
  * values[chain][draw][param_count] (param_count may be 0: the rank selects nothing). For a
  * [chain, draw] variable only the first two entries of start and count are used. */
-static int read_params(hid_t dataset, int64_t chains, int64_t draws, int64_t param_begin, int64_t param_count,
-                       double *values) {
+/* Box start[] + count[] (ndims axes) of a dataset into values, as mem_type; a rank with an empty
+ * box reads nothing. Collective. */
+static int read_box(hid_t dataset, int ndims, const hsize_t *start, const hsize_t *count, hid_t mem_type,
+                    void *values, const char *what) {
   int status = DS_OK;
-  hid_t file_space = H5Dget_space(dataset);
-  hsize_t elements = (hsize_t)(chains * draws * param_count);
+  hsize_t elements = 1;
+  for (int d = 0; d < ndims; ++d) elements *= count[d];
   hsize_t mem_elements = elements ? elements : 1;
+  hid_t file_space = H5Dget_space(dataset);
   hid_t mem_space = H5Screate_simple(1, &mem_elements, NULL);
   hid_t xfer = H5Pcreate(H5P_DATASET_XFER);
   if (file_space < 0 || mem_space < 0 || xfer < 0) status = h5_fail(__FILE__, __LINE__, "H5Dget_space/H5Screate/H5Pcreate");
   if (status == DS_OK) {
-    hsize_t start[3] = {0, 0, (hsize_t)param_begin};
-    hsize_t count[3] = {(hsize_t)chains, (hsize_t)draws, (hsize_t)param_count};
     herr_t rc = elements ? H5Sselect_hyperslab(file_space, H5S_SELECT_SET, start, NULL, count, NULL)
                          : H5Sselect_none(file_space);
     if (rc >= 0 && !elements) rc = H5Sselect_none(mem_space);
-    if (rc < 0) status = h5_fail(__FILE__, __LINE__, "H5Sselect_hyperslab/H5Sselect_none");
+    if (rc >= 0) rc = H5Pset_dxpl_mpio(xfer, H5FD_MPIO_COLLECTIVE);
+    if (rc >= 0) rc = H5Dread(dataset, mem_type, mem_space, file_space, xfer, values);
+    if (rc < 0) status = h5_fail(__FILE__, __LINE__, what);
   }
-  if (status == DS_OK && H5Pset_dxpl_mpio(xfer, H5FD_MPIO_COLLECTIVE) < 0)
-    status = h5_fail(__FILE__, __LINE__, "H5Pset_dxpl_mpio");
-  if (status == DS_OK && H5Dread(dataset, H5T_NATIVE_DOUBLE, mem_space, file_space, xfer, values) < 0)
-    status = h5_fail(__FILE__, __LINE__, "H5Dread(posterior)");
   if (xfer >= 0) H5Pclose(xfer);
   if (mem_space >= 0) H5Sclose(mem_space);
   if (file_space >= 0) H5Sclose(file_space);
   return status;
+}
+
+static int read_params(hid_t dataset, int64_t chains, int64_t draws, int64_t param_begin, int64_t param_count,
+                       double *values) {
+  const hsize_t start[3] = {0, 0, (hsize_t)param_begin};
+  const hsize_t count[3] = {(hsize_t)chains, (hsize_t)draws, (hsize_t)param_count};
+  return read_box(dataset, 3, start, count, H5T_NATIVE_DOUBLE, values, "H5Dread(posterior)");
 }
 
 /* Summarises this rank's share of one variable's parameters into stats_local
@@ -446,25 +452,8 @@ static int count_divergent(comm_ctx_t *comm, hid_t file, int64_t *divergent) {
 /* Reads and summarises the file; on return rank 0 holds every row's stats. Collective. */
 /* Rows [row_begin, + rows) of a float [n, dim] dataset into values (collective; rows may be 0). */
 static int read_rows(hid_t dataset, int64_t row_begin, int64_t rows, int64_t dim, float *values) {
-  int status = DS_OK;
-  hid_t file_space = H5Dget_space(dataset);
-  hsize_t elements = (hsize_t)(rows * dim), mem_elements = elements ? elements : 1;
-  hid_t mem_space = H5Screate_simple(1, &mem_elements, NULL);
-  hid_t xfer = H5Pcreate(H5P_DATASET_XFER);
-  if (file_space < 0 || mem_space < 0 || xfer < 0) status = h5_fail(__FILE__, __LINE__, "H5Dget_space/H5Screate/H5Pcreate");
-  if (status == DS_OK) {
-    hsize_t start[2] = {(hsize_t)row_begin, 0}, count[2] = {(hsize_t)rows, (hsize_t)dim};
-    herr_t rc = elements ? H5Sselect_hyperslab(file_space, H5S_SELECT_SET, start, NULL, count, NULL)
-                         : H5Sselect_none(file_space);
-    if (rc >= 0 && !elements) rc = H5Sselect_none(mem_space);
-    if (rc >= 0) rc = H5Pset_dxpl_mpio(xfer, H5FD_MPIO_COLLECTIVE);
-    if (rc >= 0) rc = H5Dread(dataset, H5T_NATIVE_FLOAT, mem_space, file_space, xfer, values);
-    if (rc < 0) status = h5_fail(__FILE__, __LINE__, "H5Dread(moments)");
-  }
-  if (xfer >= 0) H5Pclose(xfer);
-  if (mem_space >= 0) H5Sclose(mem_space);
-  if (file_space >= 0) H5Sclose(file_space);
-  return status;
+  const hsize_t start[2] = {(hsize_t)row_begin, 0}, count[2] = {(hsize_t)rows, (hsize_t)dim};
+  return read_box(dataset, 2, start, count, H5T_NATIVE_FLOAT, values, "H5Dread(moments)");
 }
 
 /* Classic (not split, not rank-normalised) R-hat of Gelman and Rubin for each parameter from

@@ -1,5 +1,6 @@
 """dstest: shared helpers for dsampler's end-to-end tests: run the binary under mpiexec, write
 --init files, read outputs. Paths and the launcher come from the environment set by CTest."""
+import csv
 import os
 import shlex
 import subprocess
@@ -42,6 +43,14 @@ def write_init(name, x):
 def read(p, dataset):
     with h5py.File(p, "r") as f:
         return f[dataset][...]
+
+
+def read_csv(p):
+    """A `dsampler summary --csv` file: (header, {variable: [numbers]})."""
+    with open(p, newline="") as f:
+        reader = csv.reader(f)
+        header = next(reader)
+        return header, {r[0]: [float(v) for v in r[1:]] for r in reader}
 
 
 def datasets(p):

@@ -10,7 +10,6 @@ it is computed over.
   superchain share the start an independent Philox draws for its first chain; K = 1 is the run
   without the option, bit for bit; bad values refused with one error line naming the option;
   `resume` keeps K and refuses to change it."""
-import csv
 import math
 import os
 import shutil
@@ -74,13 +73,6 @@ def write_run(name, x, chains_per_start=None):
     return p
 
 
-def read_csv(p):
-    with open(p, newline="") as f:
-        reader = csv.reader(f)
-        header = next(reader)
-        return header, {r[0]: [float(v) for v in r[1:]] for r in reader}
-
-
 def same_number(got, ref):
     if math.isnan(ref) or math.isnan(got):
         return math.isnan(ref) and math.isnan(got)
@@ -97,7 +89,7 @@ def summarize(case, p, ref, extra=(), ranks=(1, 3)):
         out = t.path(f"{case}.np{np_ranks}.csv")
         _, stdout_r, _ = t.run(np_ranks, "summary", p, "--csv", out, *extra)
         stdout = stdout if stdout is not None else stdout_r
-        header, rows_r = read_csv(out)
+        header, rows_r = t.read_csv(out)
         rows = rows if rows is not None else rows_r
         t.check(header == ["variable"] + COLUMNS + ["r_hat_nested"], f"{case} np{np_ranks}: header ends in r_hat_nested")
         bad = [f"{row}: got {rows_r[row][-1]!r}, numpy {want!r}" for row, want in ref.items()
@@ -141,7 +133,7 @@ def test_real_runs():
     plain = strip_attr(run, "nested_hmc_plain.h5")
     out = t.path("hmc24x4.plain.csv")
     _, stdout, _ = t.run(3, "summary", plain, "--csv", out)
-    header, plain_rows = read_csv(out)
+    header, plain_rows = t.read_csv(out)
     t.check(header == ["variable"] + COLUMNS and "r_hat_nested" not in stdout,
             "without config_chains_per_start: no r_hat_nested column, in the CSV or the table")
     with open(out) as f:
@@ -209,12 +201,12 @@ def test_crafted():
     p = write_run("partial.h5", x, "4")
     out = t.path("partial.csv")
     _, stdout, _ = t.run(2, "summary", p, "--csv", out)
-    t.check(read_csv(out)[0] == ["variable"] + COLUMNS and "note: no r_hat_nested" in stdout,
+    t.check(t.read_csv(out)[0] == ["variable"] + COLUMNS and "note: no r_hat_nested" in stdout,
             "6 chains with config_chains_per_start = 4: no column, and a note")
     # config_chains_per_start = 1: every chain its own start; no column.
     p = write_run("one.h5", x, "1")
     _, stdout, _ = t.run(1, "summary", p, "--csv", out)
-    t.check(read_csv(out)[0] == ["variable"] + COLUMNS and "r_hat_nested" not in stdout,
+    t.check(t.read_csv(out)[0] == ["variable"] + COLUMNS and "r_hat_nested" not in stdout,
             "config_chains_per_start = 1: no column")
 
     # --superchain-size that does not divide the chains, or is not a positive integer.

@@ -5,7 +5,6 @@ itself where its shortcuts give the same numbers (even draw counts). Synthetic r
 dsampler's layout cover iid and AR(1) chains, chains that disagree, a stuck chain, a constant
 parameter, ties, odd and tiny draw counts, one chain, many parameters over uneven rank shares,
 and a file written by `dsampler hmc`. The CSV must be byte-identical on 1 and 3 ranks."""
-import csv
 import math
 
 import arviz as az
@@ -61,13 +60,6 @@ def reference(posterior):
     return rows
 
 
-def read_csv(p):
-    with open(p, newline="") as f:
-        reader = csv.reader(f)
-        header = next(reader)
-        return header, {r[0]: [float(v) for v in r[1:]] for r in reader}
-
-
 def same_number(got, ref):
     """NaN where the reference is NaN, the same infinity, else within ATOL + RTOL |ref|."""
     got, ref = float(got), float(ref)
@@ -105,7 +97,7 @@ def run_case(case, posterior, diverging=None, ranks=(1, 3)):
         out = t.path(f"{case}.np{np_ranks}.csv")
         _, stdout_r, _ = t.run(np_ranks, "summary", p, "--csv", out)
         stdout = stdout if stdout is not None else stdout_r
-        header, rows = read_csv(out)
+        header, rows = t.read_csv(out)
         t.check(header == ["variable"] + COLUMNS, f"{case} np{np_ranks}: CSV header {header}")
         compare(f"{case} np{np_ranks}", rows, ref)
         with open(out) as f:
@@ -173,7 +165,7 @@ def main():
     # az.summary agrees (even draws: its shortcuts equal the individual functions).
     idata = az.from_dict(posterior={"x": ar.astype(np.float64)})
     table = az.summary(idata, round_to="none")
-    _, rows = read_csv(t.path("ar1.np3.csv"))
+    _, rows = t.read_csv(t.path("ar1.np3.csv"))
     bad = [f"{row}.{c}" for row in table.index for c in ("mean", "sd", "mcse_mean", "mcse_sd", "ess_bulk", "ess_tail", "r_hat")
            if not same_number(rows[row][COLUMNS.index(c)], table.loc[row, c])]
     # tol: |got - ref| <= 1e-12 + 1e-6 |ref|
@@ -187,13 +179,13 @@ def main():
         n_divergent = int(np.sum(f["sample_stats/diverging"][...]))
     out = t.path("summary_hmc.csv")
     _, stdout, _ = t.run(3, "summary", hmc, "--csv", out)
-    compare("hmc file", read_csv(out)[1], reference({"x": draws}))
+    compare("hmc file", t.read_csv(out)[1], reference({"x": draws}))
     t.check(f" {n_divergent} divergent" in stdout, f"hmc file: {n_divergent} divergent reported")
 
     # --var, --max-rows.
     p = t.path("many.h5")
     _, stdout, _ = t.run(3, "summary", p, "--var", "sigma", "--csv", t.path("sigma.csv"))
-    t.check(list(read_csv(t.path("sigma.csv"))[1]) == ["sigma"], "--var sigma: one row")
+    t.check(list(t.read_csv(t.path("sigma.csv"))[1]) == ["sigma"], "--var sigma: one row")
     _, stdout, _ = t.run(2, "summary", p, "--max-rows", 5)
     body = [line for line in stdout.splitlines() if line.startswith(("x[", "w[", "z[", "sigma"))]
     t.check(len(body) == 5 and "... 36 more; dsampler summary" in stdout, f"--max-rows 5: 5 rows, then '... 36 more' ({len(body)} rows)")
