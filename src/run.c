@@ -332,11 +332,12 @@ int run_main(comm_ctx_t *comm, const config_t *cfg, const char *resume_path, con
              (unsigned)getpid());
     MPI_Bcast(run.run_id, sizeof run.run_id, MPI_CHAR, 0, comm->world);
   }
+  /* Before the output exists: a stop signal from then on is a checkpoint, not a kill. */
+  signals_install();
   int lock_fd = -1;
   int status = run_check_paths(&run);
   if (status == DS_OK) status = run_lock_output(&run, &lock_fd);
   if (status != DS_OK) return status;
-  signals_install();
 
   /* The node-local rank picks the GPU (local rank mod the GPUs visible), whatever
    * CUDA_VISIBLE_DEVICES says; ranks beyond the GPU count share them (over MPI, not NCCL). */

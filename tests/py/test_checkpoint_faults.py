@@ -94,11 +94,16 @@ def main():
 
     # 4. A second signal while the checkpoint is being written.
     out, ckpt = fresh("twice")
-    twice_args = [*ARGS[:ARGS.index("--draws") + 1], 3000, *ARGS[ARGS.index("--draws") + 2:]]
+    twice_args = [*ARGS[:ARGS.index("--draws") + 1], 6000, *ARGS[ARGS.index("--draws") + 2:]]
     twice_full, twice_full_ckpt = fresh("twice_full")
     t.run(2, *twice_args, "--out", twice_full, "--checkpoint-dir", twice_full_ckpt)
+    if os.path.exists(out):
+        os.remove(out)
     proc = launch(2, [*twice_args, "--out", out, "--checkpoint-dir", ckpt], env={"DSAMPLER_FAULT_CHECKPOINT_DELAY": "2"})
-    time.sleep(1.5)
+    # The first signal once the run has started (its output exists), not after a fixed delay: a
+    # faster build would finish first.
+    wait_for(out, proc, 60)
+    time.sleep(0.2)
     for pid in rank_pids(os.path.basename(out)):
         os.kill(pid, signal.SIGTERM)
     wait_for(os.path.join(ckpt, "*.tmp"), proc, 60)
