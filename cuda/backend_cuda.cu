@@ -256,8 +256,9 @@ int cuda_dual_average(backend_t *b, double *state, const float *accept, float *s
   return launch_dual_average(state, accept, step_out, rows, step, impl_of(b)->stream);
 }
 
-int cuda_moments_to_metric(backend_t *b, float *mean, float *m2, int64_t count, double n, float *inv_metric) {
-  return launch_moments_to_metric(mean, m2, count, n, inv_metric, impl_of(b)->stream);
+int cuda_moments_to_metric(backend_t *b, float *mean, float *m2, int64_t rows, int64_t dim, double n,
+                           float *inv_metric) {
+  return launch_moments_to_metric(mean, m2, rows, dim, n, inv_metric, impl_of(b)->stream);
 }
 
 int cuda_step_search(backend_t *b, const float *accept_prob, int8_t *direction, int8_t *exponent, float *step,

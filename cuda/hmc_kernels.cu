@@ -427,11 +427,17 @@ __global__ void dual_average_kernel(double *state, const float *accept, float *s
   if (r < rows) step_out[r] = dual_apply(state + r * DUAL_FIELDS, &step, accept ? (double)accept[r] : 0.0, step_out[r]);
 }
 
-__global__ void moments_to_metric_kernel(float *mean, float *m2, long long count, double n, float *inv_metric) {
-  for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < count; e += (long long)gridDim.x * blockDim.x) {
-    inv_metric[e] = dual_regularised_variance((double)m2[e], n);
-    mean[e] = 0.0f;
-    m2[e] = 0.0f;
+/* A thread per chain (once per metric window: its reads need not coalesce). */
+__global__ void moments_to_metric_kernel(float *mean, float *m2, long long rows, long long dim, double n,
+                                         float *inv_metric) {
+  for (long long r = (long long)blockIdx.x * blockDim.x + threadIdx.x; r < rows; r += (long long)gridDim.x * blockDim.x) {
+    const long long row = r * dim;
+    const double scale = dual_variance_scale(m2 + row, dim, 1, n);
+    for (long long k = 0; k < dim; ++k) {
+      inv_metric[row + k] = dual_regularised_variance((double)m2[row + k], n, scale);
+      mean[row + k] = 0.0f;
+      m2[row + k] = 0.0f;
+    }
   }
 }
 
@@ -608,10 +614,10 @@ extern "C" int launch_dual_average(double *state, const float *accept, float *st
   return DS_OK;
 }
 
-extern "C" int launch_moments_to_metric(float *mean, float *m2, int64_t count, double n, float *inv_metric,
-                                        cudaStream_t stream) {
-  if (count <= 0) return DS_OK;
-  moments_to_metric_kernel<<<grid_stride_blocks(count), 256, 0, stream>>>(mean, m2, count, n, inv_metric);
+extern "C" int launch_moments_to_metric(float *mean, float *m2, int64_t rows, int64_t dim, double n,
+                                        float *inv_metric, cudaStream_t stream) {
+  if (rows <= 0 || dim <= 0) return DS_OK;
+  moments_to_metric_kernel<<<grid_stride_blocks(rows), 256, 0, stream>>>(mean, m2, rows, dim, n, inv_metric);
   CUDA_CHECK_LAUNCH("moments_to_metric_kernel");
   return DS_OK;
 }

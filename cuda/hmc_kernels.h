@@ -53,7 +53,7 @@ int launch_dual_average(double *state, const float *accept, float *step_out, int
  * the chains not done, then the exponent histogram. */
 int launch_step_search(const float *accept_prob, int8_t *direction, int8_t *exponent, float *step,
                        int64_t rows, unsigned long long *counts, cudaStream_t stream);
-int launch_moments_to_metric(float *mean, float *m2, int64_t count, double n, float *inv_metric,
+int launch_moments_to_metric(float *mean, float *m2, int64_t rows, int64_t dim, double n, float *inv_metric,
                              cudaStream_t stream);
 
 #ifdef __cplusplus

@@ -9,7 +9,7 @@
 #include <mpi.h>
 #include <stdint.h>
 
-#define CKPT_FORMAT_VERSION 2
+#define CKPT_FORMAT_VERSION 3
 #define CKPT_CONFIG_MAX 16384
 
 typedef enum { CKPT_FLOAT32 = 0, CKPT_FLOAT64 = 1 } ckpt_dtype_t;

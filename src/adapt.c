@@ -12,7 +12,7 @@
 
 /* Scalars in the checkpoint's "adapt_scalars" global. */
 enum { SC_DA_COUNTER = 0, SC_WINDOW_COUNTER, SC_WINDOW_SIZE, SC_NEXT_WINDOW, SC_WINDOW_SAMPLES, SC_SEARCHES,
-       SC_TAIL_SAMPLES, SC_POOLED_DA, SC_COUNT = SC_POOLED_DA + DUAL_FIELDS };
+       SC_TAIL_SAMPLES, SC_SEARCH_START, SC_POOLED_DA, SC_COUNT = SC_POOLED_DA + DUAL_FIELDS };
 enum { ADAPT_MAX_ARRAYS = 3 };
 
 struct adapt {
@@ -21,8 +21,8 @@ struct adapt {
   backend_t *backend;
   int64_t init_buffer, term_buffer, base_window; /* the window schedule */
   double scalars[SC_COUNT];     /* pooled: the one dual-averaging state is SC_POOLED_DA.. */
-  /* Backend arrays: per-chain dual averaging [rows, DUAL_FIELDS] (per-chain mode), the
-   * window's running moments [rows, dim] (when the metric adapts). */
+  /* Backend arrays: per-chain dual averaging [rows, DUAL_FIELDS], the window's running
+   * moments [rows, dim]. */
   double *dual;
   float *window_mean, *window_m2;
   adapt_array_t arrays[ADAPT_MAX_ARRAYS];
@@ -76,17 +76,15 @@ int adapt_create(adapt_t **out, comm_ctx_t *comm, backend_t *backend, const adap
   }
   a->scalars[SC_WINDOW_SIZE] = (double)a->base_window;
   a->scalars[SC_NEXT_WINDOW] = (double)(a->init_buffer + a->base_window - 1);
-  int status = DS_OK;
+  a->scalars[SC_SEARCH_START] = settings->initial_step;
   *out = a;
-  if (settings->mode == ADAPT_POOLED) {
-    dual_restart(a->scalars + SC_POOLED_DA, settings->initial_step);
-  } else {
-    status = add_array(a, "adapt_dual", CKPT_FLOAT64, DUAL_FIELDS, (void **)&a->dual);
-    /* Every chain starts from the same state: fill the host copy and send it. */
-    double *host = a->arrays[0].array.local;
-    for (int64_t r = 0; status == DS_OK && r < rows; ++r) dual_restart(host + r * DUAL_FIELDS, settings->initial_step);
-    if (status == DS_OK) status = backend->upload(backend, a->dual, host, a->arrays[0].bytes);
-  }
+  /* Pooled adaptation keeps both states: each chain's own until the tail of warmup, then one. */
+  dual_restart(a->scalars + SC_POOLED_DA, settings->initial_step);
+  int status = add_array(a, "adapt_dual", CKPT_FLOAT64, DUAL_FIELDS, (void **)&a->dual);
+  /* Every chain starts from the same state: fill the host copy and send it. */
+  double *host = a->arrays[0].array.local;
+  for (int64_t r = 0; status == DS_OK && r < rows; ++r) dual_restart(host + r * DUAL_FIELDS, settings->initial_step);
+  if (status == DS_OK) status = backend->upload(backend, a->dual, host, a->arrays[0].bytes);
   /* The window's moments serve the metric's windows and, after the last, the tail of warmup,
    * where they show which chains never move (adapt_tail_m2). */
   if (status == DS_OK) {
@@ -139,6 +137,11 @@ static void next_window(adapt_t *a) {
  * last window. */
 static int in_tail(const adapt_t *a, int64_t iteration) { return iteration >= a->s.warmup - a->term_buffer; }
 
+/* Pooled adaptation gives every chain one step size in the tail of warmup (and so in sampling);
+ * before it each chain adapts its own, so chains still far from the posterior at the start
+ * (where a step that suits the others would never move them) find their way in. */
+int adapt_steps_pooled(const adapt_t *a, int64_t iteration) { return a->s.mode == ADAPT_POOLED && in_tail(a, iteration); }
+
 void adapt_before_iteration(adapt_t *a, hmc_batch_t *batch) {
   batch->moment_mean = batch->moment_m2 = NULL;
   batch->moment_count = 0;
@@ -171,12 +174,22 @@ static int pooled_metric(adapt_t *a, double n_chain, float *inv_metric) {
   int status = moments_pool(a->comm, b, a->window_mean, a->window_m2, rows, dim, a->s.chains_total, grand_mean,
                             within, between);
   const double chains = (double)a->s.chains_total;
+  /* Stan's regularisation of a variance from n samples, with the window's samples over all
+   * chains as n, applied to the mean within-chain variance sum_c m2_c / (C (n - 1)), toward
+   * the geometric mean of those variances (dual_variance_scale's). */
+  const double n = n_chain * chains;
+  double log_sum = 0.0;
+  int64_t positive = 0;
   for (int64_t k = 0; status == DS_OK && k < dim; ++k) {
-    /* Stan's regularisation of a variance from n samples, with the window's samples over all
-     * chains as n, applied to the mean within-chain variance sum_c m2_c / (C (n - 1)). */
-    const double n = n_chain * chains, mean_var = n_chain > 1 ? within[k] / (chains * (n_chain - 1.0)) : 1.0;
-    a->metric_row[k] = dual_regularised_variance(mean_var * (n - 1.0), n);
+    within[k] = n_chain > 1 ? within[k] / (chains * (n_chain - 1.0)) : 1.0;
+    if (within[k] > 0.0) {
+      log_sum += log(within[k]);
+      positive++;
+    }
   }
+  const double scale = positive > 0 ? exp(log_sum / (double)positive) : 1.0;
+  for (int64_t k = 0; status == DS_OK && k < dim; ++k)
+    a->metric_row[k] = dual_regularised_variance(within[k] * (n - 1.0), n, scale);
   free(totals);
   DS_TRY(status);
   DS_TRY(b->upload(b, inv_metric, a->metric_row, (size_t)dim * sizeof(float)));
@@ -185,8 +198,8 @@ static int pooled_metric(adapt_t *a, double n_chain, float *inv_metric) {
 }
 
 int adapt_after_iteration(adapt_t *a, int64_t iteration, const hmc_stats_t *stats, const hmc_batch_t *batch,
-                          float *step_nominal, float *inv_metric, int *metric_changed) {
-  *metric_changed = 0;
+                          float *step_nominal, float *inv_metric, int *search) {
+  *search = 0;
   if (a->s.mode == ADAPT_NONE) return DS_OK;
   backend_t *b = a->backend;
   const int64_t rows = a->s.rows, dim = a->s.dim;
@@ -204,9 +217,8 @@ int adapt_after_iteration(adapt_t *a, int64_t iteration, const hmc_stats_t *stat
       if (pooled)
         DS_TRY(pooled_metric(a, n, inv_metric));
       else
-        DS_TRY(comm_agree(a->comm, b->moments_to_metric(b, a->window_mean, a->window_m2, rows * dim, n, inv_metric)));
+        DS_TRY(comm_agree(a->comm, b->moments_to_metric(b, a->window_mean, a->window_m2, rows, dim, n, inv_metric)));
       a->scalars[SC_WINDOW_SAMPLES] = 0.0;
-      *metric_changed = 1;
       window_end = 1;
     }
     a->scalars[SC_WINDOW_COUNTER] += 1.0;
@@ -220,7 +232,10 @@ int adapt_after_iteration(adapt_t *a, int64_t iteration, const hmc_stats_t *stat
   step.restart = window_end;
   step.final = iteration + 1 >= a->s.warmup;
   if (window_end) a->scalars[SC_DA_COUNTER] = 0.0;
-  if (pooled) {
+  /* A new metric, or the switch to one pooled step: a new initial step for every chain. */
+  *search = window_end || (iteration + 1 < a->s.warmup && adapt_steps_pooled(a, iteration + 1) &&
+                           !adapt_steps_pooled(a, iteration));
+  if (adapt_steps_pooled(a, iteration)) {
     exact_sum_t total = stats->accept;
     const float next = dual_iterate(a->scalars + SC_POOLED_DA, &step, exact_sum_value(&total) / (double)a->s.chains_total);
     return b->fill(b, step_nominal, next, rows);
@@ -234,9 +249,10 @@ int64_t adapt_next_search(adapt_t *a) {
   return round;
 }
 
-int adapt_restart_steps(adapt_t *a, float *step_nominal, float pooled_step) {
+int adapt_restart_steps(adapt_t *a, int64_t iteration, float *step_nominal, float pooled_step) {
   backend_t *b = a->backend;
-  if (a->s.mode == ADAPT_POOLED) {
+  a->scalars[SC_SEARCH_START] = (double)pooled_step;
+  if (adapt_steps_pooled(a, iteration)) {
     dual_restart(a->scalars + SC_POOLED_DA, (double)pooled_step);
     return b->fill(b, step_nominal, pooled_step, a->s.rows);
   }
@@ -245,11 +261,7 @@ int adapt_restart_steps(adapt_t *a, float *step_nominal, float pooled_step) {
   return b->dual_average(b, a->dual, NULL, step_nominal, a->s.rows, &step);
 }
 
-int adapt_pooled(const adapt_t *a) { return a->s.mode == ADAPT_POOLED; }
-
-float adapt_pooled_step(const adapt_t *a) {
-  return (float)exp(a->scalars[SC_POOLED_DA + DUAL_LOG_EPS]);
-}
+float adapt_search_start(const adapt_t *a) { return (float)a->scalars[SC_SEARCH_START]; }
 
 int adapt_checkpoint_items(adapt_t *a, adapt_array_t *arrays, int *n_arrays, ckpt_global_t *globals, int *n_globals) {
   *n_globals = 0;

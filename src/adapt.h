@@ -49,24 +49,29 @@ void adapt_before_iteration(adapt_t *a, hmc_batch_t *batch);
 
 /* After warmup iteration `iteration` (0-based), with stats summed over all chains of all ranks:
  * writes the next iteration's step sizes into step_nominal [rows] and, at a window's end, the
- * inverse metric (inv_metric: [dim] when shared, else [rows, dim]; *metric_changed = 1).
- * After the last warmup iteration the step sizes are the final, averaged ones. Collective. */
+ * inverse metric (inv_metric: [dim] when shared, else [rows, dim]). *search = 1 when a new
+ * initial step is to be searched before the next iteration (a new metric; pooled: the switch
+ * to one step for all chains). After the last warmup iteration the step sizes are the final,
+ * averaged ones. Collective. */
 int adapt_after_iteration(adapt_t *a, int64_t iteration, const hmc_stats_t *stats, const hmc_batch_t *batch,
-                          float *step_nominal, float *inv_metric, int *metric_changed);
+                          float *step_nominal, float *inv_metric, int *search);
 
-/* Stan's initial step-size search runs (in hmc.c) before warmup and after each metric update;
+/* Stan's initial step-size search runs (in hmc.c) before warmup and whenever *search asks;
  * each run is numbered for its random draws. Returns this run's number. */
 int64_t adapt_next_search(adapt_t *a);
-/* After a search: the dual averaging restarts from the steps found (per chain: step_nominal,
- * [rows] on the backend; pooled: pooled_step, which is also written to step_nominal). */
-int adapt_restart_steps(adapt_t *a, float *step_nominal, float pooled_step);
-int adapt_pooled(const adapt_t *a);
+/* Where every chain's search starts: the last search's median (at first, --step-size). */
+float adapt_search_start(const adapt_t *a);
+/* Whether warmup iteration `iteration` gives all chains one step (pooled adaptation, from the
+ * tail of warmup on) or each chain its own (per-chain adaptation; pooled, before the tail). */
+int adapt_steps_pooled(const adapt_t *a, int64_t iteration);
+/* After a search before iteration `iteration`: the dual averaging restarts from the steps found,
+ * each chain's own (step_nominal, [rows] on the backend) or, when steps are pooled, the median
+ * pooled_step for all (written to step_nominal). pooled_step is the next search's start. */
+int adapt_restart_steps(adapt_t *a, int64_t iteration, float *step_nominal, float pooled_step);
 /* The chains' moments over the tail of warmup (its last iterations, after the last metric
  * window), [rows, dim] on the backend, and how many samples they hold: m2 = 0 in every
  * coordinate marks a chain that never moved there. */
 const float *adapt_tail_m2(const adapt_t *a, double *samples);
-/* Pooled: the step every chain uses now. */
-float adapt_pooled_step(const adapt_t *a);
 
 /* The adaptation's state for a checkpoint: per-chain arrays (with backend copies) and globals
  * (host). Pointers stay valid until adapt_free. */

@@ -161,8 +161,10 @@ struct backend {
    * exponent and step [rows]; counts (host) receives this rank's counts. */
   int (*step_search)(backend_t *b, const float *accept_prob, int8_t *direction, int8_t *exponent, float *step,
                      int64_t rows, step_search_counts_t *counts);
-  /* inv_metric[e] = dual_regularised_variance(m2[e], n); then mean and m2 are zeroed. */
-  int (*moments_to_metric)(backend_t *b, float *mean, float *m2, int64_t count, double n, float *inv_metric);
+  /* Per chain (rows of [rows, dim]): inv_metric = dual_regularised_variance(m2, n, the row's
+   * dual_variance_scale); then mean and m2 are zeroed. */
+  int (*moments_to_metric)(backend_t *b, float *mean, float *m2, int64_t rows, int64_t dim, double n,
+                           float *inv_metric);
 
   void (*destroy)(backend_t *b);
 };

@@ -484,13 +484,18 @@ static int cpu_step_search(backend_t *b, const float *accept_prob, int8_t *direc
   return DS_OK;
 }
 
-static int cpu_moments_to_metric(backend_t *b, float *mean, float *m2, int64_t count, double n, float *inv_metric) {
+static int cpu_moments_to_metric(backend_t *b, float *mean, float *m2, int64_t rows, int64_t dim, double n,
+                                 float *inv_metric) {
   (void)b;
-#pragma omp parallel for schedule(static) if (count > CPU_PARALLEL_MIN)
-  for (int64_t e = 0; e < count; ++e) {
-    inv_metric[e] = dual_regularised_variance((double)m2[e], n);
-    mean[e] = 0.0f;
-    m2[e] = 0.0f;
+#pragma omp parallel for schedule(static) if (rows * dim > CPU_PARALLEL_MIN)
+  for (int64_t r = 0; r < rows; ++r) {
+    const size_t row = (size_t)(r * dim);
+    const double scale = dual_variance_scale(m2 + row, dim, 1, n);
+    for (int64_t k = 0; k < dim; ++k) {
+      inv_metric[row + k] = dual_regularised_variance((double)m2[row + k], n, scale);
+      mean[row + k] = 0.0f;
+      m2[row + k] = 0.0f;
+    }
   }
   return DS_OK;
 }

@@ -95,10 +95,29 @@ DUAL_FN void step_search_trial(float accept_prob, signed char *direction, signed
   }
 }
 
-/* Stan's regularised variance from a window of n samples with sum of squared deviations m2. */
-DUAL_FN float dual_regularised_variance(double m2, double n) {
+/* Stan's regularised variance from a window of n samples with sum of squared deviations m2,
+ * (n / (n + 5)) var + 1e-3 scale (5 / (n + 5)), where Stan has scale = 1. Here scale is the
+ * typical variance of the window (dual_variance_scale): a posterior whose scales are far from 1
+ * (sds of 1e-5 are common with scale parameters and large data) is not pulled toward unit scale,
+ * which for such a posterior makes the metric orders of magnitude too wide and the step tiny. */
+DUAL_FN float dual_regularised_variance(double m2, double n, double scale) {
   const double var = n > 1 ? m2 / (n - 1.0) : 1.0;
-  return (float)((n / (n + 5.0)) * var + 1e-3 * (5.0 / (n + 5.0)));
+  return (float)((n / (n + 5.0)) * var + 1e-3 * scale * (5.0 / (n + 5.0)));
+}
+
+/* The typical variance of a window: the geometric mean of its positive variances (m2 [dim] over
+ * n samples, coordinates `stride` apart), or 1 when none is (a chain that never moved, n < 2). */
+DUAL_FN double dual_variance_scale(const float *m2, long long dim, long long stride, double n) {
+  double log_sum = 0.0;
+  long long positive = 0;
+  for (long long k = 0; k < dim; ++k) {
+    const double v = (double)m2[k * stride];
+    if (v > 0.0 && n > 1) {
+      log_sum += log(v / (n - 1.0));
+      ++positive;
+    }
+  }
+  return positive > 0 ? exp(log_sum / (double)positive) : 1.0;
 }
 
 #endif

@@ -189,15 +189,17 @@ static int resume_state(run_ctx_t *run, hmc_chains_t *chains, int64_t rows) {
   return comm_agree(run->comm, chains_sync(chains, run->backend, rows, 0));
 }
 
-/* Stan's init_stepsize for every chain at once (backend.h's step_search): probe iterations
- * from each chain's state, which they leave as it is, with fresh momenta keyed by
- * (seed, chain, search round and trial). Per chain, each chain keeps its own step; pooled, every
- * chain takes the median of the chains' (exactly: the steps are the common start times powers
- * of two, counted by exponent). The dual averaging then restarts from there. Collective. */
-static int search_initial_steps(run_ctx_t *run, hmc_chains_t *chains, adapt_t *adapt) {
+/* Stan's init_stepsize for every chain at once (backend.h's step_search), before warmup
+ * iteration `iteration`: probe iterations from each chain's state, which they leave as it is,
+ * with fresh momenta keyed by (seed, chain, search round and trial), every chain from one start.
+ * Each chain keeps its own step, or, when steps are pooled, every chain takes the median of the
+ * chains' (exactly: the steps are the common start times powers of two, counted by exponent);
+ * that median is also the next search's start. The dual averaging then restarts from there.
+ * Collective. */
+static int search_initial_steps(run_ctx_t *run, hmc_chains_t *chains, adapt_t *adapt, int64_t iteration) {
   backend_t *b = run->backend;
   const int64_t rows = chains->batch.n_chains, round = adapt_next_search(adapt);
-  const float pooled_start = adapt_pooled(adapt) ? adapt_pooled_step(adapt) : 0.0f;
+  const float start = adapt_search_start(adapt);
   /* A probe is an iteration as the run makes them (its leapfrog steps and jitter): the step must
    * hold over the whole trajectory, not one leapfrog step as in Stan's NUTS. */
   hmc_batch_t probe = chains->batch;
@@ -206,6 +208,7 @@ static int search_initial_steps(run_ctx_t *run, hmc_chains_t *chains, adapt_t *a
   int8_t *direction = chains->search, *exponent = chains->search + rows;
   /* Zero bytes: a float 0 is four of them. */
   DS_TRY(comm_agree(run->comm, b->fill(b, (float *)chains->search, 0.0f, (2 * rows + 3) / 4)));
+  DS_TRY(comm_agree(run->comm, b->fill(b, chains->step_nominal, start, rows)));
   step_search_counts_t counts;
   memset(&counts, 0, sizeof counts);
   for (int trial = 0; trial < STEP_SEARCH_LIMIT + 2; ++trial) {
@@ -216,16 +219,13 @@ static int search_initial_steps(run_ctx_t *run, hmc_chains_t *chains, adapt_t *a
     DS_TRY(comm_allreduce_sum_u64(run->comm, (uint64_t *)&counts, 1 + STEP_SEARCH_BINS));
     if (counts.open == 0) break;
   }
-  float pooled_step = 0.0f;
-  if (adapt_pooled(adapt)) {
-    /* The lower median over all chains of the exponent. */
-    const int64_t rank = (config_items(run->cfg) - 1) / 2;
-    int64_t below = 0;
-    int bin = 0;
-    while (bin < STEP_SEARCH_BINS - 1 && below + counts.exponent[bin] <= rank) below += counts.exponent[bin++];
-    pooled_step = ldexpf(pooled_start, bin - STEP_SEARCH_LIMIT);
-  }
-  return comm_agree(run->comm, adapt_restart_steps(adapt, chains->step_nominal, pooled_step));
+  /* The lower median over all chains of the exponent. */
+  const int64_t rank = (config_items(run->cfg) - 1) / 2;
+  int64_t below = 0;
+  int bin = 0;
+  while (bin < STEP_SEARCH_BINS - 1 && below + counts.exponent[bin] <= rank) below += counts.exponent[bin++];
+  const float median = ldexpf(start, bin - STEP_SEARCH_LIMIT);
+  return comm_agree(run->comm, adapt_restart_steps(adapt, iteration, chains->step_nominal, median));
 }
 
 /* Chains that never moved over the tail of warmup (adapt_tail_m2) start sampling from the state
@@ -691,10 +691,10 @@ static int iterate(run_ctx_t *run, hmc_chains_t *chains, adapt_t *adapt, hmc_out
     if (add_moments) chains->totals[2] += 1.0;
     chains->totals[in_warmup ? 0 : 1] += (double)stats.divergent;
     if (in_warmup && adapt) {
-      int metric_changed = 0;
+      int search = 0;
       DS_TRY(comm_agree(run->comm, adapt_after_iteration(adapt, it, &stats, batch, chains->step_nominal,
-                                                         chains->inv_metric, &metric_changed)));
-      if (metric_changed) DS_TRY(search_initial_steps(run, chains, adapt));
+                                                         chains->inv_metric, &search)));
+      if (search) DS_TRY(search_initial_steps(run, chains, adapt, it + 1));
       if (it + 1 == cfg->warmup && strcmp(cfg->stuck, "restart") == 0) DS_TRY(restart_stuck_chains(run, chains, adapt));
     }
     report_progress(run, chains, &stats, in_warmup, it + 1);
@@ -795,7 +795,7 @@ int hmc_run(run_ctx_t *run) {
   if (status == DS_OK) status = comm_agree(run->comm, run_check_checkpoint_dir(run));
 
   if (status == DS_OK) status = run->resume_path ? resume_state(run, &chains, rows) : fresh_state(run, &chains, rows, dim);
-  if (status == DS_OK && !run->resume_path && adapt) status = search_initial_steps(run, &chains, adapt);
+  if (status == DS_OK && !run->resume_path && adapt) status = search_initial_steps(run, &chains, adapt, 0);
   if (status == DS_OK) status = output_open(run, &output, output_chains);
 
   progress_init(&run->progress, run->comm->rank == 0 && !cfg->quiet, total_iterations);

@@ -38,6 +38,53 @@ def diag_case(name, step, adapt, chains, warmup, draws, tolerance=0.05):
     return out, ckpt, total
 
 
+def regularised(var, n):
+    """The metric from a window's variances (float64): Stan's n/(n+5) var + 1e-3 * 5/(n+5), with
+    the 1e-3 scaled by the geometric mean of the variances."""
+    scale = np.exp(np.mean(np.log(var), axis=-1, keepdims=True))
+    return n / (n + 5.0) * var + 1e-3 * scale * 5.0 / (n + 5.0)
+
+
+def metric_cases():
+    """The metric after warmup against the last window's warmup draws, in float64: warmup 1000
+    has Stan's windows 75 + 25, 50, 100, 200, 500 + 50, so the last is draws 450..949. Scales
+    1e-4..1e-2 make Stan's unscaled 1e-3 * 5/(n+5) (1e-5) larger than most variances: the
+    regularisation must follow the posterior's scale. Pooled, steps are each chain's own before
+    the tail of warmup (its last 50 iterations) and one for all chains from there on."""
+    scales = np.logspace(-4, -2, 5)
+    arg = "scale=" + ":".join(f"{s:.6g}" for s in scales)
+    for adapt in ("per-chain", "pooled"):
+        out, ckpt = t.path(f"adapt_metric_{adapt}.h5"), t.path(f"adapt_metric_{adapt}.ckpt")
+        shutil.rmtree(ckpt, ignore_errors=True)
+        t.run(2, "hmc", "--dim", 5, "--target-args", arg, "--chains", 8, "--warmup", 1000, "--draws", 10,
+              "--adapt", adapt, "--jitter", 0, "--seed", 9, "--save-warmup", "--out", out, "--quiet",
+              "--backend", "cpu", "--checkpoint-every", 1000, "--checkpoint-dir", ckpt)
+        with h5py.File(out) as f:
+            window = f["warmup_posterior/x"][:, 450:950, :].astype(np.float64)
+            warm_steps = f["warmup_sample_stats/step_size"][...]
+            steps = f["sample_stats/step_size"][...]
+        with h5py.File(f"{ckpt}/ckpt-1000.h5") as f:
+            metric = f["inv_metric"][...].astype(np.float64)
+        var = window.var(axis=1, ddof=1)                                     # [chain, dim]
+        if adapt == "per-chain":
+            want = regularised(var, 500.0)
+        else:
+            want = np.broadcast_to(regularised(var.mean(axis=0), 500.0 * 8), metric.shape)
+        err = np.abs(metric / want - 1).max()
+        t.check(err < 1e-4, f"metric {adapt}: the regularised variances of draws 450..949 (scaled 1e-3), "
+                            f"worst relative error {err:.2e} < 1e-4")
+        stan = (500.0 / 505.0 * var + 1e-3 * 5.0 / 505.0) if adapt == "per-chain" else None
+        if stan is not None:
+            t.check(np.abs(metric / stan - 1).max() > 0.5, "metric per-chain: differs from Stan's unscaled 1e-3 here")
+        if adapt == "pooled":
+            early, tail = warm_steps[:, 100:950], warm_steps[:, 950:]
+            # (Right after a search every chain may hold the same power of two times its start.)
+            own = (early.std(axis=0) > 0).mean()
+            t.check(own > 0.95, f"pooled: before the tail each chain has its own step (in {own:.1%} of iterations)")
+            t.check(np.all(tail == tail[0]) and np.all(steps == steps[0, 0]),
+                    f"pooled: one step for all chains in the tail of warmup and in sampling ({steps[0, 0]:.3g})")
+
+
 def main():
     for step in (1e-3, 10.0):
         out, ckpt, total = diag_case(f"pooled_{step:g}", step, "pooled", 256, 1000, 1000)
@@ -73,6 +120,8 @@ def main():
         divergent = f["sample_stats/diverging"][...].sum()
         finite = np.all(np.isfinite(f["posterior/x"][...]))
     t.check(divergent > 0 and finite, f"funnel: {divergent} divergent draws counted, every draw finite")
+
+    metric_cases()
 
     # --save-warmup and --jitter.
     out = t.path("adapt_warmup.h5")
