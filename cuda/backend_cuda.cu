@@ -209,7 +209,7 @@ int ensure_sums(cuda_impl *impl, size_t count) {
 
 int cuda_hmc_stats(backend_t *b, const hmc_batch_t *batch, hmc_stats_t *stats) {
   cuda_impl *impl = impl_of(b);
-  const size_t count = 2 * EXACT_DIGITS + 2;
+  const size_t count = 5 * EXACT_DIGITS + 2;
   DS_TRY(ensure_sums(impl, count));
   unsigned long long *totals = static_cast<unsigned long long *>(impl->sums_dev);
   DS_TRY(hmc_launch_stats(batch, totals, impl->sm_count, impl->stream));
@@ -217,8 +217,11 @@ int cuda_hmc_stats(backend_t *b, const hmc_batch_t *batch, hmc_stats_t *stats) {
   DS_TRY(cuda_download(b, host, totals, count * sizeof *host));
   digits_to_sums(host, 1, batch->n_chains, &stats->accept);
   digits_to_sums(host + EXACT_DIGITS, 1, batch->n_chains, &stats->step);
-  stats->divergent = (int64_t)host[2 * EXACT_DIGITS];
-  if (host[2 * EXACT_DIGITS + 1]) return ds_fail(DS_ERR_TARGET, "HMC: a step size is not finite (adaptation diverged?)");
+  digits_to_sums(host + 2 * EXACT_DIGITS, 1, batch->n_chains, &stats->chees_slope);
+  digits_to_sums(host + 3 * EXACT_DIGITS, 1, batch->n_chains, &stats->chees_value);
+  digits_to_sums(host + 4 * EXACT_DIGITS, 1, batch->n_chains, &stats->chees_weight);
+  stats->divergent = (int64_t)host[5 * EXACT_DIGITS];
+  if (host[5 * EXACT_DIGITS + 1]) return ds_fail(DS_ERR_TARGET, "HMC: a step size is not finite (adaptation diverged?)");
   return DS_OK;
 }
 

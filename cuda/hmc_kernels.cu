@@ -103,7 +103,9 @@ __device__ __forceinline__ void add_moments(const hmc_batch_t &b, long long row,
 /* MOMENTS: the state kept is added to the chains' running moments (a variant of its own: the
  * extra registers would halve the occupancy of the plain kernel). Two blocks per SM: at most
  * 128 registers a thread. */
-template <int LANES, int MB, bool VEC4, bool MOMENTS>
+/* CHEES: each chain's ChEES term when the batch asks for it (warmup; a variant of its own, as
+ * MOMENTS, which then adds the moments only when the batch has them). */
+template <int LANES, int MB, bool VEC4, bool MOMENTS, bool CHEES>
 __global__ void __launch_bounds__(HMC_THREADS, 2)
 hmc_gaussian_kernel(const builtin_params_t params, const hmc_batch_t b) {
   constexpr int PER = 4 * MB;
@@ -206,13 +208,32 @@ hmc_gaussian_kernel(const builtin_params_t params, const hmc_batch_t b) {
   const double h1 = -(double)logp1 + 0.5 * group_sum<LANES>(kinetic);
 
   const hmc_verdict v = hmc_decide(h0, h1, uniform);
+  if (CHEES && b.chees_center) {
+    /* backend.h's ChEES term, the start read again (it is written only below). */
+    double change = 0.0, along = 0.0;
+#pragma unroll
+    for (int r = 0; r < PER; ++r) {
+      if (!valid[r]) continue;
+      const int k = 4 * (lane + LANES * (r / 4)) + r % 4;
+      const double m = (double)b.chees_center[k], d1 = __dsub_rn((double)q[r], m),
+                   d0 = __dsub_rn((double)b.q[row + k], m);
+      change = __dadd_rn(change, __ddiv_rn(__dsub_rn(__dmul_rn(d1, d1), __dmul_rn(d0, d0)), (double)inv_metric[r]));
+      along = __dadd_rn(along, __dmul_rn(d1, (double)p[r]));
+    }
+    change = group_sum<LANES>(change);
+    along = group_sum<LANES>(along);
+    if (active && lane == 0) {
+      b.chees[2 * chain] = (float)change;
+      b.chees[2 * chain + 1] = (float)along;
+    }
+  }
   if (!active) return;
 
   if (lane == 0) {
     write_verdict(b, chain, v, logp1);
     b.step_size[chain] = eps;
   }
-  if (MOMENTS) {
+  if (MOMENTS && (!CHEES || b.moment_mean)) {
     /* The state kept: the proposal, or the start read again. */
     if (!v.accept) {
 #pragma unroll
@@ -305,13 +326,27 @@ __global__ void hmc_finish_kernel(const hmc_batch_t b, const float *q_work, floa
   if (!active) chain = b.n_chains - 1;
   const long long dim = b.dim, row = chain * dim;
   const float half_eps = 0.5f * b.step_size[chain];
-  double kinetic = 0.0;
+  double kinetic = 0.0, change = 0.0, along = 0.0;
   for (long long k = lane; k < dim; k += GENERIC_LANES) {
     const float p = __fadd_rn(p_work[row + k], __fmul_rn(half_eps, grad_work[row + k]));
     const double m_inv = (double)b.inv_metric[(b.shared_metric ? 0 : row) + k];
     kinetic = __dadd_rn(kinetic, __dmul_rn(__dmul_rn(m_inv, (double)p), (double)p));
+    if (b.chees_center) {
+      const double m = (double)b.chees_center[k], d1 = __dsub_rn((double)q_work[row + k], m),
+                   d0 = __dsub_rn((double)b.q[row + k], m);
+      change = __dadd_rn(change, __ddiv_rn(__dsub_rn(__dmul_rn(d1, d1), __dmul_rn(d0, d0)), m_inv));
+      along = __dadd_rn(along, __dmul_rn(d1, (double)p));
+    }
   }
   kinetic = group_sum<GENERIC_LANES>(kinetic);
+  if (b.chees_center) {
+    change = group_sum<GENERIC_LANES>(change);
+    along = group_sum<GENERIC_LANES>(along);
+    if (active && lane == 0) {
+      b.chees[2 * chain] = (float)change;
+      b.chees[2 * chain + 1] = (float)along;
+    }
+  }
   const double h1 = -(double)logp_work[chain] + 0.5 * kinetic;
   const hmc_verdict v = hmc_decide(h0[chain], h1, uniform[chain]);
   if (!active) return;
@@ -352,24 +387,35 @@ __device__ void block_add_digits(int64_t (*digits)[EXACT_DIGITS], unsigned long 
   }
 }
 
-/* totals: [accept digits, step digits, divergent count, failures]. */
+/* totals: [accept, step, ChEES slope, value, weight digits, divergent count, failures]; the
+ * ChEES sums (backend.h's hmc_stats_t) only with CHEES. */
+template <bool CHEES>
 __global__ void __launch_bounds__(STATS_THREADS) hmc_stats_kernel(const hmc_batch_t b, unsigned long long *totals) {
-  int64_t digits[2][EXACT_DIGITS];
-  for (int d = 0; d < EXACT_DIGITS; ++d) digits[0][d] = digits[1][d] = 0;
+  constexpr int SUMS = CHEES ? 5 : 2;
+  int64_t digits[SUMS][EXACT_DIGITS];
+  for (int sum = 0; sum < SUMS; ++sum)
+    for (int d = 0; d < EXACT_DIGITS; ++d) digits[sum][d] = 0;
   unsigned long long divergent = 0, failed = 0;
   for (long long c = (long long)blockIdx.x * blockDim.x + threadIdx.x; c < b.n_chains;
        c += (long long)gridDim.x * blockDim.x) {
-    failed += exact_digits_add(digits[0], (double)b.accept_prob[c]) != 0;
+    const float a = b.accept_prob[c];
+    failed += exact_digits_add(digits[0], (double)a) != 0;
     failed += exact_digits_add(digits[1], (double)b.step_size[c]) != 0;
     divergent += b.diverging[c];
+    if (CHEES && !b.diverging[c] && a > 1e-4f && isfinite(b.chees[2 * c]) && isfinite(b.chees[2 * c + 1])) {
+      const double change = (double)b.chees[2 * c], along = (double)b.chees[2 * c + 1];
+      exact_digits_add(digits[CHEES ? 2 : 0], (double)a * (change * along));
+      exact_digits_add(digits[CHEES ? 3 : 0], (double)a * (0.25 * change * change));
+      exact_digits_add(digits[CHEES ? 4 : 0], (double)a);
+    }
   }
-  block_add_digits<2>(digits, totals);
+  block_add_digits<SUMS>(digits, totals);
   for (int width = 16; width >= 1; width /= 2) {
     divergent += __shfl_down_sync(0xffffffffu, divergent, width);
     failed += __shfl_down_sync(0xffffffffu, failed, width);
   }
-  if (threadIdx.x % 32 == 0 && divergent) atomicAdd(totals + 2 * EXACT_DIGITS, divergent);
-  if (threadIdx.x % 32 == 0 && failed) atomicAdd(totals + 2 * EXACT_DIGITS + 1, failed);
+  if (threadIdx.x % 32 == 0 && divergent) atomicAdd(totals + 5 * EXACT_DIGITS, divergent);
+  if (threadIdx.x % 32 == 0 && failed) atomicAdd(totals + 5 * EXACT_DIGITS + 1, failed);
 }
 
 /* Column k of values [rows, cols]: 32 columns by 8 row lanes per block; blocks along y take
@@ -485,15 +531,19 @@ int launch_gaussian(const builtin_params_t &params, const hmc_batch_t &b, cudaSt
   const unsigned blocks = blocks_for(b.n_chains * LANES, HMC_THREADS);
   const bool vec4 = b.dim % 4 == 0 && ((uintptr_t)b.q % 16 == 0) && ((uintptr_t)b.grad % 16 == 0) &&
                     ((uintptr_t)b.inv_metric % 16 == 0);
-  const bool moments = b.moment_mean != NULL;
-  if (vec4 && moments)
-    hmc_gaussian_kernel<LANES, MB, true, true><<<blocks, HMC_THREADS, 0, stream>>>(params, b);
+  const bool moments = b.moment_mean != NULL, chees = b.chees_center != NULL;
+  if (vec4 && chees)
+    hmc_gaussian_kernel<LANES, MB, true, true, true><<<blocks, HMC_THREADS, 0, stream>>>(params, b);
+  else if (vec4 && moments)
+    hmc_gaussian_kernel<LANES, MB, true, true, false><<<blocks, HMC_THREADS, 0, stream>>>(params, b);
   else if (vec4)
-    hmc_gaussian_kernel<LANES, MB, true, false><<<blocks, HMC_THREADS, 0, stream>>>(params, b);
+    hmc_gaussian_kernel<LANES, MB, true, false, false><<<blocks, HMC_THREADS, 0, stream>>>(params, b);
+  else if (chees)
+    hmc_gaussian_kernel<LANES, MB, false, true, true><<<blocks, HMC_THREADS, 0, stream>>>(params, b);
   else if (moments)
-    hmc_gaussian_kernel<LANES, MB, false, true><<<blocks, HMC_THREADS, 0, stream>>>(params, b);
+    hmc_gaussian_kernel<LANES, MB, false, true, false><<<blocks, HMC_THREADS, 0, stream>>>(params, b);
   else
-    hmc_gaussian_kernel<LANES, MB, false, false><<<blocks, HMC_THREADS, 0, stream>>>(params, b);
+    hmc_gaussian_kernel<LANES, MB, false, false, false><<<blocks, HMC_THREADS, 0, stream>>>(params, b);
   CUDA_CHECK_LAUNCH("hmc_gaussian_kernel");
   return DS_OK;
 }
@@ -563,11 +613,14 @@ extern "C" int hmc_launch_finish(const hmc_batch_t *batch, const float *q_work, 
 
 extern "C" int hmc_launch_stats(const hmc_batch_t *batch, unsigned long long *totals, int sm_count, cudaStream_t stream) {
   DS_TRY(check_batch(batch, "hmc_launch_stats"));
-  CUDA_CHECK(cudaMemsetAsync(totals, 0, (2 * EXACT_DIGITS + 2) * sizeof *totals, stream));
+  CUDA_CHECK(cudaMemsetAsync(totals, 0, (5 * EXACT_DIGITS + 2) * sizeof *totals, stream));
   if (batch->n_chains == 0) return DS_OK;
   long long blocks = (batch->n_chains + STATS_THREADS - 1) / STATS_THREADS;
   if (blocks > 2 * (long long)sm_count) blocks = 2 * (long long)sm_count;
-  hmc_stats_kernel<<<(unsigned)blocks, STATS_THREADS, 0, stream>>>(*batch, totals);
+  if (batch->chees_center)
+    hmc_stats_kernel<true><<<(unsigned)blocks, STATS_THREADS, 0, stream>>>(*batch, totals);
+  else
+    hmc_stats_kernel<false><<<(unsigned)blocks, STATS_THREADS, 0, stream>>>(*batch, totals);
   CUDA_CHECK_LAUNCH("hmc_stats_kernel");
   return DS_OK;
 }

@@ -12,7 +12,7 @@ mpirun_flags=(-np 2)
 if [ "$(id -u)" -eq 0 ]; then mpirun_flags+=(--allow-run-as-root); fi
 mpirun_flags+=(--oversubscribe)
 mpirun "${mpirun_flags[@]}" build/dsampler hmc --target gaussian --dim 64 --chains 1024 --warmup 300 \
-  --draws 1000 --steps 10 --seed 7 --out runs/hmc.h5
+  --draws 1000 --seed 7 --out runs/hmc.h5
 mpirun "${mpirun_flags[@]}" build/dsampler svgd --target gaussian --dim 64 --particles 1024 --iters 100 \
   --step-size 0.1 --seed 7 --out runs/svgd.h5
 for f in runs/hmc.h5 runs/svgd.h5; do

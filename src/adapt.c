@@ -12,7 +12,8 @@
 
 /* Scalars in the checkpoint's "adapt_scalars" global. */
 enum { SC_DA_COUNTER = 0, SC_WINDOW_COUNTER, SC_WINDOW_SIZE, SC_NEXT_WINDOW, SC_WINDOW_SAMPLES, SC_SEARCHES,
-       SC_TAIL_SAMPLES, SC_SEARCH_START, SC_POOLED_DA, SC_COUNT = SC_POOLED_DA + DUAL_FIELDS };
+       SC_TAIL_SAMPLES, SC_SEARCH_START, SC_STEP_REF, SC_CHEES_LOG_T, SC_CHEES_SQ, SC_CHEES_AVG_LOG_T,
+       SC_CHEES_COUNT, SC_POOLED_DA, SC_COUNT = SC_POOLED_DA + DUAL_FIELDS };
 enum { ADAPT_MAX_ARRAYS = 3 };
 
 struct adapt {
@@ -28,6 +29,9 @@ struct adapt {
   adapt_array_t arrays[ADAPT_MAX_ARRAYS];
   int n_arrays;
   float *metric_row;            /* pooled: [dim] */
+  float *chees_center, *chees;  /* ChEES: [dim] and [rows] on the backend, remade each iteration */
+  double *center_host;          /* [dim] */
+  float *center_row;            /* [dim]: center_host in float, for the backend */
 };
 
 static dual_average_step_t dual_settings(const adapt_t *a) {
@@ -77,6 +81,10 @@ int adapt_create(adapt_t **out, comm_ctx_t *comm, backend_t *backend, const adap
   a->scalars[SC_WINDOW_SIZE] = (double)a->base_window;
   a->scalars[SC_NEXT_WINDOW] = (double)(a->init_buffer + a->base_window - 1);
   a->scalars[SC_SEARCH_START] = settings->initial_step;
+  a->scalars[SC_STEP_REF] = settings->initial_step;
+  /* ChEES starts from one leapfrog step's length (as BlackJAX's chees_adaptation). */
+  a->scalars[SC_CHEES_LOG_T] = log(settings->initial_step);
+  a->scalars[SC_CHEES_AVG_LOG_T] = a->scalars[SC_CHEES_LOG_T];
   *out = a;
   /* Pooled adaptation keeps both states: each chain's own until the tail of warmup, then one. */
   dual_restart(a->scalars + SC_POOLED_DA, settings->initial_step);
@@ -95,6 +103,13 @@ int adapt_create(adapt_t **out, comm_ctx_t *comm, backend_t *backend, const adap
     a->metric_row = malloc((size_t)dim * sizeof *a->metric_row);
     if (status == DS_OK && !a->metric_row) status = DS_FAIL_ALLOC("the metric", (size_t)dim * sizeof(float));
   }
+  if (status == DS_OK && settings->chees) {
+    status = backend->alloc(backend, (void **)&a->chees_center, (size_t)dim * sizeof(float));
+    if (status == DS_OK) status = backend->alloc(backend, (void **)&a->chees, (size_t)(2 * (rows > 0 ? rows : 1)) * sizeof(float));
+    a->center_host = malloc((size_t)dim * sizeof *a->center_host);
+    a->center_row = malloc((size_t)dim * sizeof *a->center_row);
+    if (status == DS_OK && !(a->center_host && a->center_row)) status = DS_FAIL_ALLOC("the ChEES centre", (size_t)dim * sizeof(double));
+  }
   if (status != DS_OK) {
     adapt_free(a);
     *out = NULL;
@@ -109,6 +124,10 @@ void adapt_free(adapt_t *a) {
     free(a->arrays[i].array.local);
   }
   free(a->metric_row);
+  if (a->chees_center) a->backend->release(a->backend, a->chees_center);
+  if (a->chees) a->backend->release(a->backend, a->chees);
+  free(a->center_host);
+  free(a->center_row);
   free(a);
 }
 
@@ -136,6 +155,90 @@ static void next_window(adapt_t *a) {
 /* The tail of warmup: its last term_buffer iterations (all of a short warmup's), after the
  * last window. */
 static int in_tail(const adapt_t *a, int64_t iteration) { return iteration >= a->s.warmup - a->term_buffer; }
+
+/* ---- ChEES ------------------------------------------------------------------------------ */
+
+enum { CHEES_HALTON_BITS = 10 };
+
+/* The base-2 Halton (van der Corput) number of i + 1 over 10 bits, in [0, 1). */
+static double halton(int64_t i) {
+  const int64_t n = i + 1;
+  double h = 0.0, weight = 0.5;
+  for (int bit = 0; bit < CHEES_HALTON_BITS; ++bit, weight *= 0.5)
+    if ((n >> bit) & 1) h += weight;
+  return h;
+}
+
+int adapt_chees(const adapt_t *a) { return a && a->s.chees; }
+
+double adapt_trajectory_length(const adapt_t *a) {
+  return adapt_chees(a) ? exp(a->scalars[SC_CHEES_AVG_LOG_T]) : 0.0;
+}
+
+int adapt_leapfrog_steps(const adapt_t *a, int64_t iteration, int64_t warmup, int fixed) {
+  if (!adapt_chees(a)) return fixed;
+  const double length = iteration < warmup ? exp(a->scalars[SC_CHEES_LOG_T]) : exp(a->scalars[SC_CHEES_AVG_LOG_T]);
+  const double steps = ceil(halton(iteration) * length / a->scalars[SC_STEP_REF]);
+  if (!(steps >= 1.0)) return 1;
+  return steps > (double)a->s.max_steps ? (int)a->s.max_steps : (int)steps;
+}
+
+int adapt_probe_steps(const adapt_t *a, int fixed) {
+  if (!adapt_chees(a)) return fixed;
+  const double steps = ceil(exp(a->scalars[SC_CHEES_LOG_T]) / a->scalars[SC_SEARCH_START]);
+  if (!(steps >= 1.0)) return 1;
+  return steps > (double)a->s.max_steps ? (int)a->s.max_steps : (int)steps;
+}
+
+int adapt_chees_prepare(adapt_t *a, hmc_batch_t *batch, const float *q) {
+  const int64_t dim = a->s.dim;
+  DS_TRY(moments_column_mean(a->comm, a->backend, q, a->s.rows, dim, a->s.chains_total, a->center_host));
+  for (int64_t k = 0; k < dim; ++k) a->center_row[k] = (float)a->center_host[k];
+  DS_TRY(comm_agree(a->comm, a->backend->upload(a->backend, a->chees_center, a->center_row, (size_t)dim * sizeof(float))));
+  batch->chees_center = a->chees_center;
+  batch->chees = a->chees;
+  return DS_OK;
+}
+
+/* One RMSProp step on log T up the criterion per gradient: ChEES / t, t = L eps the iteration's
+ * trajectory time (as fun_mc's chees_per_grad_criterion; plain ChEES has maxima at trajectories
+ * far longer than pay for themselves). With the acceptance-weighted means over all chains of
+ * D B and D^2 / 4 (backend.h), d/dT (D^2 / 4) / t = h (D B - D^2 / (4 t)) / t, t moving with h T.
+ * A new metric restarts the averages. */
+static void chees_update(adapt_t *a, int64_t iteration, const hmc_stats_t *stats, int window_end) {
+  exact_sum_t slope_sum = stats->chees_slope, value_sum = stats->chees_value, weight_sum = stats->chees_weight;
+  const double total_weight = exact_sum_value(&weight_sum);
+  double *sc = a->scalars;
+  if (total_weight > 0.0) {
+    const double slope = exact_sum_value(&slope_sum) / total_weight, value = exact_sum_value(&value_sum) / total_weight;
+    const double t = (double)adapt_leapfrog_steps(a, iteration, a->s.warmup, 1) * sc[SC_STEP_REF];
+    const double gradient = halton(iteration) * (slope - value / t) / t;
+    sc[SC_CHEES_COUNT] += 1.0;
+    const double k = sc[SC_CHEES_COUNT];
+    sc[SC_CHEES_SQ] = 0.95 * sc[SC_CHEES_SQ] + 0.05 * gradient * gradient;
+    const double rate = 0.025 / sqrt(sc[SC_CHEES_SQ] / (1.0 - pow(0.95, k)) + 1e-20);
+    double update = rate * gradient;
+    if (update > 0.35) update = 0.35;
+    if (update < -0.35) update = -0.35;
+    if (isfinite(update)) sc[SC_CHEES_LOG_T] += update;
+    const double w = pow(k, -0.5);
+    sc[SC_CHEES_AVG_LOG_T] = w * sc[SC_CHEES_LOG_T] + (1.0 - w) * sc[SC_CHEES_AVG_LOG_T];
+  }
+  if (window_end) {
+    sc[SC_CHEES_COUNT] = 0.0;
+    sc[SC_CHEES_SQ] = 0.0;
+  }
+}
+
+/* T within [eps, max_steps eps] for the step the next iterations use. */
+static void chees_clip(adapt_t *a) {
+  double *sc = a->scalars;
+  const double low = log(sc[SC_STEP_REF]), high = low + log((double)a->s.max_steps);
+  if (sc[SC_CHEES_LOG_T] < low) sc[SC_CHEES_LOG_T] = low;
+  if (sc[SC_CHEES_LOG_T] > high) sc[SC_CHEES_LOG_T] = high;
+  if (sc[SC_CHEES_AVG_LOG_T] < low) sc[SC_CHEES_AVG_LOG_T] = low;
+  if (sc[SC_CHEES_AVG_LOG_T] > high) sc[SC_CHEES_AVG_LOG_T] = high;
+}
 
 /* Pooled adaptation gives every chain one step size in the tail of warmup (and so in sampling);
  * before it each chain adapts its own, so chains still far from the posterior at the start
@@ -224,7 +327,10 @@ int adapt_after_iteration(adapt_t *a, int64_t iteration, const hmc_stats_t *stat
     a->scalars[SC_WINDOW_COUNTER] += 1.0;
   }
 
-  /* 2. The step size, from this iteration's acceptance statistics: the latest iterate, or
+  /* 2. The trajectory length (ChEES), from this iteration's terms, at the T this iteration ran. */
+  if (a->s.chees) chees_update(a, iteration, stats, window_end);
+
+  /* 3. The step size, from this iteration's acceptance statistics: the latest iterate, or
    * the average once warmup ends. */
   a->scalars[SC_DA_COUNTER] += 1.0;
   dual_average_step_t step = dual_settings(a);
@@ -238,6 +344,8 @@ int adapt_after_iteration(adapt_t *a, int64_t iteration, const hmc_stats_t *stat
   if (adapt_steps_pooled(a, iteration)) {
     exact_sum_t total = stats->accept;
     const float next = dual_iterate(a->scalars + SC_POOLED_DA, &step, exact_sum_value(&total) / (double)a->s.chains_total);
+    a->scalars[SC_STEP_REF] = (double)next;
+    if (a->s.chees) chees_clip(a);
     return b->fill(b, step_nominal, next, rows);
   }
   return b->dual_average(b, a->dual, batch->accept_prob, step_nominal, rows, &step);
@@ -252,6 +360,8 @@ int64_t adapt_next_search(adapt_t *a) {
 int adapt_restart_steps(adapt_t *a, int64_t iteration, float *step_nominal, float pooled_step) {
   backend_t *b = a->backend;
   a->scalars[SC_SEARCH_START] = (double)pooled_step;
+  a->scalars[SC_STEP_REF] = (double)pooled_step;
+  if (a->s.chees) chees_clip(a);
   if (adapt_steps_pooled(a, iteration)) {
     dual_restart(a->scalars + SC_POOLED_DA, (double)pooled_step);
     return b->fill(b, step_nominal, pooled_step, a->s.rows);

@@ -31,6 +31,8 @@ typedef struct adapt_settings {
   double target_accept;   /* delta */
   double initial_step;
   int64_t rows, dim, chains_total;
+  int chees;              /* adapt the trajectory length (ChEES) */
+  int64_t max_steps;      /* ChEES: at most this many leapfrog steps an iteration */
 } adapt_settings_t;
 
 /* A backend array that checkpoints carry: its host mirror is what ckpt reads and writes. */
@@ -72,6 +74,26 @@ int adapt_restart_steps(adapt_t *a, int64_t iteration, float *step_nominal, floa
  * window), [rows, dim] on the backend, and how many samples they hold: m2 = 0 in every
  * coordinate marks a chain that never moved there. */
 const float *adapt_tail_m2(const adapt_t *a, double *samples);
+
+/* ChEES trajectory lengths (Hoffman, Radul and Sountsov, AISTATS 2021), pooled over all chains:
+ * iteration i runs L = ceil(h_i T / eps) leapfrog steps (1 <= L <= max_steps), where h_i in
+ * (0, 1) is the base-2 Halton number of i + 1 (10 bits), T the trajectory length and eps the
+ * step all chains share (before the tail of pooled warmup: the last search's median). In warmup
+ * T follows the acceptance-weighted mean of the chains' ChEES terms (backend.h) times h_i, by
+ * RMSProp on log T (rate 0.025, updates clipped to +-0.35, as TensorFlow Probability's
+ * GradientBasedTrajectoryLengthAdaptation), with T in [eps, max_steps eps]; sampling uses the
+ * iterate average of log T (weights k^-1/2, restarted with each metric). Without ChEES,
+ * `fixed` steps every iteration. */
+int adapt_leapfrog_steps(const adapt_t *a, int64_t iteration, int64_t warmup, int fixed);
+/* Before a warmup iteration with ChEES: the mean of all chains' positions q ([rows, dim],
+ * backend) into the batch's chees_center, and the batch's chees buffer. Collective. */
+int adapt_chees_prepare(adapt_t *a, hmc_batch_t *batch, const float *q);
+int adapt_chees(const adapt_t *a);
+/* The leapfrog steps of the step-size search's probes: ChEES's T over the search's start
+ * (one step at first, as Stan's search), or `fixed`. */
+int adapt_probe_steps(const adapt_t *a, int fixed);
+/* The trajectory length sampling uses (0 without ChEES). */
+double adapt_trajectory_length(const adapt_t *a);
 
 /* The adaptation's state for a checkpoint: per-chain arrays (with backend copies) and globals
  * (host). Pointers stay valid until adapt_free. */

@@ -70,6 +70,13 @@ typedef struct hmc_batch {
   int64_t moment_count;
   /* 1: a probe (the initial step-size search): the outputs are written, the state is not. */
   int probe;
+  /* When chees_center ([dim], the mean of all chains' positions) is not NULL, each chain's
+   * ChEES terms (adapt.h) go to chees [n_chains, 2]: with x the start, x' the proposal, p' its
+   * momentum after the last half kick, m = chees_center and s2 = inv_metric, the change of the
+   * whitened squared distance from the mean D = sum_k ((x'_k - m_k)^2 - (x_k - m_k)^2) / s2_k and
+   * its half time derivative B = sum_k (x'_k - m_k) p'_k, each summed in double, rounded to float. */
+  const float *chees_center;
+  float *chees;
 } hmc_batch_t;
 
 /* Stan's initial step-size search (init_stepsize), one trial for every chain: after a probe at
@@ -88,6 +95,10 @@ typedef struct step_search_counts {
 typedef struct hmc_stats {
   exact_sum_t accept;      /* sum of accept_prob */
   exact_sum_t step;        /* sum of the steps used */
+  /* With chees_center: over chains not divergent whose accept_prob a > 1e-4 and whose ChEES
+   * terms are finite, the sums of a D B (the criterion D^2 / 4's time derivative), a D^2 / 4
+   * and a. */
+  exact_sum_t chees_slope, chees_value, chees_weight;
   int64_t divergent;
 } hmc_stats_t;
 

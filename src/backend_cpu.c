@@ -339,6 +339,17 @@ static int hmc_block(const dsampler_target *t, hmc_batch_t *batch, int64_t c0, i
     batch->accepted[chain] = (uint8_t)accept;
     batch->accept_prob[chain] = divergent ? 0.0f : (float)fmin(1.0, exp(h0[c] - h1));
     batch->energy[chain] = (float)(accept ? h1 : h0[c]);
+    if (batch->chees_center) {
+      const float *m = batch->chees_center, *x = batch->q + chain * dim, *x1 = q + c * dim;
+      double change = 0.0, along = 0.0;
+      for (int64_t k = 0; k < dim; ++k) {
+        const double d1 = (double)x1[k] - (double)m[k], d0 = (double)x[k] - (double)m[k];
+        change += (d1 * d1 - d0 * d0) / (double)inv_metric[k];
+        along += d1 * (double)p_c[k];
+      }
+      batch->chees[2 * chain] = (float)change;
+      batch->chees[2 * chain + 1] = (float)along;
+    }
     if (accept && !batch->probe) {
       memcpy(batch->q + chain * dim, q + c * dim, (size_t)dim * sizeof *q);
       memcpy(batch->grad + chain * dim, grad + c * dim, (size_t)dim * sizeof *grad);
@@ -394,18 +405,30 @@ static int cpu_hmc_stats(backend_t *b, const hmc_batch_t *batch, hmc_stats_t *st
       local_failed |= exact_digits_add(local.accept.digit, (double)batch->accept_prob[c]) != 0;
       local_failed |= exact_digits_add(local.step.digit, (double)batch->step_size[c]) != 0;
       local.divergent += batch->diverging[c];
+      const float a = batch->accept_prob[c];
+      if (batch->chees_center && !batch->diverging[c] && a > 1e-4f && isfinite(batch->chees[2 * c]) &&
+          isfinite(batch->chees[2 * c + 1])) {
+        const double change = (double)batch->chees[2 * c], along = (double)batch->chees[2 * c + 1];
+        exact_digits_add(local.chees_slope.digit, (double)a * (change * along));
+        exact_digits_add(local.chees_value.digit, (double)a * (0.25 * change * change));
+        exact_digits_add(local.chees_weight.digit, (double)a);
+      }
     }
 #pragma omp critical
     {
       for (int i = 0; i < EXACT_DIGITS; ++i) {
         stats->accept.digit[i] += local.accept.digit[i];
         stats->step.digit[i] += local.step.digit[i];
+        stats->chees_slope.digit[i] += local.chees_slope.digit[i];
+        stats->chees_value.digit[i] += local.chees_value.digit[i];
+        stats->chees_weight.digit[i] += local.chees_weight.digit[i];
       }
       stats->divergent += local.divergent;
       failed |= local_failed;
     }
   }
   stats->accept.pending = stats->step.pending = batch->n_chains;
+  stats->chees_slope.pending = stats->chees_value.pending = stats->chees_weight.pending = batch->n_chains;
   if (failed) return ds_fail(DS_ERR_TARGET, "HMC: a step size is not finite (adaptation diverged?)");
   return DS_OK;
 }

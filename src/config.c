@@ -40,13 +40,13 @@ static const option_spec_t option_table[] = {
     {"warmup", NUM(OPT_INT, warmup), FOR_HMC, "W", "warmup iterations, adapting step size and metric (default 1000)"},
     {"draws", NUM(OPT_INT, draws), FOR_HMC, "D", "draws kept per chain (default 1000)"},
     {"iters", NUM(OPT_INT, iters), FOR_SVGD, "T", "SVGD iterations (default 500)"},
-    {"steps", NUM(OPT_INT, steps), FOR_HMC, "L", "leapfrog steps per iteration (default 10)"},
+    {"steps", NUM(OPT_INT, steps), FOR_HMC, "L", "leapfrog steps per iteration, or auto (default): adapted in warmup by ChEES (10 when warmup does not adapt)"},
     {"step-size", NUM(OPT_DOUBLE, step_size), FOR_BOTH, "EPS",
      "SVGD step; HMC leapfrog step (the initial one when warmup adapts it) (default 0.1)"},
     {"target-accept", NUM(OPT_DOUBLE, target_accept), FOR_HMC, "A", "acceptance rate warmup aims at (default 0.8)"},
     {"adapt", STR(adapt), FOR_HMC, "MODE", "pooled (default: one step size and metric for all chains), per-chain or none"},
     {"metric", STR(metric), FOR_HMC, "M", "diag (default: adapted in warmup) or unit"},
-    {"jitter", NUM(OPT_DOUBLE, jitter), FOR_HMC, "J", "step size jitter: times 1 + J * U(-1, 1) (default 0.3)"},
+    {"jitter", NUM(OPT_DOUBLE, jitter), FOR_HMC, "J", "step size jitter: times 1 + J * U(-1, 1) (default 0.3 with a fixed --steps, 0 with auto)"},
     {"save-warmup", NUM(OPT_FLAG, save_warmup), FOR_HMC, NULL, "also write the warmup draws (warmup_* groups)"},
     {"stuck", STR(stuck), FOR_HMC, "MODE",
      "restart (default): chains that never moved in the last warmup iterations start sampling from a random "
@@ -88,10 +88,10 @@ static void config_defaults(config_t *cfg, algorithm_t algorithm) {
   cfg->draws = 1000;
   cfg->target_accept = 0.8;
   strcpy(cfg->adapt, "pooled");
-  cfg->jitter = 0.3;
+  cfg->jitter = -1.0; /* resolved by config_validate */
   strcpy(cfg->metric, "diag");
   cfg->iters = 500;
-  cfg->steps = 10;
+  cfg->steps = 0;     /* auto */
   cfg->step_size = 0.1;
   strcpy(cfg->update, "sgd");
   strcpy(cfg->bandwidth, "median");
@@ -125,6 +125,10 @@ static int config_set(config_t *cfg, const option_spec_t *spec, const char *valu
       strcpy(field, value);
       return DS_OK;
     case OPT_INT: {
+      if (strcmp(spec->name, "steps") == 0 && strcmp(value, "auto") == 0) {
+        *(int64_t *)field = 0;
+        return DS_OK;
+      }
       long long parsed = strtoll(value, &end, 10);
       if (errno != 0 || end == value || *end != '\0')
         return ds_fail(DS_ERR_INPUT, "%s: expected an integer, got '%s'", where, value);
@@ -260,8 +264,8 @@ static int config_validate(config_t *cfg) {
   if (hmc && cfg->warmup < 0) return ds_fail(DS_ERR_INPUT, "--warmup: expected >= 0, got %lld", (long long)cfg->warmup);
   if (hmc && cfg->draws < 0) return ds_fail(DS_ERR_INPUT, "--draws: expected >= 0, got %lld", (long long)cfg->draws);
   if (!hmc && cfg->iters < 0) return ds_fail(DS_ERR_INPUT, "--iters: expected >= 0, got %lld", (long long)cfg->iters);
-  if (hmc && (cfg->steps < 1 || cfg->steps > 1000000))
-    return ds_fail(DS_ERR_INPUT, "--steps: expected an integer in [1, 1000000], got %lld", (long long)cfg->steps);
+  if (hmc && (cfg->steps < 0 || cfg->steps > 1000000))
+    return ds_fail(DS_ERR_INPUT, "--steps: expected auto or an integer in [1, 1000000], got %lld", (long long)cfg->steps);
   if (!(cfg->step_size > 0)) return ds_fail(DS_ERR_INPUT, "--step-size: expected a positive number, got %g", cfg->step_size);
   if (hmc && !(cfg->target_accept > 0 && cfg->target_accept < 1))
     return ds_fail(DS_ERR_INPUT, "--target-accept: expected a number in (0, 1), got %g", cfg->target_accept);
@@ -276,6 +280,9 @@ static int config_validate(config_t *cfg) {
   if (hmc && (cfg->output_chains < 0 || cfg->output_chains > cfg->chains))
     return ds_fail(DS_ERR_INPUT, "--output-chains: expected 0 (all) up to --chains %lld, got %lld",
                    (long long)cfg->chains, (long long)cfg->output_chains);
+  /* The step's jitter by default: none where ChEES jitters the trajectory's length. */
+  if (hmc && cfg->jitter == -1.0)
+    cfg->jitter = cfg->steps == 0 && cfg->warmup > 0 && strcmp(cfg->adapt, "none") != 0 ? 0.0 : 0.3;
   if (hmc && !(cfg->jitter >= 0 && cfg->jitter < 1))
     return ds_fail(DS_ERR_INPUT, "--jitter: expected a number in [0, 1), got %g", cfg->jitter);
   if (strcmp(cfg->update, "sgd") != 0 && strcmp(cfg->update, "adagrad") != 0)

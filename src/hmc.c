@@ -34,6 +34,8 @@
 #define HMC_STATS_BYTES_PER_DRAW 21
 
 enum { HMC_N_STATS = 6, HMC_MAX_STATE = 12, HMC_FROZEN_NAMED = 8 };
+/* Leapfrog steps: fixed when neither --steps nor ChEES sets them; ChEES's most. */
+enum { HMC_DEFAULT_STEPS = 10, HMC_CHEES_MAX_STEPS = 1024 };
 static const h5out_var_t hmc_stats_vars[HMC_N_STATS] = {
     {"lp", H5OUT_FLOAT32, 0},       {"acceptance_rate", H5OUT_FLOAT32, 0}, {"step_size", H5OUT_FLOAT32, 0},
     {"diverging", H5OUT_BOOL, 0},   {"energy", H5OUT_FLOAT32, 0},          {"n_steps", H5OUT_INT32, 0}};
@@ -61,7 +63,8 @@ typedef struct hmc_phase_out {
   int64_t first_draw, count;          /* draws written before the block; draws in it */
   hmc_draw_block_t block;             /* on the backend */
   hmc_draw_block_t host;              /* the block's host copy, written by the writer thread */
-  int32_t *n_steps;                   /* [rows, capacity], constant */
+  int32_t *n_steps;                   /* [rows, capacity], the writer's, from slot_steps */
+  int32_t *slot_steps;                /* [capacity]: each slot's leapfrog steps (one for all chains) */
 } hmc_phase_out_t;
 
 typedef struct hmc_output {
@@ -73,6 +76,10 @@ typedef struct hmc_output {
 
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+
+/* Leapfrog steps when they are not adapted: --steps, or 10 when it asks for ChEES (--steps
+ * auto, 0) but warmup does not adapt. */
+static int hmc_fixed_steps(const config_t *cfg) { return cfg->steps > 0 ? (int)cfg->steps : HMC_DEFAULT_STEPS; }
 
 /* Draws kept in a phase of `iterations` iterations: iterations 0, thin, 2 thin, ... */
 static int64_t kept_draws(int64_t iterations, int64_t thin) { return (iterations + thin - 1) / thin; }
@@ -204,6 +211,7 @@ static int search_initial_steps(run_ctx_t *run, hmc_chains_t *chains, adapt_t *a
    * hold over the whole trajectory, not one leapfrog step as in Stan's NUTS. */
   hmc_batch_t probe = chains->batch;
   probe.probe = 1;
+  probe.n_leapfrog = adapt_probe_steps(adapt, hmc_fixed_steps(run->cfg));
   probe.moment_mean = probe.moment_m2 = NULL;
   int8_t *direction = chains->search, *exponent = chains->search + rows;
   /* Zero bytes: a float 0 is four of them. */
@@ -434,14 +442,14 @@ static int block_download(backend_t *b, hmc_draw_block_t *host, const hmc_draw_b
   return b->download(b, host->diverging, block->diverging, cells);
 }
 
-static int phase_alloc(backend_t *b, hmc_phase_out_t *phase, int64_t rows, int64_t capacity, int64_t dim, int steps) {
+static int phase_alloc(backend_t *b, hmc_phase_out_t *phase, int64_t rows, int64_t capacity, int64_t dim) {
   phase->enabled = 1;
   DS_TRY(block_alloc(b, &phase->block, 0, rows, capacity, dim));
   DS_TRY(block_alloc(b, &phase->host, 1, rows, capacity, dim));
   const size_t cells = (size_t)(max64(rows, 1) * capacity);
   phase->n_steps = malloc(cells * sizeof *phase->n_steps);
-  if (!phase->n_steps) return DS_FAIL_ALLOC("the draw block", cells * sizeof(int32_t));
-  for (size_t e = 0; e < cells; ++e) phase->n_steps[e] = steps;
+  phase->slot_steps = calloc((size_t)capacity, sizeof *phase->slot_steps);
+  if (!phase->n_steps || !phase->slot_steps) return DS_FAIL_ALLOC("the draw block", cells * sizeof(int32_t));
   return DS_OK;
 }
 
@@ -450,6 +458,7 @@ static void phase_free(backend_t *b, hmc_phase_out_t *phase) {
   block_free(b, &phase->block, 0);
   block_free(b, &phase->host, 1);
   free(phase->n_steps);
+  free(phase->slot_steps);
 }
 
 /* Sends the block to the host and hands it to the writer. Collective. */
@@ -460,6 +469,8 @@ static int phase_flush(run_ctx_t *run, hmc_output_t *output, hmc_phase_out_t *ph
   if (status == DS_OK) status = block_download(run->backend, &phase->host, &phase->block);
   DS_TRY(comm_agree(run->comm, status));
   const hmc_draw_block_t *host = &phase->host;
+  for (int64_t r = 0; r < output->rows; ++r)
+    memcpy(phase->n_steps + r * host->capacity, phase->slot_steps, (size_t)phase->count * sizeof(int32_t));
   draw_writer_job_t job = {{phase->g_posterior, phase->g_stats},
                            {1, HMC_N_STATS},
                            {{host->q}, {host->logp, host->accept, host->step, host->diverging, host->energy,
@@ -609,25 +620,23 @@ static int output_moments(run_ctx_t *run, hmc_output_t *output, hmc_chains_t *ch
 /* This rank's sums of the iteration's statistics (stats, from the backend) summed over all
  * ranks, with any rank's stop signal, in one allreduce. */
 static int iteration_stats(run_ctx_t *run, hmc_stats_t *stats, int *stop) {
-  enum { PACKED = 2 * EXACT_DIGITS + 2 };
-  exact_sum_normalize(&stats->accept);
-  exact_sum_normalize(&stats->step);
+  enum { SUMS = 5, PACKED = SUMS * EXACT_DIGITS + 2 };
+  exact_sum_t *sums[SUMS] = {&stats->accept, &stats->step, &stats->chees_slope, &stats->chees_value,
+                             &stats->chees_weight};
   uint64_t packed[PACKED];
-  for (int i = 0; i < EXACT_DIGITS; ++i) {
-    packed[i] = (uint64_t)stats->accept.digit[i];
-    packed[EXACT_DIGITS + i] = (uint64_t)stats->step.digit[i];
+  for (int s = 0; s < SUMS; ++s) {
+    exact_sum_normalize(sums[s]);
+    for (int i = 0; i < EXACT_DIGITS; ++i) packed[s * EXACT_DIGITS + i] = (uint64_t)sums[s]->digit[i];
   }
-  packed[2 * EXACT_DIGITS] = (uint64_t)stats->divergent;
-  packed[2 * EXACT_DIGITS + 1] = signals_pending() != 0;
+  packed[SUMS * EXACT_DIGITS] = (uint64_t)stats->divergent;
+  packed[SUMS * EXACT_DIGITS + 1] = signals_pending() != 0;
   DS_TRY(comm_allreduce_sum_u64(run->comm, packed, PACKED));
-  for (int i = 0; i < EXACT_DIGITS; ++i) {
-    stats->accept.digit[i] = (int64_t)packed[i];
-    stats->step.digit[i] = (int64_t)packed[EXACT_DIGITS + i];
+  for (int s = 0; s < SUMS; ++s) {
+    for (int i = 0; i < EXACT_DIGITS; ++i) sums[s]->digit[i] = (int64_t)packed[s * EXACT_DIGITS + i];
+    exact_sum_normalize(sums[s]);
   }
-  exact_sum_normalize(&stats->accept);
-  exact_sum_normalize(&stats->step);
-  stats->divergent = (int64_t)packed[2 * EXACT_DIGITS];
-  *stop = packed[2 * EXACT_DIGITS + 1] != 0;
+  stats->divergent = (int64_t)packed[SUMS * EXACT_DIGITS];
+  *stop = packed[SUMS * EXACT_DIGITS + 1] != 0;
   return DS_OK;
 }
 
@@ -680,12 +689,17 @@ static int iterate(run_ctx_t *run, hmc_chains_t *chains, adapt_t *adapt, hmc_out
       batch->moment_m2 = chains->moment_m2;
       batch->moment_count = (int64_t)chains->totals[2] + 1;
     }
+    batch->n_leapfrog = adapt_leapfrog_steps(adapt, it, cfg->warmup, hmc_fixed_steps(cfg));
+    if (keep) phase->slot_steps[phase->count] = batch->n_leapfrog;
+    if (in_warmup && adapt_chees(adapt)) DS_TRY(adapt_chees_prepare(adapt, batch, batch->q));
     hmc_stats_t stats;
     int stop = 0;
     /* The transition, the draw's copy and the local sums, then one agreement on all three. */
     status = b->hmc_transition(b, run->target, batch);
     if (status == DS_OK && keep && output->rows > 0) status = b->hmc_record_draw(b, batch, &phase->block, phase->count);
     if (status == DS_OK) status = b->hmc_stats(b, batch, &stats);
+    batch->chees_center = NULL;
+    batch->chees = NULL;
     DS_TRY(comm_agree(run->comm, status));
     DS_TRY(iteration_stats(run, &stats, &stop));
     if (add_moments) chains->totals[2] += 1.0;
@@ -763,14 +777,15 @@ int hmc_run(run_ctx_t *run) {
   memset(&output, 0, sizeof output);
   adapt_t *adapt = NULL;
   const adapt_settings_t settings = {adapt_mode(cfg), strcmp(cfg->metric, "diag") == 0, cfg->warmup,
-                                     cfg->target_accept, cfg->step_size, rows, dim, config_items(cfg)};
+                                     cfg->target_accept, cfg->step_size, rows, dim, config_items(cfg),
+                                     cfg->steps == 0, HMC_CHEES_MAX_STEPS};
   hmc_batch_t *batch = &chains.batch;
   batch->shared_metric = !(settings.mode == ADAPT_PER_CHAIN && settings.diag_metric);
   batch->n_chains = rows;
   batch->chain_begin = run->item_begin;
   batch->dim = dim;
   batch->seed = cfg->seed;
-  batch->n_leapfrog = (int)cfg->steps;
+  batch->n_leapfrog = hmc_fixed_steps(cfg);
   batch->jitter = (float)cfg->jitter;
   output.rows = max64(0, min64(run->item_end, output_chains) - run->item_begin);
   output.phase[0].enabled = cfg->save_warmup && cfg->warmup > 0;
@@ -789,7 +804,7 @@ int hmc_run(run_ctx_t *run) {
   for (int p = 0; p < 2 && status == DS_OK; ++p)
     if (output.phase[p].enabled) {
       status = block_capacity(run, output_chains, dim, phase_draws[p], &capacity[p]);
-      if (status == DS_OK) status = phase_alloc(b, &output.phase[p], output.rows, capacity[p], dim, (int)cfg->steps);
+      if (status == DS_OK) status = phase_alloc(b, &output.phase[p], output.rows, capacity[p], dim);
     }
   status = comm_agree(run->comm, status);
   if (status == DS_OK) status = comm_agree(run->comm, run_check_checkpoint_dir(run));

@@ -26,3 +26,13 @@ int moments_pool(comm_ctx_t *comm, backend_t *backend, const float *mean, const 
   free(sums);
   return status;
 }
+
+int moments_column_mean(comm_ctx_t *comm, backend_t *backend, const float *values, int64_t rows, int64_t dim,
+                        int64_t chains_total, double *mean) {
+  exact_sum_t *sums = malloc((size_t)dim * sizeof *sums);
+  int status = comm_agree(comm, sums ? DS_OK : DS_FAIL_ALLOC("column totals", (size_t)dim * sizeof *sums));
+  if (status == DS_OK) status = pooled_column_sums(comm, backend, values, rows, dim, NULL, sums, mean);
+  for (int64_t k = 0; status == DS_OK && k < dim; ++k) mean[k] /= (double)chains_total;
+  free(sums);
+  return status;
+}

@@ -16,4 +16,9 @@
 int moments_pool(comm_ctx_t *comm, backend_t *backend, const float *mean, const float *m2, int64_t rows,
                  int64_t dim, int64_t chains_total, double *grand_mean, double *within, double *between);
 
+/* mean[k] = sum over all chains of values[c, k] / chains_total ([rows, dim] here, backend
+ * memory), exact before its one rounding. Collective. */
+int moments_column_mean(comm_ctx_t *comm, backend_t *backend, const float *values, int64_t rows, int64_t dim,
+                        int64_t chains_total, double *mean);
+
 #endif

@@ -46,18 +46,20 @@ per_iteration() {
 echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)  host: $(hostname)"
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 C20=1048576
-per_iteration "2^20 chains d=64 gaussian warmup, pooled" 200 2200 warmup --dim 64 --chains $C20 --draws 0 --adapt pooled
-per_iteration "2^20 chains d=64 gaussian warmup, per-chain" 200 2200 warmup --dim 64 --chains $C20 --draws 0 --adapt per-chain
+# Fixed L = 10 (the kernel's benchmark) unless the row says ChEES (--steps auto, the default).
+per_iteration "2^20 chains d=64 gaussian warmup, pooled" 200 2200 warmup --dim 64 --chains $C20 --draws 0 --adapt pooled --steps 10
+per_iteration "2^20 chains d=64 gaussian warmup, per-chain" 200 2200 warmup --dim 64 --chains $C20 --draws 0 --adapt per-chain --steps 10
+per_iteration "2^20 chains d=64 gaussian warmup, pooled, ChEES L (defaults)" 200 2200 warmup --dim 64 --chains $C20 --draws 0
 per_iteration "2^20 chains d=64 gaussian sampling, --output-chains 1024 --thin 10" 200 3200 draws --dim 64 --chains $C20 \
-  --warmup 0 --adapt none --output-chains 1024 --thin 10
-per_iteration "65536 chains d=64 gaussian warmup, pooled" 200 20200 warmup --dim 64 --chains 65536 --draws 0
+  --warmup 0 --adapt none --output-chains 1024 --thin 10 --steps 10
+per_iteration "65536 chains d=64 gaussian warmup, pooled" 200 20200 warmup --dim 64 --chains 65536 --draws 0 --steps 10
 if [ -z "${DSAMPLER_BENCH_SKIP_GENERIC:-}" ]; then
 per_iteration "65536 chains d=64 banana warmup, pooled (generic path)" 200 3200 warmup --target banana --dim 64 \
-  --chains 65536 --draws 0
+  --chains 65536 --draws 0 --steps 10
 per_iteration "2^20 chains d=64 banana warmup, pooled (generic path)" 100 400 warmup --target banana --dim 64 \
-  --chains $C20 --draws 0
+  --chains $C20 --draws 0 --steps 10
 per_iteration "2^20 chains d=64 banana sampling, --output-chains 1024 --thin 10" 100 400 draws --target banana \
-  --dim 64 --chains $C20 --warmup 0 --adapt none --output-chains 1024 --thin 10
+  --dim 64 --chains $C20 --warmup 0 --adapt none --output-chains 1024 --thin 10 --steps 10
 fi
 
 # Full output: every draw of 65536 chains, against the disk's raw speed (dd, fdatasync), and
@@ -70,7 +72,7 @@ dd if=/dev/zero of="$work/dd.bin" bs=16M count=$(( bytes / 16777216 + 1 )) conv=
 dd_end=$(now)
 rm -f "$work/dd.bin"
 dd_rate=$(calc "($bytes) / ($dd_end - $dd_start)")
-full_args=(--dim 64 --chains 65536 --warmup 0 --adapt none --draws "$draws")
+full_args=(--dim 64 --chains 65536 --warmup 0 --adapt none --draws "$draws" --steps 10)
 base=$(wall "${full_args[@]}" --output-chains 1)
 printf '%-58s %8.2f s wall (start-up and sampling, no output)\n' "65536 chains d=64, $draws draws, 1 chain written" "$base"
 for variant in ${DSAMPLER_BENCH_IO_VARIANTS:-default}; do

@@ -3,8 +3,8 @@
 dsampler's HMC with default options against NumPyro's NUTS on the same density and data.
 
 dsampler: `dsampler hmc --backend cpu` with default options (64 chains here, as the
-stats.models test); gradient evaluations of sampling = chains x draws x config_steps (read from
-the output's attributes). NumPyro: NUTS (its defaults: target acceptance 0.8, diagonal mass
+stats.models test); gradient evaluations of sampling = the sum of sample_stats/n_steps (the
+leapfrog steps of every kept draw: ChEES varies them by iteration). NumPyro: NUTS (its defaults: target acceptance 0.8, diagonal mass
 matrix, max tree depth 10) on a potential written in jax.numpy on the same unconstrained
 parameters, 4 chains from uniform(-2, 2) starts (as dsampler's), 1000 warmup, 1000 draws,
 float64; gradient evaluations of sampling = the sum of its extra field num_steps.
@@ -60,9 +60,9 @@ def run_dsampler(dsampler, plugin_dir, name, work):
     wall = time.time() - start
     with h5py.File(out, "r") as f:
         chains, draws, _ = f["posterior/x"].shape
-        steps = int(f.attrs["config_steps"])
+        grads = int(f["sample_stats/n_steps"][...].astype(np.int64).sum())
         divergent = int(f["sample_stats/diverging"][...].sum())
-    return dict(chains=chains, grads=chains * draws * steps, divergent=divergent, wall=wall,
+    return dict(chains=chains, grads=grads, divergent=divergent, wall=wall,
                 summary=summarise(dsampler, out, name))
 
 

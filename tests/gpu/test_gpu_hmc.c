@@ -31,6 +31,7 @@ static int wrapped_logp_grad(void *self, const float *x, int64_t n, float *logp,
 
 typedef struct chain_arrays {
   float *q, *logp, *grad, *step_size, *step_used, *inv_metric, *accept_prob, *energy, *moment_mean, *moment_m2;
+  float *chees_center, *chees;
   uint8_t *diverging, *accepted;
 } chain_arrays_t;
 
@@ -50,12 +51,15 @@ static void arrays_alloc(backend_t *b, chain_arrays_t *a, int64_t n, int64_t dim
   GPU_TRY(b->alloc(b, (void **)&a->energy, n4));
   GPU_TRY(b->alloc(b, (void **)&a->diverging, (size_t)n));
   GPU_TRY(b->alloc(b, (void **)&a->accepted, (size_t)n));
+  GPU_TRY(b->alloc(b, (void **)&a->chees_center, (size_t)dim * sizeof(float)));
+  GPU_TRY(b->alloc(b, (void **)&a->chees, 2 * n4));
 }
 
 static void arrays_free(backend_t *b, chain_arrays_t *a) {
   b->release(b, a->q); b->release(b, a->grad); b->release(b, a->inv_metric); b->release(b, a->logp);
   b->release(b, a->step_size); b->release(b, a->step_used); b->release(b, a->moment_mean); b->release(b, a->moment_m2); b->release(b, a->accept_prob); b->release(b, a->energy);
   b->release(b, a->diverging); b->release(b, a->accepted);
+  b->release(b, a->chees_center); b->release(b, a->chees);
 }
 
 static hmc_batch_t batch_of(chain_arrays_t *a, int64_t n, int64_t dim, int64_t chain_begin, uint32_t iteration) {
@@ -85,8 +89,10 @@ static void test_hmc_case(const char *label, int64_t n, int64_t dim, int wrap, i
   const int64_t nd = n * dim, chain_begin = 1000003;
   float *q0 = test_malloc((size_t)nd * sizeof(float)), *inv_metric = test_malloc((size_t)nd * sizeof(float));
   float *grad0 = test_malloc((size_t)nd * sizeof(float)), *logp0 = test_malloc((size_t)n * sizeof(float));
-  float *step = test_malloc((size_t)n * sizeof(float));
+  float *step = test_malloc((size_t)n * sizeof(float)), *center = test_malloc((size_t)dim * sizeof(float));
+  float *chees_gpu = test_malloc((size_t)(2 * n) * sizeof(float));
   uint64_t state = 4242 + (uint64_t)dim;
+  for (int64_t k = 0; k < dim; ++k) center[k] = (float)(test_rng_uniform(&state) - 0.5);
   test_fill_normal(q0, nd, 1.3, state);
   for (int64_t e = 0; e < nd; ++e) inv_metric[e] = (float)(0.5 + test_rng_uniform(&state));
   /* Step sizes 0.05..0.15, and 1% of chains at 3.5, unstable: divergences must match too. */
@@ -106,6 +112,8 @@ static void test_hmc_case(const char *label, int64_t n, int64_t dim, int wrap, i
   GPU_TRY(gpu->upload(gpu, dev.logp, logp0, (size_t)n * sizeof(float)));
   GPU_TRY(gpu->upload(gpu, dev.inv_metric, inv_metric, (size_t)nd * sizeof(float)));
   GPU_TRY(gpu->upload(gpu, dev.step_size, step, (size_t)n * sizeof(float)));
+  memcpy(host.chees_center, center, (size_t)dim * sizeof(float));
+  GPU_TRY(gpu->upload(gpu, dev.chees_center, center, (size_t)dim * sizeof(float)));
 
   float *q_gpu = test_malloc((size_t)nd * sizeof(float)), *energy_gpu = test_malloc((size_t)n * sizeof(float));
   float *prob_gpu = test_malloc((size_t)n * sizeof(float));
@@ -121,6 +129,15 @@ static void test_hmc_case(const char *label, int64_t n, int64_t dim, int wrap, i
     const uint32_t iteration = 100 + (uint32_t)it;
     hmc_batch_t batch_cpu = batch_of(&host, n, dim, chain_begin, iteration);
     hmc_batch_t batch_gpu = batch_of(&dev, n, dim, chain_begin, iteration);
+    /* ChEES terms on odd iterations (and their moments on the first of them: both variants). */
+    const int chees = it % 2 == 1;
+    if (chees) {
+      batch_cpu.chees_center = host.chees_center;
+      batch_cpu.chees = host.chees;
+      batch_gpu.chees_center = dev.chees_center;
+      batch_gpu.chees = dev.chees;
+      if (it > 1) batch_cpu.moment_mean = batch_cpu.moment_m2 = batch_gpu.moment_mean = batch_gpu.moment_m2 = NULL;
+    }
     /* Poison the GPU's outputs: every chain's must be written. */
     GPU_TRY(gpu->upload(gpu, dev.accepted, poison, (size_t)n));
     GPU_TRY(gpu->upload(gpu, dev.diverging, poison, (size_t)n));
@@ -156,6 +173,40 @@ static void test_hmc_case(const char *label, int64_t n, int64_t dim, int wrap, i
       }
     }
     double q_err = test_rel_err(q_match_gpu, q_match_cpu, matched * dim);
+    if (chees) {
+      /* The ChEES terms of chains that decided alike: sums of dim terms of positions equal to 1e-5
+       * relative, in double, rounded to float: 1e-4 (dim + |value|). The stats' sums of them: 1e-3. */
+      GPU_TRY(gpu->download(gpu, chees_gpu, dev.chees, (size_t)(2 * n) * sizeof(float)));
+      double chees_err = 0.0;
+      for (int64_t c = 0; c < n; ++c) {
+        if (!same_history[c]) continue;
+        for (int e = 0; e < 2; ++e) {
+          const double want = (double)host.chees[2 * c + e], got = (double)chees_gpu[2 * c + e];
+          chees_err = fmax(chees_err, fabs(got - want) / (1e-4 * ((double)dim + fabs(want))));
+        }
+      }
+      GPU_EXPECT(chees_err <= 1, "%s it %d: ChEES terms differ (scaled %.3g)", label, it, chees_err);
+      hmc_stats_t stats_cpu, stats_gpu;
+      GPU_TRY(cpu->hmc_stats(cpu, &batch_cpu, &stats_cpu));
+      GPU_TRY(gpu->hmc_stats(gpu, &batch_gpu, &stats_gpu));
+      exact_sum_t *pairs[3][2] = {{&stats_cpu.chees_slope, &stats_gpu.chees_slope},
+                                  {&stats_cpu.chees_value, &stats_gpu.chees_value},
+                                  {&stats_cpu.chees_weight, &stats_gpu.chees_weight}};
+      /* Scales: the sums of the terms' magnitudes (the slope's terms have either sign). */
+      double scale[3] = {0.0, 0.0, 0.0};
+      for (int64_t c = 0; c < n; ++c) {
+        const double a = (double)host.accept_prob[c], d = (double)host.chees[2 * c], b = (double)host.chees[2 * c + 1];
+        scale[0] += fabs(a * d * b);
+        scale[1] += a * 0.25 * d * d;
+        scale[2] += a;
+      }
+      for (int i = 0; i < 3; ++i) {
+        const double want = exact_sum_value(pairs[i][0]), got = exact_sum_value(pairs[i][1]);
+        GPU_EXPECT(scale[i] > 0.0 && fabs(got - want) <= 1e-3 * scale[i], "%s it %d: ChEES sum %d: GPU %.9g, CPU %.9g "
+                   "(scale %.3g)", label, it, i, got, want, scale[i]);
+      }
+      printf("    ChEES terms: worst scaled error %.3g; slope sum %.6g\n", chees_err, exact_sum_value(&stats_cpu.chees_slope));
+    }
     /* The running moments of chains with the same history: float Welford of close positions. */
     GPU_TRY(gpu->download(gpu, moments_gpu, dev.moment_mean, (size_t)nd * sizeof(float)));
     double moment_err = 0.0;
@@ -184,6 +235,8 @@ static void test_hmc_case(const char *label, int64_t n, int64_t dim, int wrap, i
   }
   free(poison);
   free(moments_gpu);
+  free(center);
+  free(chees_gpu);
   free(q0); free(inv_metric); free(grad0); free(logp0); free(step); free(q_gpu); free(energy_gpu);
   free(prob_gpu); free(acc_gpu); free(div_gpu); free(same_history); free(q_match_gpu); free(q_match_cpu);
   arrays_free(cpu, &host);

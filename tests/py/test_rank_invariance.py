@@ -1,5 +1,5 @@
 """Same seed, any rank count: bitwise identical output datasets, HMC (fixed step; warmup
-adaptation per chain and pooled; jitter) and SVGD (sgd and adagrad), with chains or particles
+adaptation per chain and pooled; jitter; ChEES trajectory lengths) and SVGD (sgd and adagrad), with chains or particles
 not divisible by the rank count and ranks owning none."""
 import os
 
@@ -15,6 +15,11 @@ RUNS = {
     "hmc_adapt_per_chain_jitter": ["hmc", "--dim", 4, "--chains", 7, "--warmup", 120, "--adapt", "per-chain",
                                    "--jitter", 0.3, "--draws", 30, "--steps", 5, "--seed", 13],
     "hmc_few_chains": ["hmc", "--dim", 3, "--chains", 3, "--draws", 20, "--seed", 5],
+    # ChEES trajectory lengths (the default --steps auto) through metric windows and the tail.
+    "hmc_chees_pooled": ["hmc", "--dim", 6, "--chains", 10, "--warmup", 150, "--draws", 30, "--seed", 16,
+                         "--save-warmup"],
+    "hmc_chees_per_chain": ["hmc", "--dim", 5, "--chains", 9, "--warmup", 120, "--adapt", "per-chain", "--draws",
+                            30, "--seed", 17],
     "svgd": ["svgd", "--dim", 4, "--particles", 23, "--iters", 15, "--step-size", 0.2, "--seed", 11],
     "svgd_adagrad": ["svgd", "--dim", 2, "--particles", 9, "--iters", 10, "--update", "adagrad", "--seed", 3],
     "svgd_few_particles": ["svgd", "--dim", 3, "--particles", 2, "--iters", 5, "--seed", 2],

@@ -79,6 +79,9 @@ def main():
     case("hmc_pooled_warmup", "hmc", warm, "--draws", 2, 3, signal.SIGTERM)
     warm_chain = [*warm[:warm.index("pooled")], "per-chain", *warm[warm.index("pooled") + 1:]]
     case("hmc_per_chain_warmup", "hmc", warm_chain, "--draws", 3, 2, signal.SIGTERM)
+    # ChEES trajectory lengths (--steps auto, the default): its state resumes too.
+    warm_chees = [a for i, a in enumerate(warm) if a != "--steps" and (i == 0 or warm[i - 1] != "--steps")]
+    case("hmc_chees_warmup", "hmc", warm_chees, "--draws", 2, 3, signal.SIGTERM)
     svgd = ["svgd", "--dim", 8, "--particles", 600, "--iters", 400, "--step-size", 0.05, "--seed", 9,
             "--checkpoint-every", 20, "--backend", "cpu"]
     case("svgd_same", "svgd", svgd, "--iters", 2, 2, signal.SIGTERM)
