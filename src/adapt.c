@@ -32,6 +32,7 @@ struct adapt {
   float *chees_center, *chees;  /* ChEES: [dim] and [rows] on the backend, remade each iteration */
   double *center_host;          /* [dim] */
   float *center_row;            /* [dim]: center_host in float, for the backend */
+  int center_sent;              /* chees_center holds center_host (after a resume: not yet) */
 };
 
 static dual_average_step_t dual_settings(const adapt_t *a) {
@@ -106,7 +107,7 @@ int adapt_create(adapt_t **out, comm_ctx_t *comm, backend_t *backend, const adap
   if (status == DS_OK && settings->chees) {
     status = backend->alloc(backend, (void **)&a->chees_center, (size_t)dim * sizeof(float));
     if (status == DS_OK) status = backend->alloc(backend, (void **)&a->chees, (size_t)(2 * (rows > 0 ? rows : 1)) * sizeof(float));
-    a->center_host = malloc((size_t)dim * sizeof *a->center_host);
+    a->center_host = calloc((size_t)dim, sizeof *a->center_host);
     a->center_row = malloc((size_t)dim * sizeof *a->center_row);
     if (status == DS_OK && !(a->center_host && a->center_row)) status = DS_FAIL_ALLOC("the ChEES centre", (size_t)dim * sizeof(double));
   }
@@ -158,7 +159,7 @@ static int in_tail(const adapt_t *a, int64_t iteration) { return iteration >= a-
 
 /* ---- ChEES ------------------------------------------------------------------------------ */
 
-enum { CHEES_HALTON_BITS = 10 };
+enum { CHEES_HALTON_BITS = 10, CHEES_CENTER_EVERY = 8 };
 
 /* The base-2 Halton (van der Corput) number of i + 1 over 10 bits, in [0, 1). */
 static double halton(int64_t i) {
@@ -190,14 +191,19 @@ int adapt_probe_steps(const adapt_t *a, int fixed) {
   return steps > (double)a->s.max_steps ? (int)a->s.max_steps : (int)steps;
 }
 
-int adapt_chees_prepare(adapt_t *a, hmc_batch_t *batch, const float *q) {
+int adapt_chees_prepare(adapt_t *a, hmc_batch_t *batch, const float *q, int64_t iteration) {
   const int64_t dim = a->s.dim;
-  DS_TRY(moments_column_mean(a->comm, a->backend, q, a->s.rows, dim, a->s.chains_total, a->center_host));
-  for (int64_t k = 0; k < dim; ++k) a->center_row[k] = (float)a->center_host[k];
-  DS_TRY(comm_agree(a->comm, a->backend->upload(a->backend, a->chees_center, a->center_row, (size_t)dim * sizeof(float))));
   batch->chees_center = a->chees_center;
   batch->chees = a->chees;
-  return DS_OK;
+  /* The centre is remade every CHEES_CENTER_EVERY iterations (an exact pass over every chain's
+   * position: at 2^20 chains it would cost more than the iteration), in between the last one. */
+  if (iteration % CHEES_CENTER_EVERY != 0 && a->center_sent) return DS_OK;
+  /* (A resumed run takes the centre its checkpoint carries.) */
+  if (iteration % CHEES_CENTER_EVERY == 0)
+    DS_TRY(moments_column_mean(a->comm, a->backend, q, a->s.rows, dim, a->s.chains_total, a->center_host));
+  a->center_sent = 1;
+  for (int64_t k = 0; k < dim; ++k) a->center_row[k] = (float)a->center_host[k];
+  return comm_agree(a->comm, a->backend->upload(a->backend, a->chees_center, a->center_row, (size_t)dim * sizeof(float)));
 }
 
 /* One RMSProp step on log T up the criterion per gradient: ChEES / t, t = L eps the iteration's
@@ -376,6 +382,7 @@ float adapt_search_start(const adapt_t *a) { return (float)a->scalars[SC_SEARCH_
 int adapt_checkpoint_items(adapt_t *a, adapt_array_t *arrays, int *n_arrays, ckpt_global_t *globals, int *n_globals) {
   *n_globals = 0;
   globals[(*n_globals)++] = (ckpt_global_t){"adapt_scalars", SC_COUNT, a->scalars};
+  if (a->s.chees) globals[(*n_globals)++] = (ckpt_global_t){"adapt_chees_center", a->s.dim, a->center_host};
   for (int i = 0; i < a->n_arrays; ++i) arrays[i] = a->arrays[i];
   *n_arrays = a->n_arrays;
   return DS_OK;

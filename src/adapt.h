@@ -85,9 +85,10 @@ const float *adapt_tail_m2(const adapt_t *a, double *samples);
  * iterate average of log T (weights k^-1/2, restarted with each metric). Without ChEES,
  * `fixed` steps every iteration. */
 int adapt_leapfrog_steps(const adapt_t *a, int64_t iteration, int64_t warmup, int fixed);
-/* Before a warmup iteration with ChEES: the mean of all chains' positions q ([rows, dim],
- * backend) into the batch's chees_center, and the batch's chees buffer. Collective. */
-int adapt_chees_prepare(adapt_t *a, hmc_batch_t *batch, const float *q);
+/* Before warmup iteration `iteration` with ChEES: the batch's chees_center and chees buffer;
+ * every 8th iteration (0, 8, ...) the centre is remade, the mean of all chains' positions q
+ * ([rows, dim], backend). Collective. */
+int adapt_chees_prepare(adapt_t *a, hmc_batch_t *batch, const float *q, int64_t iteration);
 int adapt_chees(const adapt_t *a);
 /* The leapfrog steps of the step-size search's probes: ChEES's T over the search's start
  * (one step at first, as Stan's search), or `fixed`. */

@@ -643,8 +643,9 @@ static int iteration_stats(run_ctx_t *run, hmc_stats_t *stats, int *stop) {
 static void report_progress(run_ctx_t *run, hmc_chains_t *chains, hmc_stats_t *stats, int in_warmup, int64_t done) {
   const double n = (double)config_items(run->cfg);
   char detail[160];
-  snprintf(detail, sizeof detail, "accept %.3f  step %.3g  divergences %.0f", exact_sum_value(&stats->accept) / n,
-           exact_sum_value(&stats->step) / n, chains->totals[in_warmup ? 0 : 1]);
+  snprintf(detail, sizeof detail, "accept %.3f  step %.3g  leapfrog %d  divergences %.0f",
+           exact_sum_value(&stats->accept) / n, exact_sum_value(&stats->step) / n, chains->batch.n_leapfrog,
+           chains->totals[in_warmup ? 0 : 1]);
   progress_update(&run->progress, in_warmup ? "warmup" : "sampling", done, detail);
 }
 
@@ -691,7 +692,7 @@ static int iterate(run_ctx_t *run, hmc_chains_t *chains, adapt_t *adapt, hmc_out
     }
     batch->n_leapfrog = adapt_leapfrog_steps(adapt, it, cfg->warmup, hmc_fixed_steps(cfg));
     if (keep) phase->slot_steps[phase->count] = batch->n_leapfrog;
-    if (in_warmup && adapt_chees(adapt)) DS_TRY(adapt_chees_prepare(adapt, batch, batch->q));
+    if (in_warmup && adapt_chees(adapt)) DS_TRY(adapt_chees_prepare(adapt, batch, batch->q, it));
     hmc_stats_t stats;
     int stop = 0;
     /* The transition, the draw's copy and the local sums, then one agreement on all three. */
