@@ -14,7 +14,9 @@
 enum { SC_DA_COUNTER = 0, SC_WINDOW_COUNTER, SC_WINDOW_SIZE, SC_NEXT_WINDOW, SC_WINDOW_SAMPLES, SC_SEARCHES,
        SC_TAIL_SAMPLES, SC_SEARCH_START, SC_STEP_REF, SC_CHEES_LOG_T, SC_CHEES_SQ, SC_CHEES_AVG_LOG_T,
        SC_CHEES_COUNT, SC_POOLED_DA, SC_COUNT = SC_POOLED_DA + DUAL_FIELDS };
-enum { ADAPT_MAX_ARRAYS = 3 };
+/* Pooled adaptation searches every chain's step again every POOLED_SEARCH_EVERY iterations
+ * before the tail of warmup (as well as at each new metric). */
+enum { ADAPT_MAX_ARRAYS = 3, POOLED_SEARCH_EVERY = 25 };
 
 struct adapt {
   adapt_settings_t s;
@@ -186,8 +188,10 @@ int adapt_leapfrog_steps(const adapt_t *a, int64_t iteration, int64_t warmup, in
 
 int adapt_probe_steps(const adapt_t *a, int fixed) {
   if (!adapt_chees(a)) return fixed;
+  /* At least two steps: one leapfrog step accepts steps past the integrator's stability limit,
+   * where the jittered trajectories of two or more then diverge. */
   const double steps = ceil(exp(a->scalars[SC_CHEES_LOG_T]) / a->scalars[SC_SEARCH_START]);
-  if (!(steps >= 1.0)) return 1;
+  if (!(steps >= 2.0)) return 2;
   return steps > (double)a->s.max_steps ? (int)a->s.max_steps : (int)steps;
 }
 
@@ -247,8 +251,9 @@ static void chees_clip(adapt_t *a) {
 }
 
 /* Pooled adaptation gives every chain one step size in the tail of warmup (and so in sampling);
- * before it each chain adapts its own, so chains still far from the posterior at the start
- * (where a step that suits the others would never move them) find their way in. */
+ * before it each chain runs at its own searched step times a pooled factor, so chains still far
+ * from the posterior at the start (where a step that suits the others would never move them)
+ * find their way in. */
 int adapt_steps_pooled(const adapt_t *a, int64_t iteration) { return a->s.mode == ADAPT_POOLED && in_tail(a, iteration); }
 
 void adapt_before_iteration(adapt_t *a, hmc_batch_t *batch) {
@@ -347,12 +352,29 @@ int adapt_after_iteration(adapt_t *a, int64_t iteration, const hmc_stats_t *stat
   /* A new metric, or the switch to one pooled step: a new initial step for every chain. */
   *search = window_end || (iteration + 1 < a->s.warmup && adapt_steps_pooled(a, iteration + 1) &&
                            !adapt_steps_pooled(a, iteration));
+  if (a->s.mode == ADAPT_POOLED && !adapt_steps_pooled(a, iteration + 1) && (iteration + 1) % POOLED_SEARCH_EVERY == 0)
+    *search = 1;
   if (adapt_steps_pooled(a, iteration)) {
     exact_sum_t total = stats->accept;
     const float next = dual_iterate(a->scalars + SC_POOLED_DA, &step, exact_sum_value(&total) / (double)a->s.chains_total);
     a->scalars[SC_STEP_REF] = (double)next;
     if (a->s.chees) chees_clip(a);
     return b->fill(b, step_nominal, next, rows);
+  }
+  if (a->s.mode == ADAPT_POOLED) {
+    /* Before the tail: each chain's searched step (searched again every POOLED_SEARCH_EVERY
+     * iterations) times one factor of at most 1, dual-averaged on the mean acceptance of all
+     * chains. Each chain's own dual averaging on its own acceptance, too noisy, tried steps past
+     * where trajectories diverge; a factor above 1 took chains whose search ended at the
+     * integrator's edge over it. */
+    exact_sum_t total = stats->accept;
+    dual_average_step_t scale = dual_settings(a);
+    scale.scale_only = 1;
+    scale.log_scale = fmin(0.0, log((double)dual_iterate(a->scalars + SC_POOLED_DA, &step,
+                                                         exact_sum_value(&total) / (double)a->s.chains_total)));
+    a->scalars[SC_STEP_REF] = a->scalars[SC_SEARCH_START] * exp(scale.log_scale);
+    if (a->s.chees) chees_clip(a);
+    return b->dual_average(b, a->dual, NULL, step_nominal, rows, &scale);
   }
   return b->dual_average(b, a->dual, batch->accept_prob, step_nominal, rows, &step);
 }
@@ -372,6 +394,8 @@ int adapt_restart_steps(adapt_t *a, int64_t iteration, float *step_nominal, floa
     dual_restart(a->scalars + SC_POOLED_DA, (double)pooled_step);
     return b->fill(b, step_nominal, pooled_step, a->s.rows);
   }
+  /* Pooled before the tail: the shared factor on the chains' own steps starts at 1. */
+  if (a->s.mode == ADAPT_POOLED) dual_restart(a->scalars + SC_POOLED_DA, 1.0);
   dual_average_step_t step = dual_settings(a);
   step.restart_only = 1;
   return b->dual_average(b, a->dual, NULL, step_nominal, a->s.rows, &step);

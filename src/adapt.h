@@ -1,16 +1,17 @@
 /* adapt.h: HMC warmup adaptation as in Stan: dual averaging of the step size (delta, gamma
  * 0.05, kappa 0.75, t0 10, mu = log(eps) of the step searched, restarted at each metric update) and a windowed
  * diagonal metric (75 / 25 doubling / 50 iterations, 15/75/10 % for short warmups; Stan's
- * shrinkage n/(n+5) var + 1e-3 * 5/(n+5)). Per chain, or pooled over all chains of all ranks.
+ * shrinkage n/(n+5) var + 1e-3 s 5/(n+5), s the window's typical variance where Stan has 1).
+ * Per chain, or pooled over all chains of all ranks.
  *
  * The state lives where the chains do (the backend's memory): each transition adds the
  * chains' positions to per-chain running moments (Welford, hmc_batch_t), and per-chain step
  * sizes and metrics are computed by backend entries. Pooled adaptation combines the chains
  * with exact sums once per iteration (the acceptance) and once per window (the moments), so
  * the result is the same bits on any rank count; its metric is the mean of the chains' own
- * window variances. Before warmup and after each metric update, hmc.c searches each chain's
- * initial step as Stan's init_stepsize (the pooled step: the median of the chains'). The host
- * does no per-chain work. */
+ * window variances. Before warmup and after each metric update (pooled: also every 25
+ * iterations before the tail), hmc.c searches each chain's initial step as Stan's
+ * init_stepsize (the pooled step: the median of the chains'). The host does no per-chain work. */
 #ifndef DSAMPLER_ADAPT_H
 #define DSAMPLER_ADAPT_H
 
@@ -52,8 +53,8 @@ void adapt_before_iteration(adapt_t *a, hmc_batch_t *batch);
 /* After warmup iteration `iteration` (0-based), with stats summed over all chains of all ranks:
  * writes the next iteration's step sizes into step_nominal [rows] and, at a window's end, the
  * inverse metric (inv_metric: [dim] when shared, else [rows, dim]). *search = 1 when a new
- * initial step is to be searched before the next iteration (a new metric; pooled: the switch
- * to one step for all chains). After the last warmup iteration the step sizes are the final,
+ * initial step is to be searched before the next iteration (a new metric; pooled: every 25
+ * iterations before the tail and the switch to one step for all chains). After the last warmup iteration the step sizes are the final,
  * averaged ones. Collective. */
 int adapt_after_iteration(adapt_t *a, int64_t iteration, const hmc_stats_t *stats, const hmc_batch_t *batch,
                           float *step_nominal, float *inv_metric, int *search);
@@ -64,7 +65,8 @@ int64_t adapt_next_search(adapt_t *a);
 /* Where every chain's search starts: the last search's median (at first, --step-size). */
 float adapt_search_start(const adapt_t *a);
 /* Whether warmup iteration `iteration` gives all chains one step (pooled adaptation, from the
- * tail of warmup on) or each chain its own (per-chain adaptation; pooled, before the tail). */
+ * tail of warmup on) or each chain its own (per-chain adaptation: dual averaging of its own;
+ * pooled before the tail: its searched step times one dual-averaged factor <= 1). */
 int adapt_steps_pooled(const adapt_t *a, int64_t iteration);
 /* After a search before iteration `iteration`: the dual averaging restarts from the steps found,
  * each chain's own (step_nominal, [rows] on the backend) or, when steps are pooled, the median
@@ -90,8 +92,8 @@ int adapt_leapfrog_steps(const adapt_t *a, int64_t iteration, int64_t warmup, in
  * ([rows, dim], backend). Collective. */
 int adapt_chees_prepare(adapt_t *a, hmc_batch_t *batch, const float *q, int64_t iteration);
 int adapt_chees(const adapt_t *a);
-/* The leapfrog steps of the step-size search's probes: ChEES's T over the search's start
- * (one step at first, as Stan's search), or `fixed`. */
+/* The leapfrog steps of the step-size search's probes: ChEES's T over the search's start, at
+ * least 2, or `fixed`. */
 int adapt_probe_steps(const adapt_t *a, int fixed);
 /* The trajectory length sampling uses (0 without ChEES). */
 double adapt_trajectory_length(const adapt_t *a);

@@ -26,6 +26,8 @@ typedef struct dual_average_step {
   double counter;
   int restart, final;
   int restart_only;      /* no learning: restart from the step given (a new initial step) */
+  int scale_only;        /* no learning: the step is the one searched (mu) times exp(log_scale) */
+  double log_scale;
 } dual_average_step_t;
 
 /* Stan restarts with mu = log(10 eps), trying larger steps at first: its initial step comes from
@@ -56,6 +58,7 @@ DUAL_FN float dual_apply(double *state, const dual_average_step_t *s, double acc
     dual_restart(state, (double)step);
     return step;
   }
+  if (s->scale_only) return (float)exp(state[DUAL_MU] + s->log_scale);
   dual_learn(state, s, accept_stat);
   if (s->restart) dual_restart(state, exp(state[DUAL_LOG_EPS]));
   return (float)exp(s->final ? state[DUAL_X_BAR] : state[DUAL_LOG_EPS]);

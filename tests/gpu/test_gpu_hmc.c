@@ -284,7 +284,7 @@ static void test_device_entries(void) {
   GPU_TRY(gpu->alloc(gpu, (void **)&step_dev, (size_t)chains * sizeof(float)));
   GPU_TRY(gpu->upload(gpu, state_dev, state, (size_t)chains * DUAL_FIELDS * sizeof(double)));
   GPU_TRY(gpu->upload(gpu, accept_dev, accept, (size_t)chains * sizeof(float)));
-  dual_average_step_t step = {0.8, 0.05, 0.75, 10.0, 3.0, 1, 0, 0};
+  dual_average_step_t step = {.target_accept = 0.8, .gamma = 0.05, .kappa = 0.75, .t0 = 10.0, .counter = 3.0, .restart = 1};
   GPU_TRY(cpu->dual_average(cpu, state, accept, step_cpu, chains, &step));
   GPU_TRY(gpu->dual_average(gpu, state_dev, accept_dev, step_dev, chains, &step));
   GPU_TRY(gpu->download(gpu, step_gpu, step_dev, (size_t)chains * sizeof(float)));

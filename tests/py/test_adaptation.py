@@ -3,7 +3,7 @@ adaptation from a step size of 1e-3 and of 10 reaches: mean acceptance within 0.
 target 0.8; an inverse metric within 20% of s^2 in every dimension; draws whose means are
 within 4 MCSE of 0, R-hat < 1.01 and bulk-ESS > 400 for every parameter (dsampler summary,
 itself checked against ArviZ elsewhere).
-Per-chain adaptation comes within 0.1 of the target acceptance. Neal's funnel: divergences are counted, the run completes. --save-warmup writes the warmup
+Per-chain adaptation comes within 0.1 of the target acceptance. Neal's funnel: divergences are counted, the run completes. The quickstart's Gaussian has no divergent transition. --save-warmup writes the warmup
 groups; --jitter spreads the step sizes within their bounds."""
 import csv
 import shutil
@@ -85,6 +85,20 @@ def metric_cases():
                     f"pooled: one step for all chains in the tail of warmup and in sampling ({steps[0, 0]:.3g})")
 
 
+def quickstart_cases():
+    """The quickstart's Gaussian (jobs/quickstart.sh: d 64, 1024 chains, warmup 300, defaults) on
+    three seeds: not one divergent transition, in warmup or in sampling."""
+    for seed in (7, 8, 9):
+        out = t.path(f"adapt_quickstart_{seed}.h5")
+        t.run(2, "hmc", "--target", "gaussian", "--dim", 64, "--chains", 1024, "--warmup", 300, "--draws", 100,
+              "--seed", seed, "--save-warmup", "--out", out, "--quiet", "--backend", "cpu")
+        with h5py.File(out) as f:
+            warm = int(f["warmup_sample_stats/diverging"][...].sum())
+            sampling = int(f["sample_stats/diverging"][...].sum())
+        t.check(warm == 0 and sampling == 0,
+                f"quickstart seed {seed}: {warm} divergent warmup transitions, {sampling} divergent draws (0 each)")
+
+
 def main():
     for step in (1e-3, 10.0):
         out, ckpt, total = diag_case(f"pooled_{step:g}", step, "pooled", 256, 1000, 1000)
@@ -122,6 +136,7 @@ def main():
     t.check(divergent > 0 and finite, f"funnel: {divergent} divergent draws counted, every draw finite")
 
     metric_cases()
+    quickstart_cases()
 
     # --save-warmup and --jitter.
     out = t.path("adapt_warmup.h5")
