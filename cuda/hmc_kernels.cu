@@ -478,7 +478,7 @@ __global__ void moments_to_metric_kernel(float *mean, float *m2, long long rows,
                                          float *inv_metric) {
   for (long long r = (long long)blockIdx.x * blockDim.x + threadIdx.x; r < rows; r += (long long)gridDim.x * blockDim.x) {
     const long long row = r * dim;
-    const double scale = dual_variance_scale(m2 + row, dim, 1, n);
+    const double scale = dual_variance_scale(m2 + row, dim, n - 1.0);
     for (long long k = 0; k < dim; ++k) {
       inv_metric[row + k] = dual_regularised_variance((double)m2[row + k], n, scale);
       mean[row + k] = 0.0f;

@@ -68,6 +68,16 @@ static hid_t parallel_fapl(MPI_Comm comm) {
   return fapl;
 }
 
+/* Every rank's verdict on opening *file; a file opened where another rank failed is closed. */
+static int agree_or_close(MPI_Comm comm, int status, hid_t *file) {
+  status = h5util_agree(comm, status);
+  if (status != DS_OK && *file >= 0) {
+    H5Fclose(*file);
+    *file = H5I_INVALID_HID;
+  }
+  return status;
+}
+
 int h5util_open_read(MPI_Comm comm, const char *option, const char *path, hid_t *file) {
   *file = H5I_INVALID_HID;
   DS_TRY(h5util_agree(comm, h5util_check_input(option, path, 0)));
@@ -86,12 +96,7 @@ int h5util_open_read(MPI_Comm comm, const char *option, const char *path, hid_t 
       status = h5util_fail(DS_ERR_INPUT, what);
     }
   }
-  status = h5util_agree(comm, status);
-  if (status != DS_OK && *file >= 0) {
-    H5Fclose(*file);
-    *file = H5I_INVALID_HID;
-  }
-  return status;
+  return agree_or_close(comm, status, file);
 }
 
 int h5util_create(MPI_Comm comm, const char *option, const char *path, hid_t *file) {
@@ -111,12 +116,7 @@ int h5util_create(MPI_Comm comm, const char *option, const char *path, hid_t *fi
     snprintf(what, sizeof what, "%s %s: cannot create the file", option, path);
     status = h5util_fail(DS_ERR_IO, what);
   }
-  status = h5util_agree(comm, status);
-  if (status != DS_OK && *file >= 0) {
-    H5Fclose(*file);
-    *file = H5I_INVALID_HID;
-  }
-  return status;
+  return agree_or_close(comm, status, file);
 }
 
 int h5util_checked_bytes(const char *option, const char *path, const char *dataset, int ndims, const hsize_t *dims,

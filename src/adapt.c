@@ -292,16 +292,11 @@ static int pooled_metric(adapt_t *a, double n_chain, float *inv_metric) {
    * chains as n, applied to the mean within-chain variance sum_c m2_c / (C (n - 1)), toward
    * the geometric mean of those variances (dual_variance_scale's). */
   const double n = n_chain * chains;
-  double log_sum = 0.0;
-  int64_t positive = 0;
   for (int64_t k = 0; status == DS_OK && k < dim; ++k) {
     within[k] = n_chain > 1 ? within[k] / (chains * (n_chain - 1.0)) : 1.0;
-    if (within[k] > 0.0) {
-      log_sum += log(within[k]);
-      positive++;
-    }
+    a->metric_row[k] = (float)within[k];
   }
-  const double scale = positive > 0 ? exp(log_sum / (double)positive) : 1.0;
+  const double scale = dual_variance_scale(a->metric_row, dim, 1.0);
   for (int64_t k = 0; status == DS_OK && k < dim; ++k)
     a->metric_row[k] = dual_regularised_variance(within[k] * (n - 1.0), n, scale);
   free(totals);

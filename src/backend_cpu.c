@@ -513,7 +513,7 @@ static int cpu_moments_to_metric(backend_t *b, float *mean, float *m2, int64_t r
 #pragma omp parallel for schedule(static) if (rows * dim > CPU_PARALLEL_MIN)
   for (int64_t r = 0; r < rows; ++r) {
     const size_t row = (size_t)(r * dim);
-    const double scale = dual_variance_scale(m2 + row, dim, 1, n);
+    const double scale = dual_variance_scale(m2 + row, dim, n - 1.0);
     for (int64_t k = 0; k < dim; ++k) {
       inv_metric[row + k] = dual_regularised_variance((double)m2[row + k], n, scale);
       mean[row + k] = 0.0f;

@@ -108,15 +108,15 @@ DUAL_FN float dual_regularised_variance(double m2, double n, double scale) {
   return (float)((n / (n + 5.0)) * var + 1e-3 * scale * (5.0 / (n + 5.0)));
 }
 
-/* The typical variance of a window: the geometric mean of its positive variances (m2 [dim] over
- * n samples, coordinates `stride` apart), or 1 when none is (a chain that never moved, n < 2). */
-DUAL_FN double dual_variance_scale(const float *m2, long long dim, long long stride, double n) {
+/* The typical variance of a window: the geometric mean of its positive variances
+ * (sums[k] / divisor, k < dim), or 1 when none is (a chain that never moved, or one sample). */
+DUAL_FN double dual_variance_scale(const float *sums, long long dim, double divisor) {
   double log_sum = 0.0;
   long long positive = 0;
   for (long long k = 0; k < dim; ++k) {
-    const double v = (double)m2[k * stride];
-    if (v > 0.0 && n > 1) {
-      log_sum += log(v / (n - 1.0));
+    const double v = (double)sums[k];
+    if (v > 0.0 && divisor > 0.0) {
+      log_sum += log(v / divisor);
       ++positive;
     }
   }

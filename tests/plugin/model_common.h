@@ -53,4 +53,18 @@ static inline int model_check_args(const char *name, const char *args, int64_t d
   return 1;
 }
 
+/* Fills the ABI's description of a model (variable "x"). */
+static inline void model_describe(dsampler_target *out, const char *name, int64_t dim, void *self,
+                                  int (*logp_grad)(void *, const float *, int64_t, float *, float *),
+                                  void (*destroy)(void *)) {
+  memset(out, 0, sizeof *out);
+  out->abi_version = DSAMPLER_TARGET_ABI_VERSION;
+  out->name = name;
+  out->var_name = "x";
+  out->dim = dim;
+  out->self = self;
+  out->logp_grad = logp_grad;
+  out->destroy = destroy;
+}
+
 #endif

@@ -33,12 +33,6 @@ static int corr_logp_grad(void *self, const float *x, int64_t n, float *logp, fl
 
 int dsampler_target_create(const char *args, MPI_Comm comm, dsampler_target *out) {
   if (model_check_args("model_corr", args, CORR_DIM, model_rank(comm)) != 0) return 1;
-  memset(out, 0, sizeof *out);
-  out->abi_version = DSAMPLER_TARGET_ABI_VERSION;
-  out->name = "model_corr";
-  out->var_name = "x";
-  out->dim = CORR_DIM;
-  out->self = NULL;
-  out->logp_grad = corr_logp_grad;
+  model_describe(out, "model_corr", CORR_DIM, NULL, corr_logp_grad, NULL);
   return 0;
 }

@@ -47,12 +47,6 @@ static int hier_logp_grad(void *self, const float *x, int64_t n, float *logp, fl
 
 int dsampler_target_create(const char *args, MPI_Comm comm, dsampler_target *out) {
   if (model_check_args("model_hier", args, HIER_DIM, model_rank(comm)) != 0) return 1;
-  memset(out, 0, sizeof *out);
-  out->abi_version = DSAMPLER_TARGET_ABI_VERSION;
-  out->name = "model_hier";
-  out->var_name = "x";
-  out->dim = HIER_DIM;
-  out->self = NULL;
-  out->logp_grad = hier_logp_grad;
+  model_describe(out, "model_hier", HIER_DIM, NULL, hier_logp_grad, NULL);
   return 0;
 }

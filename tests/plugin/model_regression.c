@@ -79,13 +79,6 @@ int dsampler_target_create(const char *args, MPI_Comm comm, dsampler_target *out
   model_regression_t *data = malloc(sizeof *data);
   if (!data) return 2;
   reg_make_data(data);
-  memset(out, 0, sizeof *out);
-  out->abi_version = DSAMPLER_TARGET_ABI_VERSION;
-  out->name = "model_regression";
-  out->var_name = "x";
-  out->dim = REG_DIM;
-  out->self = data;
-  out->logp_grad = regression_logp_grad;
-  out->destroy = regression_destroy;
+  model_describe(out, "model_regression", REG_DIM, data, regression_logp_grad, regression_destroy);
   return 0;
 }
