@@ -1,10 +1,21 @@
-// targets_builtin.cu: the built-in targets on the GPU. The small models run one warp per row
-// (lanes across coordinates, the log density summed in double). logistic is two cuBLAS GEMMs
-// per block of data rows: Z = W X' (every chain's linear predictor), then the residuals
-// R = y - sigmoid(Z) in place, then G = R X. Chains go through in blocks of a fixed size,
-// padded with zero rows, and data in blocks of fixed size, so every GEMM has the same shape
-// whatever n is: a chain's result does not depend on how many chains a rank holds.
+// targets_builtin.cu: the built-in targets on the GPU, their arithmetic from model_math.h (the
+// host's source too). The small models run one warp per row (lanes across coordinates, the log
+// density summed in double).
+//
+// logistic, up to kFusedDimMax coefficients, is one fused kernel shaped like two GEMMs: a block
+// takes kFusedChains chains and a chunk of kFusedChunkRows data rows, and for each tile of
+// kFusedTileRows rows computes Z = X_tile W (every chain's linear predictor), the residuals
+// R = y - sigmoid(Z) and log-likelihood terms in registers, then accumulates G += X_tile' R, all
+// in shared memory and registers; only each chunk's float partial sums reach global memory, and
+// a finishing kernel adds the chunks in order in double. The data live on the device as tiles
+// laid out for the kernel (X' of the tile, zero-padded, then y), so the next tile streams into
+// shared memory (cp.async) while the current one is in use. Every chain's sums run in an order fixed
+// by the data alone (k ascending for z, rows ascending within a chunk, chunks ascending), so a
+// chain's result is bitwise the same whatever chains share its call: draws do not depend on the
+// rank count. Wider models take two cuBLAS GEMMs per block of rows, in fixed-shape blocks for
+// the same reason.
 #include <cublas_v2.h>
+#include <cuda_pipeline_primitives.h>
 #include <cuda_runtime.h>
 
 #include <math.h>
@@ -12,6 +23,7 @@
 #include <string.h>
 
 #include "cuda_check.h"
+#include "model_math.h"
 #include "status.h"
 #include "targets_builtin.h"
 #include "targets_builtin_cuda.h"
@@ -21,6 +33,18 @@ namespace {
 constexpr int kLogisticChainBlock = 64;     // chains per GEMM (padded)
 constexpr int64_t kLogisticRowBlock = 65536; // data rows per GEMM
 constexpr int kThreads = 256;
+
+// The fused logistic kernel's tiling. 256 threads as 16 x 16: in the Z product a thread owns 4
+// rows x 8 chains, in the G product 4 coefficients x 8 chains; the 8 chains are c4..c4+3 and
+// 64+c4..64+c4+3, so each float4 read of a shared row is conflict-free.
+constexpr int kFusedChains = 128;
+constexpr int kFusedTileRows = 64;
+constexpr int kFusedDimMax = 64;
+constexpr int kFusedChunkRows = 1024;  // fixed: the partial sums must not depend on the call
+constexpr int kFusedThreads = 256;
+constexpr int kFusedTileStride = kFusedTileRows + 4;  // X' rows padded against bank conflicts
+constexpr int kFusedTileFloats = (kFusedDimMax + 1) * kFusedTileRows;  // a device tile: X' [64][64], y [64]
+constexpr size_t kFusedPartialBytes = size_t(256) << 20;  // chains go in slices whose partials fit
 
 // Device copies of a model's arrays, and logistic's work space.
 struct builtin_device_state {
@@ -33,6 +57,10 @@ struct builtin_device_state {
   float *g_block;     // [chain block, dim]
   double *g_sum;      // [chain block, dim]
   double *logp_sum;   // [chain block]
+  float *data_tiles;  // fused: [tiles][kFusedDimMax + 1][kFusedTileRows]: X' of each tile, then y
+  float *g_chunks;    // fused: [chunks, chains, dim] partial gradients, grow-only
+  double *logp_chunks;  // fused: [chunks, chains] partial log-likelihoods
+  size_t chunk_chains;  // chains the two arrays above hold room for
 };
 
 // What the row kernel needs, by value: the parameters with device pointers.
@@ -65,8 +93,7 @@ __global__ void builtin_rows_kernel(builtin_view v, const float *x, long long n,
     case BUILTIN_GAUSSIAN:
       for (long long k = lane; k < dim; k += 32) {
         const float inv = v.inv_scale2s ? v.inv_scale2s[k] : v.inv_scale2;
-        const float centred = __fsub_rn(x_i[k], v.means ? v.means[k] : v.mean);
-        g_i[k] = __fmul_rn(-centred, inv);
+        const float centred = model_gaussian_coord(x_i[k], v.means ? v.means[k] : v.mean, inv, &g_i[k]);
         sum += (double)centred * (double)centred * (double)inv;
       }
       sum *= -0.5;
@@ -79,11 +106,8 @@ __global__ void builtin_rows_kernel(builtin_view v, const float *x, long long n,
           const float *q_k = v.precision + k * dim;
           for (long long j = 0; j < dim; ++j) qx += (double)q_k[j] * (double)x_i[j];
         } else {
-          const double diagonal = dim == 1 ? 1.0 - v.rho * v.rho : (k == 0 || k == dim - 1) ? 1.0 : 1.0 + v.rho * v.rho;
-          double t = diagonal * x_i[k];
-          if (k > 0) t -= v.rho * x_i[k - 1];
-          if (k + 1 < dim) t -= v.rho * x_i[k + 1];
-          qx = c * t;
+          qx = model_ar1_precision_row(x_i[k], k > 0 ? x_i[k - 1] : 0.0, k + 1 < dim ? x_i[k + 1] : 0.0, k, dim,
+                                       v.rho, c);
         }
         g_i[k] = (float)-qx;
         sum += (double)x_i[k] * qx;
@@ -95,45 +119,26 @@ __global__ void builtin_rows_kernel(builtin_view v, const float *x, long long n,
       const double a2 = v.a * v.a;
       for (long long pair = lane; 2 * pair < dim; pair += 32) {
         const long long k = 2 * pair;
-        const double u = x_i[k];
-        if (k + 1 < dim) {
-          const double w = x_i[k + 1];
-          const double r = w - v.b * (u * u - a2);
-          sum += -0.5 * u * u / a2 - 0.5 * r * r;
-          g_i[k] = (float)(-u / a2 + 2.0 * v.b * u * r);
-          g_i[k + 1] = (float)-r;
-        } else {
-          sum += -0.5 * u * u;
-          g_i[k] = (float)-u;
-        }
+        if (k + 1 < dim)
+          sum += model_banana_pair(x_i[k], x_i[k + 1], a2, v.b, &g_i[k], &g_i[k + 1]);
+        else
+          sum += model_banana_single(x_i[k], &g_i[k]);
       }
       break;
     }
     case BUILTIN_MIXTURE1D: {
-      const double log_w1 = log(1.0 / 3.0), log_w2 = log(2.0 / 3.0);
-      for (long long k = lane; k < dim; k += 32) {
-        const double left = (double)x_i[k] + 2.0, right = (double)x_i[k] - 2.0;
-        const double a = log_w1 - 0.5 * left * left, b = log_w2 - 0.5 * right * right;
-        const double m = a > b ? a : b;
-        const double lse = m + log(exp(a - m) + exp(b - m));
-        sum += lse;
-        g_i[k] = (float)-(exp(a - lse) * left + exp(b - lse) * right);
-      }
+      for (long long k = lane; k < dim; k += 32) sum += model_mixture1d_coord(x_i[k], &g_i[k]);
       break;
     }
     case BUILTIN_FUNNEL: {
-      const double level = x_i[0], e = exp(-level);
+      const double e = exp(-(double)x_i[0]);
       double squares = 0.0;
       for (long long k = 1 + lane; k < dim; k += 32) {
         squares += (double)x_i[k] * (double)x_i[k];
-        g_i[k] = (float)(-(double)x_i[k] * e);
+        g_i[k] = model_funnel_coord_grad(x_i[k], e);
       }
       squares = warp_sum(squares);
-      const double inv_var = 1.0 / (v.sigma * v.sigma), half_rest = 0.5 * (double)(dim - 1);
-      if (lane == 0) {
-        g_i[0] = (float)(-level * inv_var - half_rest + 0.5 * e * squares);
-        logp[row] = (float)(-0.5 * level * level * inv_var - half_rest * level - 0.5 * e * squares);
-      }
+      if (lane == 0) logp[row] = (float)model_funnel_level(x_i[0], squares, 1.0 / (v.sigma * v.sigma), dim, &g_i[0]);
       return;
     }
     default:
@@ -170,6 +175,165 @@ __global__ void add_to_double_kernel(double *sum, const float *value, long long 
     sum[e] += (double)value[e];
 }
 
+// One thread per element of the device tiles: tile t holds rows 64t..64t+63 transposed (row k
+// of the tile is coefficient k of its 64 data rows), zero past dim and past the data, then y.
+__global__ void logistic_tiles_kernel(const float *data_x, const float *data_y, long long rows, int dim,
+                                      long long tiles, float *data_tiles) {
+  const long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (e >= tiles * kFusedTileFloats) return;
+  const long long tile = e / kFusedTileFloats;
+  const int within = (int)(e % kFusedTileFloats), k = within / kFusedTileRows, r = within % kFusedTileRows;
+  const long long row = tile * kFusedTileRows + r;
+  float value = 0.0f;
+  if (row < rows) value = k < dim ? data_x[row * dim + k] : k == kFusedDimMax ? data_y[row] : 0.0f;
+  data_tiles[e] = value;
+}
+
+// Shared memory of the fused kernel (dynamic: more than the static 48 KB).
+struct fused_logistic_shared {
+  float w[kFusedDimMax][kFusedChains];                              // the chains, coefficient-major
+  float tile[2][kFusedDimMax + 1][kFusedTileStride];                // X' and y, double-buffered
+  float r[kFusedTileRows][kFusedChains];                            // residuals; at the end log-lik partials
+};
+
+// Starts copying device tile `tile` into shared buffer `buffer` (16 bytes per cp.async).
+__device__ void fused_tile_fetch(fused_logistic_shared &sm, int buffer, const float *data_tiles, long long tile) {
+  const float *source = data_tiles + tile * kFusedTileFloats;
+  constexpr int kPieces = kFusedTileFloats / 4, kPiecesPerRow = kFusedTileRows / 4;
+  for (int piece = threadIdx.x; piece < kPieces; piece += kFusedThreads)
+    __pipeline_memcpy_async(&sm.tile[buffer][piece / kPiecesPerRow][4 * (piece % kPiecesPerRow)], source + 4 * piece,
+                            16);
+  __pipeline_commit();
+}
+
+// grid (chunks, chain groups). See the file's opening comment.
+__global__ void __launch_bounds__(kFusedThreads, 2)
+    fused_logistic_kernel(const float *w_all, long long chains, const float *data_tiles, long long rows_total,
+                          int dim, float *g_chunks, double *logp_chunks) {
+  extern __shared__ float4 shared_raw[];
+  fused_logistic_shared &sm = *reinterpret_cast<fused_logistic_shared *>(shared_raw);
+  const int tid = threadIdx.x, across = tid % 16, down = tid / 16;
+  const long long chain0 = (long long)blockIdx.y * kFusedChains;
+  const long long row_begin = (long long)blockIdx.x * kFusedChunkRows;
+  const long long row_end = min(row_begin + kFusedChunkRows, rows_total);
+  const long long tile_begin = row_begin / kFusedTileRows;
+  const int tile_count = (int)((row_end - row_begin + kFusedTileRows - 1) / kFusedTileRows);
+
+  fused_tile_fetch(sm, 0, data_tiles, tile_begin);
+  for (int e = tid; e < kFusedDimMax * kFusedChains; e += kFusedThreads) {
+    const int c = e / kFusedDimMax, k = e % kFusedDimMax;
+    sm.w[k][c] = (k < dim && chain0 + c < chains) ? w_all[(chain0 + c) * dim + k] : 0.0f;
+  }
+
+  float g[4][8];
+  float loglik[8];
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    loglik[j] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) g[i][j] = 0.0f;
+  }
+  // Warps whose four coefficients all lie past dim have no G work (dim <= 56: the last warp).
+  const bool has_coefficients = 4 * down < dim;
+
+  for (int t = 0; t < tile_count; ++t) {
+    const int buffer = t & 1;
+    const long long tile0 = row_begin + (long long)t * kFusedTileRows;
+    const int tile_rows = (int)min((long long)kFusedTileRows, row_end - tile0);
+    __pipeline_wait_prior(0);
+    __syncthreads();  // tile t is in; every thread is done with tile t - 1 and its residuals
+    if (t + 1 < tile_count) fused_tile_fetch(sm, buffer ^ 1, data_tiles, tile_begin + t + 1);
+    const float(*x_t)[kFusedTileStride] = sm.tile[buffer];
+
+    // Z for rows 4 down..4 down+3 and the chains 4 across..+3, 64+4 across..+3, k ascending.
+    float z[4][8];
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int j = 0; j < 8; ++j) z[i][j] = 0.0f;
+#pragma unroll 2
+    for (int k = 0; k < dim; ++k) {
+      const float4 a = *reinterpret_cast<const float4 *>(&x_t[k][4 * down]);
+      const float4 b0 = *reinterpret_cast<const float4 *>(&sm.w[k][4 * across]);
+      const float4 b1 = *reinterpret_cast<const float4 *>(&sm.w[k][64 + 4 * across]);
+      const float av[4] = {a.x, a.y, a.z, a.w}, bv[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 8; ++j) z[i][j] = fmaf(av[i], bv[j], z[i][j]);
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int r = 4 * down + i;
+      const float label = x_t[kFusedDimMax][r];
+      float residual[8];
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const float term = model_logistic_row(z[i][j], label, &residual[j]);
+        if (r < tile_rows) loglik[j] += term;  // padded rows: x = 0, so their residuals add nothing
+      }
+      *reinterpret_cast<float4 *>(&sm.r[r][4 * across]) = make_float4(residual[0], residual[1], residual[2], residual[3]);
+      *reinterpret_cast<float4 *>(&sm.r[r][64 + 4 * across]) = make_float4(residual[4], residual[5], residual[6], residual[7]);
+    }
+    __syncthreads();
+
+    // G for coefficients 4 down..4 down+3 and the thread's 8 chains, rows ascending.
+    if (has_coefficients) {
+#pragma unroll 4
+      for (int r = 0; r < kFusedTileRows; ++r) {
+        const float av[4] = {x_t[4 * down][r], x_t[4 * down + 1][r], x_t[4 * down + 2][r], x_t[4 * down + 3][r]};
+        const float4 b0 = *reinterpret_cast<const float4 *>(&sm.r[r][4 * across]);
+        const float4 b1 = *reinterpret_cast<const float4 *>(&sm.r[r][64 + 4 * across]);
+        const float bv[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+#pragma unroll
+          for (int j = 0; j < 8; ++j) g[i][j] = fmaf(av[i], bv[j], g[i][j]);
+      }
+    }
+  }
+
+  const long long chunk = blockIdx.x;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    const long long chain = chain0 + (j < 4 ? 4 * across + j : 64 + 4 * across + j - 4);
+    if (chain >= chains) continue;
+    float *g_out = g_chunks + (chunk * chains + chain) * dim;
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+      if (4 * down + i < dim) g_out[4 * down + i] = g[i][j];
+  }
+  // Log-likelihood: the 16 row groups' partials per chain, added in row-group order in double.
+  __syncthreads();
+#pragma unroll
+  for (int j = 0; j < 8; ++j) sm.r[down][j < 4 ? 4 * across + j : 64 + 4 * across + j - 4] = loglik[j];
+  __syncthreads();
+  if (tid < kFusedChains && chain0 + tid < chains) {
+    double sum = 0.0;
+    for (int d = 0; d < 16; ++d) sum += (double)sm.r[d][tid];
+    logp_chunks[chunk * chains + chain0 + tid] = sum;
+  }
+}
+
+// One thread per (chain, coefficient): the chunks' partials in chunk order, in double, then the
+// prior; the coefficient-0 thread also finishes the chain's log density.
+__global__ void fused_logistic_finish_kernel(const float *w, long long chains, int dim, long long chunks,
+                                             const float *g_chunks, const double *logp_chunks, double inv_var,
+                                             float *logp, float *grad) {
+  const long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (e >= chains * dim) return;
+  const long long chain = e / dim;
+  double sum = 0.0;
+  for (long long chunk = 0; chunk < chunks; ++chunk) sum += (double)g_chunks[chunk * chains * dim + e];
+  grad[e] = (float)(sum - (double)w[e] * inv_var);
+  if (e % dim == 0) {
+    double loglik = 0.0, norm2 = 0.0;
+    for (long long chunk = 0; chunk < chunks; ++chunk) loglik += logp_chunks[chunk * chains + chain];
+    for (int k = 0; k < dim; ++k) norm2 += (double)w[e + k] * (double)w[e + k];
+    logp[chain] = (float)(loglik - 0.5 * norm2 * inv_var);
+  }
+}
+
 // One block per real chain: grad = G - w / sigma^2, logp = sum - |w|^2 / (2 sigma^2).
 __global__ void logistic_finish_kernel(const float *w, const double *g_sum, const double *logp_sum, long long dim,
                                        double inv_var, float *logp, float *grad) {
@@ -197,8 +361,8 @@ void state_release(void *opaque) {
   CUDA_CHECK_NORETURN(cudaGetDevice(&current));
   if (current != s->device) CUDA_CHECK_NORETURN(cudaSetDevice(s->device));
   if (s->cublas) cublasDestroy(s->cublas);
-  void *arrays[] = {s->means, s->inv_scale2s, s->precision, s->data_x, s->data_y,
-                    s->w_block, s->z_block, s->g_block, s->g_sum, s->logp_sum};
+  void *arrays[] = {s->means, s->inv_scale2s, s->precision, s->data_x, s->data_y, s->w_block,
+                    s->z_block, s->g_block, s->g_sum, s->logp_sum, s->data_tiles, s->g_chunks, s->logp_chunks};
   for (void *a : arrays)
     if (a) CUDA_CHECK_NORETURN(cudaFree(a));
   if (current >= 0 && current != s->device) CUDA_CHECK_NORETURN(cudaSetDevice(current));
@@ -221,6 +385,19 @@ int state_fill(const builtin_params_t *p, builtin_device_state *s) {
   if (p->kind == BUILTIN_LOGISTIC) {
     DS_TRY(upload(&s->data_x, p->data_x, (size_t)p->n_data * dim));
     DS_TRY(upload(&s->data_y, p->data_y, (size_t)p->n_data));
+    if (p->dim <= kFusedDimMax) {
+      // The fused kernel reads the data as tiles only; its other work space comes with the first call.
+      const long long tiles = (p->n_data + kFusedTileRows - 1) / kFusedTileRows, floats = tiles * kFusedTileFloats;
+      CUDA_CHECK(cudaMalloc(&s->data_tiles, (size_t)floats * sizeof(float)));
+      logistic_tiles_kernel<<<(unsigned)((floats + kThreads - 1) / kThreads), kThreads>>>(s->data_x, s->data_y, p->n_data,
+                                                                                       (int)dim, tiles, s->data_tiles);
+      CUDA_CHECK_LAUNCH("logistic_tiles_kernel");
+      CUDA_CHECK(cudaDeviceSynchronize());
+      CUDA_CHECK(cudaFree(s->data_x));
+      CUDA_CHECK(cudaFree(s->data_y));
+      s->data_x = s->data_y = nullptr;
+      return DS_OK;
+    }
     const size_t rows = (size_t)(p->n_data < kLogisticRowBlock ? p->n_data : kLogisticRowBlock);
     CUDA_CHECK(cudaMalloc(&s->w_block, kLogisticChainBlock * dim * sizeof(float)));
     CUDA_CHECK(cudaMalloc(&s->z_block, kLogisticChainBlock * rows * sizeof(float)));
@@ -254,8 +431,47 @@ int state_get(const builtin_params_t *p, builtin_device_state **out) {
   return DS_OK;
 }
 
+int fused_logistic_logp_grad(const builtin_params_t *p, builtin_device_state *s, const float *x, int64_t n,
+                             float *logp, float *grad, cudaStream_t stream) {
+  const long long dim = p->dim, chunks = (p->n_data + kFusedChunkRows - 1) / kFusedChunkRows;
+  // Chains in slices (whole groups) so the partial sums stay within kFusedPartialBytes; a
+  // chain's arithmetic is the same in any slice.
+  const long long per_chain = chunks * (dim * (long long)sizeof(float) + (long long)sizeof(double));
+  long long slice = (long long)(kFusedPartialBytes / (size_t)per_chain) / kFusedChains * kFusedChains;
+  if (slice < kFusedChains) slice = kFusedChains;
+  if (slice > n) slice = n;
+  if (chunks > 0x7FFFFFFF || (slice + kFusedChains - 1) / kFusedChains > 65535)
+    return ds_fail(DS_ERR_INTERNAL, "logistic: %lld data rows exceed the GPU grid", (long long)p->n_data);
+  if ((size_t)slice > s->chunk_chains) {
+    if (s->g_chunks) CUDA_CHECK(cudaFree(s->g_chunks));
+    if (s->logp_chunks) CUDA_CHECK(cudaFree(s->logp_chunks));
+    s->g_chunks = nullptr;
+    s->logp_chunks = nullptr;
+    s->chunk_chains = 0;
+    CUDA_CHECK(cudaMalloc(&s->g_chunks, (size_t)(chunks * slice * dim) * sizeof(float)));
+    CUDA_CHECK(cudaMalloc(&s->logp_chunks, (size_t)(chunks * slice) * sizeof(double)));
+    s->chunk_chains = (size_t)slice;
+  }
+  const int shared_bytes = (int)sizeof(fused_logistic_shared);
+  CUDA_CHECK(cudaFuncSetAttribute(fused_logistic_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, shared_bytes));
+  const double inv_var = 1.0 / (p->prior_sigma * p->prior_sigma);
+  for (long long c0 = 0; c0 < n; c0 += slice) {
+    const long long count = n - c0 < slice ? n - c0 : slice;
+    const unsigned groups = (unsigned)((count + kFusedChains - 1) / kFusedChains);
+    fused_logistic_kernel<<<dim3((unsigned)chunks, groups), kFusedThreads, shared_bytes, stream>>>(
+        x + c0 * dim, count, s->data_tiles, p->n_data, (int)dim, s->g_chunks, s->logp_chunks);
+    CUDA_CHECK_LAUNCH("fused_logistic_kernel");
+    const long long elements = count * dim;
+    fused_logistic_finish_kernel<<<(unsigned)((elements + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
+        x + c0 * dim, count, (int)dim, chunks, s->g_chunks, s->logp_chunks, inv_var, logp + c0, grad + c0 * dim);
+    CUDA_CHECK_LAUNCH("fused_logistic_finish_kernel");
+  }
+  return DS_OK;
+}
+
 int logistic_logp_grad(const builtin_params_t *p, builtin_device_state *s, const float *x, int64_t n, float *logp,
                        float *grad, cudaStream_t stream) {
+  if (p->dim <= kFusedDimMax) return fused_logistic_logp_grad(p, s, x, n, logp, grad, stream);
   const long long dim = p->dim, block = kLogisticChainBlock;
   const float one = 1.0f, zero = 0.0f;
   CUBLAS_CHECK(cublasSetStream(s->cublas, stream));

@@ -1,5 +1,6 @@
 /* targets_builtin.c: the built-in targets, with analytic gradients, on the host. The same
- * models on the GPU are in cuda/targets_builtin.cu, reached through logp_grad_cuda.
+ * models on the GPU are in cuda/targets_builtin.cu, reached through logp_grad_cuda; the
+ * arithmetic of each term is shared with it through model_math.h.
  *
  * Each chain's result depends only on its own row of x, never on how many rows come in one
  * call, so draws do not change with the rank count: per-row sums run in one fixed order. */
@@ -11,6 +12,7 @@
 #include <string.h>
 
 #include "h5data.h"
+#include "model_math.h"
 #include "status.h"
 #include "target.h"
 #ifdef DSAMPLER_HAVE_CUDA
@@ -98,8 +100,7 @@ static int gaussian_logp_grad(void *self, const float *x, int64_t n, float *logp
     float *g_i = grad + i * dim;
     double sum = 0.0;
     for (int64_t k = 0; k < dim; ++k) {
-      float centred = x_i[k] - p->mean;
-      g_i[k] = -centred * p->inv_scale2;
+      const float centred = model_gaussian_coord(x_i[k], p->mean, p->inv_scale2, &g_i[k]);
       sum += (double)centred * (double)centred;
     }
     logp[i] = (float)(-0.5 * sum * (double)p->inv_scale2);
@@ -116,8 +117,7 @@ static int gaussian_dims_logp_grad(void *self, const float *x, int64_t n, float 
     float *g_i = grad + i * dim;
     double sum = 0.0;
     for (int64_t k = 0; k < dim; ++k) {
-      float centred = x_i[k] - p->means[k];
-      g_i[k] = -centred * p->inv_scale2s[k];
+      const float centred = model_gaussian_coord(x_i[k], p->means[k], p->inv_scale2s[k], &g_i[k]);
       sum += (double)centred * (double)centred * (double)p->inv_scale2s[k];
     }
     logp[i] = (float)(-0.5 * sum);
@@ -141,12 +141,7 @@ static int corr_gaussian_logp_grad(void *self, const float *x, int64_t n, float 
         const float *q_k = p->precision + k * dim;
         for (int64_t j = 0; j < dim; ++j) qx += (double)q_k[j] * (double)x_i[j];
       } else {
-        /* AR(1): Q = c * tridiag(-rho, [1, 1 + rho^2, ..., 1 + rho^2, 1], -rho). */
-        double diagonal = dim == 1 ? 1.0 - rho * rho : (k == 0 || k == dim - 1) ? 1.0 : 1.0 + rho * rho;
-        double t = diagonal * x_i[k];
-        if (k > 0) t -= rho * x_i[k - 1];
-        if (k + 1 < dim) t -= rho * x_i[k + 1];
-        qx = c * t;
+        qx = model_ar1_precision_row(x_i[k], k > 0 ? x_i[k - 1] : 0.0, k + 1 < dim ? x_i[k + 1] : 0.0, k, dim, rho, c);
       }
       g_i[k] = (float)-qx;
       quad += (double)x_i[k] * qx;
@@ -165,18 +160,8 @@ static int banana_logp_grad(void *self, const float *x, int64_t n, float *logp, 
     float *g_i = grad + i * dim;
     double sum = 0.0;
     int64_t k = 0;
-    for (; k + 1 < dim; k += 2) {
-      const double u = x_i[k], v = x_i[k + 1];
-      const double r = v - b * (u * u - a2);
-      sum += -0.5 * u * u / a2 - 0.5 * r * r;
-      g_i[k] = (float)(-u / a2 + 2.0 * b * u * r);
-      g_i[k + 1] = (float)-r;
-    }
-    if (k < dim) {
-      const double u = x_i[k];
-      sum += -0.5 * u * u;
-      g_i[k] = (float)-u;
-    }
+    for (; k + 1 < dim; k += 2) sum += model_banana_pair(x_i[k], x_i[k + 1], a2, b, &g_i[k], &g_i[k + 1]);
+    if (k < dim) sum += model_banana_single(x_i[k], &g_i[k]);
     logp[i] = (float)sum;
   }
   return 0;
@@ -185,19 +170,11 @@ static int banana_logp_grad(void *self, const float *x, int64_t n, float *logp, 
 static int mixture1d_logp_grad(void *self, const float *x, int64_t n, float *logp, float *grad) {
   const builtin_params_t *p = self;
   const int64_t dim = p->dim;
-  const double log_w1 = log(1.0 / 3.0), log_w2 = log(2.0 / 3.0);
   for (int64_t i = 0; i < n; ++i) {
     const float *x_i = x + i * dim;
     float *g_i = grad + i * dim;
     double sum = 0.0;
-    for (int64_t k = 0; k < dim; ++k) {
-      const double left = (double)x_i[k] + 2.0, right = (double)x_i[k] - 2.0;
-      const double a = log_w1 - 0.5 * left * left, b = log_w2 - 0.5 * right * right;
-      const double m = a > b ? a : b;
-      const double lse = m + log(exp(a - m) + exp(b - m));
-      sum += lse;
-      g_i[k] = (float)-(exp(a - lse) * left + exp(b - lse) * right);
-    }
+    for (int64_t k = 0; k < dim; ++k) sum += model_mixture1d_coord(x_i[k], &g_i[k]);
     logp[i] = (float)sum;
   }
   return 0;
@@ -210,15 +187,13 @@ static int funnel_logp_grad(void *self, const float *x, int64_t n, float *logp, 
   for (int64_t i = 0; i < n; ++i) {
     const float *x_i = x + i * dim;
     float *g_i = grad + i * dim;
-    const double v = x_i[0], e = exp(-v);
+    const double e = exp(-(double)x_i[0]);
     double squares = 0.0;
     for (int64_t k = 1; k < dim; ++k) {
       squares += (double)x_i[k] * (double)x_i[k];
-      g_i[k] = (float)(-(double)x_i[k] * e);
+      g_i[k] = model_funnel_coord_grad(x_i[k], e);
     }
-    const double half_rest = 0.5 * (double)(dim - 1);
-    logp[i] = (float)(-0.5 * v * v * inv_var_v - half_rest * v - 0.5 * e * squares);
-    g_i[0] = (float)(-v * inv_var_v - half_rest + 0.5 * e * squares);
+    logp[i] = (float)model_funnel_level(x_i[0], squares, inv_var_v, dim, &g_i[0]);
   }
   return 0;
 }
@@ -244,7 +219,7 @@ static void logistic_tile(const builtin_params_t *p, const float *w, int count, 
     memset(grad_block, 0, (size_t)(LOGISTIC_TILE * dim) * sizeof *grad_block);
     for (int64_t row = row0; row < row_end; ++row) {
       const float *x_row = p->data_x + row * dim;
-      const double y = p->data_y[row];
+      const float y = p->data_y[row];
       float z[LOGISTIC_TILE] = {0};
       for (int64_t k = 0; k < dim; ++k) {
         const float x_k = x_row[k];
@@ -252,14 +227,7 @@ static void logistic_tile(const builtin_params_t *p, const float *w, int count, 
         for (int c = 0; c < LOGISTIC_TILE; ++c) z[c] += x_k * w_k[c];
       }
       float residual[LOGISTIC_TILE];
-      for (int c = 0; c < LOGISTIC_TILE; ++c) {
-        /* log(1 + e^z) and sigmoid(z) from one e^-|z|, stable for any z. */
-        const double zc = z[c], e = exp(-fabs(zc));
-        const double softplus = (zc > 0 ? zc : 0.0) + log1p(e);
-        const double sigmoid = zc >= 0 ? 1.0 / (1.0 + e) : e / (1.0 + e);
-        logp_sum[c] += y * zc - softplus;
-        residual[c] = (float)(y - sigmoid);
-      }
+      for (int c = 0; c < LOGISTIC_TILE; ++c) logp_sum[c] += model_logistic_row(z[c], y, &residual[c]);
       for (int c = 0; c < count; ++c) {
         float *g = grad_block + c * dim;
         const float r = residual[c];

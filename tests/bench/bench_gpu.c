@@ -381,6 +381,43 @@ static int run_hmc_only(curandGenerator_t generator, const dsampler_target *targ
   return DS_OK;
 }
 
+/* One gradient of the logistic target (X, y from `data`) for `chains` chains drawn near 0: the
+ * kernel alone, CUDA events, median of 21 after a warm-up. 4 n D C flops per gradient (two
+ * products of n x D by D x C). */
+static int run_logistic(const char *data, int64_t chains, const char *gpu_name) {
+  char args[1024];
+  snprintf(args, sizeof args, "data=%s", data);
+  dsampler_target target;
+  BENCH_TRY(builtin_target_create("logistic", args, MPI_COMM_WORLD, &target));
+  const builtin_params_t *params = builtin_target_lookup(&target);
+  const int64_t dim = target.dim, rows = params->n_data;
+  float *x, *logp, *grad;
+  CUDA_CHECK(cudaMalloc((void **)&x, (size_t)(chains * dim) * sizeof(float)));
+  CUDA_CHECK(cudaMalloc((void **)&grad, (size_t)(chains * dim) * sizeof(float)));
+  CUDA_CHECK(cudaMalloc((void **)&logp, (size_t)chains * sizeof(float)));
+  curandGenerator_t generator;
+  CURAND_CHECK(curandCreateGenerator(&generator, CURAND_RNG_PSEUDO_PHILOX4_32_10));
+  CURAND_CHECK(curandSetStream(generator, stream));
+  BENCH_TRY(fill_normal(generator, x, (size_t)(chains * dim), 0.1f));
+  float times[21];
+  BENCH_TRY(target.logp_grad_cuda(target.self, x, chains, logp, grad, stream));
+  for (int r = 0; r < 21; ++r) {
+    BENCH_TRY(record(0));
+    BENCH_TRY(target.logp_grad_cuda(target.self, x, chains, logp, grad, stream));
+    BENCH_TRY(record(1));
+    times[r] = between(0, 1);
+  }
+  const float ms = median_of(times, 21);
+  printf("%s: logistic gradient, n = %lld, D = %lld, %lld chains: %.4f ms (median of 21), %.1f TFLOP/s\n", gpu_name,
+         (long long)rows, (long long)dim, (long long)chains, ms, 4.0 * rows * dim * chains / (ms * 1e-3) / 1e12);
+  CURAND_CHECK(curandDestroyGenerator(generator));
+  cudaFree(x);
+  cudaFree(grad);
+  cudaFree(logp);
+  target.destroy(target.self);
+  return DS_OK;
+}
+
 /* mode: 0 everything, 1 one SVGD step and one HMC iteration (for a profiler), 2 HMC alone. */
 static int run(int mode) {
   struct cudaDeviceProp prop;
@@ -484,7 +521,17 @@ int main(int argc, char **argv) {
   /* One rank: svgd_exact_median's collectives are then local. */
   BENCH_TRY(comm_init(&comm, &argc, &argv));
   const char *mode = argc > 1 ? argv[1] : "";
-  BENCH_TRY(run(strcmp(mode, "--quick") == 0 ? 1 : strcmp(mode, "--hmc") == 0 ? 2 : 0));
+  if (strcmp(mode, "--logistic") == 0 && argc > 3) {
+    struct cudaDeviceProp prop;
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+    BENCH_TRY(backend_cuda_create(0, &gpu));
+    stream = (cudaStream_t)gpu->stream;
+    for (int m = 0; m < 8; ++m) CUDA_CHECK(cudaEventCreate(&marks[m]));
+    BENCH_TRY(run_logistic(argv[2], atoll(argv[3]), prop.name));
+    backend_destroy(gpu);
+  } else {
+    BENCH_TRY(run(strcmp(mode, "--quick") == 0 ? 1 : strcmp(mode, "--hmc") == 0 ? 2 : 0));
+  }
   comm_free(&comm);
   return 0;
 }

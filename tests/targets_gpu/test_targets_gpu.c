@@ -2,8 +2,8 @@
  * the built-ins' logp_grad_cuda entry) against central finite differences of the independent
  * float64 reference (tests/unit/target_reference.h) and against the host built-in; each row's
  * result bitwise the same alone, in a batch, or shifted to another place in logistic's fixed
- * chain blocks; logistic over more rows than one GEMM block (several data blocks); and the
- * example plugin's CUDA entry against its host entry. Exits 77 without a GPU.
+ * chain blocks; logistic at scale on both of its GPU paths (fused kernel, cuBLAS) against the host
+ * and against float64; and the example plugin's CUDA entry against its host entry. Exits 77 without a GPU.
  * Usage: test_targets_gpu WORK_DIR EXAMPLE_PLUGIN.so */
 #include <cuda_runtime_api.h>
 #include <math.h>
@@ -146,18 +146,19 @@ static void test_case(int index, const ref_data_t *data) {
   t.destroy(t.self);
 }
 
-/* logistic over 150000 x 10 rows (three GEMM row blocks) and 200 chains (four chain blocks). */
-static void test_logistic_large(const char *dir) {
-  const int64_t n = 150000, d = 10, chains = 200;
-  char path[600];
-  snprintf(path, sizeof path, "%s/targets_gpu_logistic_large.h5", dir);
-  double *xs = malloc(sizeof(double) * n * d), *ys = malloc(sizeof(double) * n);
-  uint64_t state = 5;
-  double w_true[10];
-  for (int k = 0; k < d; ++k) w_true[k] = 0.5 * ref_normal(&state);
+/* logistic at scale: n data rows of d coefficients and `chains` chains, against the host
+ * built-in and against float64 sums computed here. d <= 64 runs the fused kernel (several row
+ * chunks, several chain groups), d > 64 the cuBLAS path (several GEMM row blocks). */
+static void test_logistic_large(const char *dir, int64_t n, int64_t d, int64_t chains) {
+  char path[600], label[64];
+  snprintf(path, sizeof path, "%s/targets_gpu_logistic_%lld.h5", dir, (long long)d);
+  snprintf(label, sizeof label, "logistic %lld x %lld, %lld chains", (long long)n, (long long)d, (long long)chains);
+  double *xs = malloc(sizeof(double) * n * d), *ys = malloc(sizeof(double) * n), *w_true = malloc(sizeof(double) * d);
+  uint64_t state = 5 + (uint64_t)d;
+  for (int64_t k = 0; k < d; ++k) w_true[k] = 1.5 * ref_normal(&state) / sqrt((double)d);
   for (int64_t i = 0; i < n; ++i) {
     double z = 0.0;
-    for (int k = 0; k < d; ++k) {
+    for (int64_t k = 0; k < d; ++k) {
       xs[i * d + k] = (double)(float)ref_normal(&state);
       z += xs[i * d + k] * w_true[k];
     }
@@ -167,31 +168,58 @@ static void test_logistic_large(const char *dir) {
   EXPECT(file >= 0 && ref_write_2d(file, "X", xs, (hsize_t)n, (hsize_t)d, 2) && ref_write_2d(file, "y", ys, (hsize_t)n, 1, 1),
          "cannot write %s", path);
   H5Fclose(file);
+  const double sigma = 3.0;
   char args[700];
-  snprintf(args, sizeof args, "sigma=3,data=%s", path);
+  snprintf(args, sizeof args, "sigma=%g,data=%s", sigma, path);
   dsampler_target t;
   if (builtin_target_create("logistic", args, MPI_COMM_WORLD, &t) != DS_OK) {
-    EXPECT(0, "large logistic: create failed: %s", ds_error_message());
+    EXPECT(0, "%s: create failed: %s", label, ds_error_message());
     return;
   }
   float *x = malloc(sizeof(float) * chains * d), *grad = malloc(sizeof(float) * chains * d);
   float *grad_host = malloc(sizeof(float) * chains * d), *logp = malloc(sizeof(float) * chains);
   float *logp_host = malloc(sizeof(float) * chains);
+  double *grad_ref = malloc(sizeof(double) * chains * d), *logp_ref = malloc(sizeof(double) * chains);
   for (int64_t e = 0; e < chains * d; ++e) x[e] = (float)(w_true[e % d] + 0.05 * ref_normal(&state));
-  EXPECT(gpu_eval(&t, x, chains, logp, grad) == 0, "large logistic: GPU call failed: %s", ds_error_message());
-  EXPECT(t.logp_grad(t.self, x, chains, logp_host, grad_host) == 0, "large logistic: host call failed");
-  /* Sums of 150000 float products in different orders: 1e-5 relative per row. */
-  double worst = max_row_rel_err(grad, grad_host, chains, d), worst_logp = 0.0;
+  EXPECT(gpu_eval(&t, x, chains, logp, grad) == 0, "%s: GPU call failed: %s", label, ds_error_message());
+  EXPECT(t.logp_grad(t.self, x, chains, logp_host, grad_host) == 0, "%s: host call failed", label);
+  /* float64 reference: direct sums over the rows, log(1 + e^z) by log1p. */
+  for (int64_t c = 0; c < chains; ++c) {
+    const float *w = x + c * d;
+    double lp = 0.0, norm2 = 0.0;
+    for (int64_t k = 0; k < d; ++k) grad_ref[c * d + k] = -(double)w[k] / (sigma * sigma);
+    for (int64_t i = 0; i < n; ++i) {
+      double z = 0.0;
+      for (int64_t k = 0; k < d; ++k) z += xs[i * d + k] * (double)w[k];
+      lp += ys[i] * z - (z > 0 ? z + log1p(exp(-z)) : log1p(exp(z)));
+      const double residual = ys[i] - 1.0 / (1.0 + exp(-z));
+      for (int64_t k = 0; k < d; ++k) grad_ref[c * d + k] += xs[i * d + k] * residual;
+    }
+    for (int64_t k = 0; k < d; ++k) norm2 += (double)w[k] * (double)w[k];
+    logp_ref[c] = lp - 0.5 * norm2 / (sigma * sigma);
+  }
+  float *grad_ref_f = malloc(sizeof(float) * chains * d);
+  for (int64_t e = 0; e < chains * d; ++e) grad_ref_f[e] = (float)grad_ref[e];
+  /* Sums of n float products in different orders: 1e-5 relative per row, against the host and
+   * against float64; log p 1e-6 relative. */
+  double worst = max_row_rel_err(grad, grad_host, chains, d), worst_ref = max_row_rel_err(grad, grad_ref_f, chains, d);
+  double worst_logp = 0.0, worst_logp_ref = 0.0;
   for (int64_t i = 0; i < chains; ++i) {
     double err = fabs((double)logp[i] - logp_host[i]) / fabs((double)logp_host[i]);
+    double err_ref = fabs((double)logp[i] - logp_ref[i]) / fabs(logp_ref[i]);
     if (err > worst_logp) worst_logp = err;
+    if (err_ref > worst_logp_ref) worst_logp_ref = err_ref;
   }
-  EXPECT(worst <= 1e-5, "large logistic: GPU vs host gradient rel err %.3g", worst);
-  EXPECT(worst_logp <= 1e-6, "large logistic: GPU vs host log p rel err %.3g", worst_logp);
-  printf("logistic 150000 x 10, 200 chains GPU vs host: grad max rel err %.1e, log p %.1e\n", worst, worst_logp);
-  check_row_independence("large logistic", &t, x, chains, logp, grad);
+  EXPECT(worst <= 1e-5, "%s: GPU vs host gradient rel err %.3g", label, worst);
+  EXPECT(worst_ref <= 1e-5, "%s: GPU vs float64 gradient rel err %.3g", label, worst_ref);
+  EXPECT(worst_logp <= 1e-6, "%s: GPU vs host log p rel err %.3g", label, worst_logp);
+  EXPECT(worst_logp_ref <= 1e-6, "%s: GPU vs float64 log p rel err %.3g", label, worst_logp_ref);
+  printf("%s GPU: grad max rel err vs host %.1e, vs float64 %.1e; log p vs host %.1e, vs float64 %.1e\n", label,
+         worst, worst_ref, worst_logp, worst_logp_ref);
+  check_row_independence(label, &t, x, chains, logp, grad);
   t.destroy(t.self);
-  free(xs); free(ys); free(x); free(grad); free(grad_host); free(logp); free(logp_host);
+  free(xs); free(ys); free(w_true); free(x); free(grad); free(grad_host); free(logp); free(logp_host);
+  free(grad_ref); free(grad_ref_f); free(logp_ref);
 }
 
 static void test_plugin(const char *plugin_path) {
@@ -231,7 +259,9 @@ int main(int argc, char **argv) {
     return 1;
   }
   for (int i = 0; i < REF_CASE_COUNT; ++i) test_case(i, &data);
-  test_logistic_large(dir);
+  test_logistic_large(dir, 150000, 10, 200);  /* fused: 147 row chunks, 2 chain groups */
+  test_logistic_large(dir, 20000, 54, 300);   /* fused at the benchmark's width, 3 chain groups */
+  test_logistic_large(dir, 70000, 80, 70);    /* cuBLAS: 2 row blocks, 2 chain blocks */
   if (argc > 2) test_plugin(argv[2]);
   printf("targets_gpu: %s\n", failures ? "FAILED" : "all checks passed");
   MPI_Finalize();
