@@ -14,6 +14,13 @@
  *   tile by tile in shared memory and never leaves the chip. Columns can be split over
  *   blocks for small n; the split depends on n alone and the partial sums are added in a
  *   fixed order, so a row's result does not depend on how rows are spread over ranks.
+ *   Up to 128 coordinates: beyond, sum_j K_ij v_j no longer fits in a block's registers.
+ * - dim > 128, two GEMM-shaped kernels per slab of columns: svgd_wide_kernel_tile_kernel forms
+ *   K for (rows x slab) in 128 x 64 tiles with coordinates streamed through shared memory, and
+ *   writes it to a slab buffer (rows x slab, never n x n) with each tile's row sums;
+ *   svgd_wide_accumulate_kernel adds K_slab @ v_slab to sum_kv in 128 x 128 output tiles. Each
+ *   output's fma chain runs over j ascending across slabs, so the result is bitwise the same
+ *   for any slab width and any row range.
  *
  * Squared distances are summed exactly as the CPU backend does (d = x_ik - x_jk,
  * acc = fma(d, d, acc), k ascending from acc = 0) with __fsub_rn/__fmaf_rn, so the median is
@@ -28,7 +35,7 @@
 
 namespace {
 
-svgd_cuda_tuning_t svgd_tuning = {16};
+svgd_cuda_tuning_t svgd_tuning = {16, 0};
 
 /* ---------------------------------------------------------------- pair histogram */
 
@@ -475,29 +482,189 @@ svgd_phi_kernel(const phi_args a) {
   }
 }
 
-/* Any dimension: one thread per row, straight from global memory. Correct, not fast; the
- * tiled kernel covers dim <= PHI_MAX_DIM. Writes split 0 of the partial sums. */
-__global__ void svgd_phi_generic_kernel(const phi_args a) {
-  const long long row = a.row_begin + (long long)blockIdx.x * blockDim.x + threadIdx.x;
-  if (row >= a.row_end) return;
-  const long long local = row - a.row_begin;
-  const float *x_i = a.x + row * a.dim;
-  float *out = a.partial_sums + local * a.dim;
-  for (int k = 0; k < a.dim; ++k) out[k] = 0.0f;
-  float sum_k = 0.0f;
-  for (long long j = 0; j < a.n; ++j) {
-    if (j == row) continue;
-    const float *x_j = a.x + j * a.dim, *v_j = a.v + j * a.dim;
-    float dist = 0.0f;
-    for (int k = 0; k < a.dim; ++k) {
-      const float diff = __fsub_rn(x_i[k], x_j[k]);
-      dist = __fmaf_rn(diff, diff, dist);
+/* dim > PHI_MAX_DIM: see the file's opening comment. */
+constexpr int WIDE_THREADS = 256;
+constexpr int WIDE_BM = 128;   /* rows per block: 16 thread rows x 8 */
+constexpr int WIDE_BN = 64;    /* kernel columns per tile: 16 threads x 4 */
+constexpr int WIDE_BC = 128;   /* output coordinates per block: 16 threads x (4 + 4) */
+constexpr int WIDE_KC = 16;    /* coordinates (kernel tiles) or columns (accumulation) per stage */
+constexpr long long WIDE_SLAB_FLOATS = 1ll << 27;  /* the K slab's budget: 512 MB */
+
+struct wide_args {
+  const float *x, *v;
+  long long n, row_begin, row_end;
+  int dim;
+  float exp2_scale;
+  long long slab0;     /* first column of the slab */
+  int slab_cols;       /* a multiple of WIDE_BN */
+  float *k_slab;       /* [rows][slab_cols] */
+  float *k_tile_sums;  /* [rows][slab_cols / WIDE_BN] */
+  float *sum_kv;       /* [rows][dim] */
+  float *sum_k;        /* [rows] */
+};
+
+/* grid (row blocks, column tiles of the slab). Distances exactly as the CPU and the histogram
+ * compute them (fsub, fma, k ascending from 0), K = exp2(D exp2_scale), zero on the diagonal
+ * and past n; each tile's row sums in a fixed order. */
+__global__ void __launch_bounds__(WIDE_THREADS) svgd_wide_kernel_tile_kernel(const wide_args a) {
+  __shared__ __align__(16) float rows_s[2][WIDE_KC][WIDE_BM + 4];
+  __shared__ __align__(16) float cols_s[2][WIDE_KC][WIDE_BN + 4];
+  const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
+  const long long r0 = a.row_begin + (long long)blockIdx.x * WIDE_BM;
+  const long long c0 = a.slab0 + (long long)blockIdx.y * WIDE_BN;
+  const int chunks = (a.dim + WIDE_KC - 1) / WIDE_KC;
+  auto stage = [&](int chunk, int buffer) {
+    for (int f = tid; f < WIDE_BM * WIDE_KC; f += WIDE_THREADS) {
+      const int rr = f / WIDE_KC, kk = f % WIDE_KC, k = chunk * WIDE_KC + kk;
+      const long long row = r0 + rr;
+      const bool valid = row < a.row_end && k < a.dim;
+      cp_async_f32(&rows_s[buffer][kk][rr], valid ? a.x + row * a.dim + k : a.x, valid);
     }
-    const float kernel = exp2f(__fmul_rn(dist, a.exp2_scale));
-    sum_k += kernel;
-    for (int k = 0; k < a.dim; ++k) out[k] = __fmaf_rn(kernel, v_j[k], out[k]);
+    for (int f = tid; f < WIDE_BN * WIDE_KC; f += WIDE_THREADS) {
+      const int cc = f / WIDE_KC, kk = f % WIDE_KC, k = chunk * WIDE_KC + kk;
+      const long long column = c0 + cc;
+      const bool valid = column < a.n && k < a.dim;
+      cp_async_f32(&cols_s[buffer][kk][cc], valid ? a.x + column * a.dim + k : a.x, valid);
+    }
+  };
+  float dist[8][4];
+#pragma unroll
+  for (int r = 0; r < 8; ++r)
+#pragma unroll
+    for (int c = 0; c < 4; ++c) dist[r][c] = 0.0f;
+  stage(0, 0);
+  cp_async_wait_all();
+  __syncthreads();
+  for (int chunk = 0; chunk < chunks; ++chunk) {
+    const int buffer = chunk & 1;
+    if (chunk + 1 < chunks) stage(chunk + 1, buffer ^ 1);
+#pragma unroll
+    for (int kk = 0; kk < WIDE_KC; ++kk) {
+      const float4 a0 = *reinterpret_cast<const float4 *>(&rows_s[buffer][kk][ty * 8]);
+      const float4 a1 = *reinterpret_cast<const float4 *>(&rows_s[buffer][kk][ty * 8 + 4]);
+      const float4 b = *reinterpret_cast<const float4 *>(&cols_s[buffer][kk][tx * 4]);
+      const float av[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
+      const float bv[4] = {b.x, b.y, b.z, b.w};
+#pragma unroll
+      for (int r = 0; r < 8; ++r)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          const float diff = __fsub_rn(av[r], bv[c]);
+          dist[r][c] = __fmaf_rn(diff, diff, dist[r][c]);
+        }
+    }
+    cp_async_wait_all();
+    __syncthreads();
   }
-  a.partial_k[local] = sum_k;
+  const int tiles_in_slab = a.slab_cols / WIDE_BN;
+#pragma unroll
+  for (int r = 0; r < 8; ++r) {
+    const long long row = r0 + ty * 8 + r;
+    float kv[4];
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      const long long column = c0 + tx * 4 + c;
+      kv[c] = exp2f(__fmul_rn(dist[r][c], a.exp2_scale));
+      if (column >= a.n || column == row) kv[c] = 0.0f;
+    }
+    float tile_sum = __fadd_rn(__fadd_rn(kv[0], kv[1]), __fadd_rn(kv[2], kv[3]));
+#pragma unroll
+    for (int width = 8; width >= 1; width /= 2) tile_sum += __shfl_xor_sync(0xffffffffu, tile_sum, width);
+    if (row < a.row_end) {
+      const long long local = row - a.row_begin;
+      *reinterpret_cast<float4 *>(a.k_slab + local * a.slab_cols + (c0 - a.slab0) + tx * 4) =
+          make_float4(kv[0], kv[1], kv[2], kv[3]);
+      if (tx == 0) a.k_tile_sums[local * tiles_in_slab + blockIdx.y] = tile_sum;
+    }
+  }
+}
+
+/* grid (row blocks, coordinate blocks): sum_kv[rows, coordinates] += K_slab @ v[slab, coordinates],
+ * each output's fma chain continued from the last slab (first_slab: from 0). Blocks of the first
+ * coordinate block also add the slab's tile sums to sum_k, in tile order. */
+__global__ void __launch_bounds__(WIDE_THREADS, 2) svgd_wide_accumulate_kernel(const wide_args a, int first_slab) {
+  __shared__ __align__(16) float k_s[2][WIDE_KC][WIDE_BM + 4];  /* K' of the stage: [column][row] */
+  __shared__ __align__(16) float v_s[2][WIDE_KC][WIDE_BC + 4];  /* v of the stage: [column][coordinate] */
+  const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
+  const long long rows = a.row_end - a.row_begin;
+  const long long local0 = (long long)blockIdx.x * WIDE_BM;
+  const int coord0 = blockIdx.y * WIDE_BC;
+  const int stages = a.slab_cols / WIDE_KC;
+  auto stage = [&](int step, int buffer) {
+    for (int f = tid; f < WIDE_BM * WIDE_KC; f += WIDE_THREADS) {
+      const int rr = f / WIDE_KC, jj = f % WIDE_KC;
+      const long long local = local0 + rr;
+      const bool valid = local < rows;
+      cp_async_f32(&k_s[buffer][jj][rr], valid ? a.k_slab + local * a.slab_cols + step * WIDE_KC + jj : a.k_slab,
+                   valid);
+    }
+    for (int f = tid; f < WIDE_BC * WIDE_KC; f += WIDE_THREADS) {
+      const int jj = f / WIDE_BC, cc = f % WIDE_BC;
+      const long long column = a.slab0 + (long long)step * WIDE_KC + jj;
+      const bool valid = column < a.n && coord0 + cc < a.dim;
+      cp_async_f32(&v_s[buffer][jj][cc], valid ? a.v + column * a.dim + coord0 + cc : a.v, valid);
+    }
+  };
+  auto coordinate = [&](int c) { return coord0 + (c < 4 ? tx * 4 + c : 64 + tx * 4 + c - 4); };
+  float acc[8][8];
+#pragma unroll
+  for (int r = 0; r < 8; ++r) {
+    const long long local = local0 + ty * 8 + r;
+#pragma unroll
+    for (int c = 0; c < 8; ++c) {
+      const int k = coordinate(c);
+      acc[r][c] = (!first_slab && local < rows && k < a.dim) ? a.sum_kv[local * a.dim + k] : 0.0f;
+    }
+  }
+  stage(0, 0);
+  cp_async_wait_all();
+  __syncthreads();
+  for (int step = 0; step < stages; ++step) {
+    const int buffer = step & 1;
+    if (step + 1 < stages) stage(step + 1, buffer ^ 1);
+#pragma unroll
+    for (int jj = 0; jj < WIDE_KC; ++jj) {
+      const float4 k0 = *reinterpret_cast<const float4 *>(&k_s[buffer][jj][ty * 8]);
+      const float4 k1 = *reinterpret_cast<const float4 *>(&k_s[buffer][jj][ty * 8 + 4]);
+      const float4 v0 = *reinterpret_cast<const float4 *>(&v_s[buffer][jj][tx * 4]);
+      const float4 v1 = *reinterpret_cast<const float4 *>(&v_s[buffer][jj][64 + tx * 4]);
+      const float kv[8] = {k0.x, k0.y, k0.z, k0.w, k1.x, k1.y, k1.z, k1.w};
+      const float vv[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
+#pragma unroll
+      for (int r = 0; r < 8; ++r)
+#pragma unroll
+        for (int c = 0; c < 8; ++c) acc[r][c] = __fmaf_rn(kv[r], vv[c], acc[r][c]);
+    }
+    cp_async_wait_all();
+    __syncthreads();
+  }
+#pragma unroll
+  for (int r = 0; r < 8; ++r) {
+    const long long local = local0 + ty * 8 + r;
+    if (local >= rows) continue;
+#pragma unroll
+    for (int c = 0; c < 8; ++c) {
+      const int k = coordinate(c);
+      if (k < a.dim) a.sum_kv[local * a.dim + k] = acc[r][c];
+    }
+  }
+  if (blockIdx.y == 0 && tid < WIDE_BM && local0 + tid < rows) {
+    const long long local = local0 + tid;
+    const int tiles_in_slab = a.slab_cols / WIDE_BN;
+    float sum = first_slab ? 0.0f : a.sum_k[local];
+    for (int t = 0; t < tiles_in_slab; ++t) sum = __fadd_rn(sum, a.k_tile_sums[local * tiles_in_slab + t]);
+    a.sum_k[local] = sum;
+  }
+}
+
+/* Columns per slab: the tuning's, else as many as WIDE_SLAB_FLOATS holds for these rows. */
+long long wide_slab_columns(long long n, long long rows) {
+  const long long all = (n + WIDE_BN - 1) / WIDE_BN * WIDE_BN;
+  long long slab = svgd_tuning.wide_slab > 0 ? svgd_tuning.wide_slab : WIDE_SLAB_FLOATS / (rows > 0 ? rows : 1);
+  slab = slab / WIDE_BN * WIDE_BN;
+  if (slab < WIDE_BN) slab = WIDE_BN;
+  if (slab > 65535ll * WIDE_BN) slab = 65535ll * WIDE_BN;
+  return slab < all ? slab : all;
 }
 
 /* phi_i = (s_i + sum over splits of sum_kv + x_i * (sum over splits of sum_k) / h) / n, the
@@ -625,7 +792,12 @@ extern "C" int svgd_launch_pair_histogram(const float *x_all, int64_t n, int64_t
 
 extern "C" size_t svgd_phi_scratch_floats(int64_t n, int64_t dim, int64_t rows) {
   const int splits = dim <= PHI_MAX_DIM ? phi_splits(n) : 1;
-  return (size_t)splits * (size_t)rows * (size_t)(dim + 1) + (size_t)n * (size_t)dim;
+  size_t floats = (size_t)splits * (size_t)rows * (size_t)(dim + 1) + (size_t)n * (size_t)dim;
+  if (dim > PHI_MAX_DIM) {
+    const long long slab = wide_slab_columns(n, rows);
+    floats += (size_t)rows * (size_t)(slab + slab / WIDE_BN);
+  }
+  return floats;
 }
 
 extern "C" int svgd_launch_phi(const float *x_all, const float *score_all, int64_t n, int64_t dim,
@@ -664,8 +836,34 @@ extern "C" int svgd_launch_phi(const float *x_all, const float *score_all, int64
   } else if (dim <= PHI_MAX_DIM) {
     DS_TRY(launch_phi_tiled<128>(a, row_blocks, stream));
   } else {
-    svgd_phi_generic_kernel<<<(unsigned)((rows + 127) / 128), 128, 0, stream>>>(a);
-    CUDA_CHECK_LAUNCH("svgd_phi_generic_kernel");
+    wide_args w;
+    w.x = x_all;
+    w.v = v_all;
+    w.n = n;
+    w.row_begin = row_begin;
+    w.row_end = row_end;
+    w.dim = (int)dim;
+    w.exp2_scale = a.exp2_scale;
+    w.sum_kv = a.partial_sums;
+    w.sum_k = a.partial_k;
+    const long long slab = wide_slab_columns(n, rows);
+    w.k_slab = v_all + (size_t)n * (size_t)dim;
+    w.k_tile_sums = w.k_slab + (size_t)rows * (size_t)slab;
+    const unsigned coordinate_blocks = (unsigned)((dim + WIDE_BC - 1) / WIDE_BC);
+    if (row_blocks > 0x7FFFFFFF || coordinate_blocks > 65535)
+      return ds_fail(DS_ERR_INTERNAL, "svgd_launch_phi: %lld rows of %lld coordinates exceed the grid", rows,
+                     (long long)dim);
+    for (long long slab0 = 0; slab0 < n; slab0 += slab) {
+      const long long left = (n - slab0 + WIDE_BN - 1) / WIDE_BN * WIDE_BN;
+      w.slab0 = slab0;
+      w.slab_cols = (int)(left < slab ? left : slab);
+      svgd_wide_kernel_tile_kernel<<<dim3((unsigned)row_blocks, (unsigned)(w.slab_cols / WIDE_BN)), WIDE_THREADS, 0,
+                                     stream>>>(w);
+      CUDA_CHECK_LAUNCH("svgd_wide_kernel_tile_kernel");
+      svgd_wide_accumulate_kernel<<<dim3((unsigned)row_blocks, coordinate_blocks), WIDE_THREADS, 0, stream>>>(
+          w, slab0 == 0);
+      CUDA_CHECK_LAUNCH("svgd_wide_accumulate_kernel");
+    }
   }
   svgd_phi_finish_kernel<<<grid_for(rows * dim, 256), 256, 0, stream>>>(a, phi);
   CUDA_CHECK_LAUNCH("svgd_phi_finish_kernel");

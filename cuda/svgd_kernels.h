@@ -15,9 +15,12 @@ extern "C" {
 #endif
 
 /* Kernel variant, chosen by measurement (tests/bench/BENCHMARKS.md); settable for benchmarks.
- * hist_chunk: coordinates staged per step of the histogram kernel (16, the default, or 32). */
+ * hist_chunk: coordinates staged per step of the histogram kernel (16, the default, or 32).
+ * wide_slab: columns per kernel slab of phi for dim > 128 (a multiple of 64; 0, the default:
+ * sized by memory). Results do not depend on it (tested). */
 typedef struct svgd_cuda_tuning {
   int hist_chunk;
+  int wide_slab;
 } svgd_cuda_tuning_t;
 void svgd_cuda_set_tuning(svgd_cuda_tuning_t tuning);
 svgd_cuda_tuning_t svgd_cuda_get_tuning(void);

@@ -31,7 +31,7 @@
     }                                                                                        \
   } while (0)
 
-enum { DIM = 64 };
+static int64_t bench_dim = 64; /* coordinates of the benchmarks' particles and chains */
 
 static backend_t *gpu;
 static comm_ctx_t comm;
@@ -72,7 +72,7 @@ static float between(int from, int to) {
 static void median_pass(const float *x, int64_t n, int pass, uint32_t *high, uint64_t *rank_in_bin, uint32_t *bin,
                         uint64_t *hist) {
   memset(hist, 0, SVGD_HIST_BINS * sizeof *hist);
-  BENCH_TRY(gpu->svgd_pair_histogram(gpu, x, n, DIM, 0, n, pass, *high, hist));
+  BENCH_TRY(gpu->svgd_pair_histogram(gpu, x, n, bench_dim, 0, n, pass, *high, hist));
   if (pass == SVGD_MEDIAN_PASS_HIGH || *high == 0) hist[0] += (uint64_t)n;
   uint64_t next = 0;
   if (median_locate(hist, *rank_in_bin, bin, &next) != 0) BENCH_TRY(ds_fail(DS_ERR_INTERNAL, "median_locate"));
@@ -87,7 +87,7 @@ typedef struct svgd_row {
 } svgd_row_t;
 
 static svgd_row_t bench_svgd(curandGenerator_t generator, const dsampler_target *target, int64_t n, int repeats) {
-  const size_t count = (size_t)n * DIM;
+  const size_t count = (size_t)n * bench_dim;
   float *x, *score, *logp, *phi;
   BENCH_TRY(gpu->alloc(gpu, (void **)&x, count * sizeof(float)));
   BENCH_TRY(gpu->alloc(gpu, (void **)&score, count * sizeof(float)));
@@ -115,7 +115,7 @@ static svgd_row_t bench_svgd(curandGenerator_t generator, const dsampler_target 
     memcpy(&median, &bits, sizeof median);
     if (median < 1e-5f) median = 1e-5f;
     const float h = median / fmaxf(logf((float)n), 1.0f);
-    BENCH_TRY(gpu->svgd_phi(gpu, x, score, n, DIM, 0, n, h, phi));
+    BENCH_TRY(gpu->svgd_phi(gpu, x, score, n, bench_dim, 0, n, h, phi));
     BENCH_TRY(record(4));
     BENCH_TRY(gpu->svgd_update(gpu, x, phi, NULL, (int64_t)count, SVGD_UPDATE_SGD, 0.01f, 0));
     BENCH_TRY(record(5));
@@ -123,7 +123,7 @@ static svgd_row_t bench_svgd(curandGenerator_t generator, const dsampler_target 
     memset(window_counts, 0, SVGD_WINDOW_COUNTS * sizeof *window_counts);
     const uint32_t start = bits > SVGD_WINDOW_FINE_BINS / 2 ? bits - SVGD_WINDOW_FINE_BINS / 2 : 0;
     BENCH_TRY(record(6));
-    BENCH_TRY(gpu->svgd_pair_histogram(gpu, x, n, DIM, 0, n, SVGD_MEDIAN_PASS_WINDOW, start, window_counts));
+    BENCH_TRY(gpu->svgd_pair_histogram(gpu, x, n, bench_dim, 0, n, SVGD_MEDIAN_PASS_WINDOW, start, window_counts));
     BENCH_TRY(record(7));
     if (r < 0) {
       BENCH_TRY(gpu->synchronize(gpu));
@@ -159,7 +159,7 @@ typedef struct sequence_row {
  * alone computes the median of the same particles for the check. */
 static sequence_row_t bench_svgd_sequence(curandGenerator_t generator, const dsampler_target *target, int64_t n,
                                           int steps, float step, float spread) {
-  const size_t count = (size_t)n * DIM;
+  const size_t count = (size_t)n * bench_dim;
   float *x, *score, *logp, *phi;
   BENCH_TRY(gpu->alloc(gpu, (void **)&x, count * sizeof(float)));
   BENCH_TRY(gpu->alloc(gpu, (void **)&score, count * sizeof(float)));
@@ -186,17 +186,17 @@ static sequence_row_t bench_svgd_sequence(curandGenerator_t generator, const dsa
   for (int t = -1; t <= steps; ++t) { /* t = -1: warm-up; t = 0: no previous median */
     if (t == 0) svgd_median_state_init(&state);
     float reference;
-    BENCH_TRY(svgd_exact_median(&comm, gpu, x, n, DIM, 0, n, NULL, &reference));
+    BENCH_TRY(svgd_exact_median(&comm, gpu, x, n, bench_dim, 0, n, NULL, &reference));
     const int64_t hits_before = state.window_hits;
     BENCH_TRY(record(0));
     BENCH_TRY(gpu->logp_grad(gpu, target, x, n, logp, score));
     BENCH_TRY(record(1));
     float median;
-    BENCH_TRY(svgd_exact_median(&comm, gpu, x, n, DIM, 0, n, &state, &median));
+    BENCH_TRY(svgd_exact_median(&comm, gpu, x, n, bench_dim, 0, n, &state, &median));
     BENCH_TRY(record(2));
     row.mismatches += memcmp(&median, &reference, sizeof median) != 0;
     const float h = fmaxf(median, 1e-5f) / fmaxf(logf((float)n), 1.0f);
-    BENCH_TRY(gpu->svgd_phi(gpu, x, score, n, DIM, 0, n, h, phi));
+    BENCH_TRY(gpu->svgd_phi(gpu, x, score, n, bench_dim, 0, n, h, phi));
     BENCH_TRY(gpu->svgd_update(gpu, x, phi, NULL, (int64_t)count, SVGD_UPDATE_SGD, step, 0));
     BENCH_TRY(record(3));
     if (t < 0) {
@@ -237,7 +237,7 @@ static int bench_stats = 0;
 /* shared_metric: one inverse metric for all chains (--adapt pooled or none), else one per chain. */
 static hmc_row_t bench_hmc(curandGenerator_t generator, const dsampler_target *target, int64_t chains, int repeats,
                            int shared_metric) {
-  const size_t count = (size_t)chains * DIM;
+  const size_t count = (size_t)chains * bench_dim;
   float *q, *grad, *inv_metric, *logp, *step, *accept_prob, *energy;
   uint8_t *diverging, *accepted;
   BENCH_TRY(gpu->alloc(gpu, (void **)&q, count * sizeof(float)));
@@ -260,7 +260,7 @@ static hmc_row_t bench_hmc(curandGenerator_t generator, const dsampler_target *t
   for (int64_t c = 0; c < chains; ++c) ones[c] = 0.1f;
   BENCH_TRY(gpu->upload(gpu, step, ones, (size_t)chains * sizeof(float)));
   BENCH_TRY(gpu->logp_grad(gpu, target, q, chains, logp, grad));
-  hmc_batch_t batch = {.n_chains = chains, .chain_begin = 0, .dim = DIM, .seed = 2024, .iteration = 0,
+  hmc_batch_t batch = {.n_chains = chains, .chain_begin = 0, .dim = bench_dim, .seed = 2024, .iteration = 0,
                        .n_leapfrog = 10, .q = q, .logp = logp, .grad = grad, .step_nominal = step, .step_size = step_used,
                        .inv_metric = inv_metric, .accept_prob = accept_prob, .energy = energy,
                        .diverging = diverging, .accepted = accepted, .shared_metric = shared_metric};
@@ -293,8 +293,8 @@ static hmc_row_t bench_hmc(curandGenerator_t generator, const dsampler_target *t
   hmc_row_t row = {chains, shared_metric, median_of(ms, repeats), (double)n_accepted / (double)chains, 0.0};
   /* Bytes that must move: q and the metric (per chain, unless shared) read, step size and logp
    * read; on accept q, grad and logp written; four outputs per chain. */
-  double bytes = (double)chains * ((shared_metric ? 1.0 : 2.0) * DIM * 4 + 8 + 10) +
-                 (double)n_accepted * (2.0 * DIM * 4 + 4);
+  double bytes = (double)chains * ((shared_metric ? 1.0 : 2.0) * bench_dim * 4 + 8 + 10) +
+                 (double)n_accepted * (2.0 * bench_dim * 4 + 4);
   row.gbytes_per_s = bytes / (row.iteration_ms * 1e-3) / 1e9;
   free(ms); free(ones); free(flags);
   gpu->release(gpu, q); gpu->release(gpu, grad); gpu->release(gpu, inv_metric); gpu->release(gpu, logp);
@@ -305,7 +305,7 @@ static hmc_row_t bench_hmc(curandGenerator_t generator, const dsampler_target *t
 
 /* ||phi - phi_f64|| / ||phi_f64|| at a small n, the float64 sum straight from the definition. */
 static double phi_accuracy(const dsampler_target *target, int64_t n) {
-  const size_t count = (size_t)n * DIM;
+  const size_t count = (size_t)n * bench_dim;
   float *x = malloc(count * sizeof *x), *s = malloc(count * sizeof *s), *logp = malloc((size_t)n * sizeof *logp);
   float *phi = malloc(count * sizeof *phi);
   double *ref = calloc(count, sizeof *ref);
@@ -329,21 +329,21 @@ static double phi_accuracy(const dsampler_target *target, int64_t n) {
   BENCH_TRY(gpu->upload(gpu, x_dev, x, count * sizeof(float)));
   BENCH_TRY(gpu->upload(gpu, s_dev, s, count * sizeof(float)));
   const float h = 1.7f;
-  BENCH_TRY(gpu->svgd_phi(gpu, x_dev, s_dev, n, DIM, 0, n, h, phi_dev));
+  BENCH_TRY(gpu->svgd_phi(gpu, x_dev, s_dev, n, bench_dim, 0, n, h, phi_dev));
   BENCH_TRY(gpu->download(gpu, phi, phi_dev, count * sizeof(float)));
 #pragma omp parallel for schedule(dynamic, 8)
   for (int64_t i = 0; i < n; ++i) {
     for (int64_t j = 0; j < n; ++j) {
       double dist = 0.0;
-      for (int k = 0; k < DIM; ++k) {
-        double diff = (double)x[i * DIM + k] - (double)x[j * DIM + k];
+      for (int k = 0; k < bench_dim; ++k) {
+        double diff = (double)x[i * bench_dim + k] - (double)x[j * bench_dim + k];
         dist += diff * diff;
       }
       double kernel = exp(-dist / (2.0 * (double)h));
-      for (int k = 0; k < DIM; ++k)
-        ref[i * DIM + k] += kernel * ((double)s[j * DIM + k] + ((double)x[i * DIM + k] - (double)x[j * DIM + k]) / (double)h);
+      for (int k = 0; k < bench_dim; ++k)
+        ref[i * bench_dim + k] += kernel * ((double)s[j * bench_dim + k] + ((double)x[i * bench_dim + k] - (double)x[j * bench_dim + k]) / (double)h);
     }
-    for (int k = 0; k < DIM; ++k) ref[i * DIM + k] /= (double)n;
+    for (int k = 0; k < bench_dim; ++k) ref[i * bench_dim + k] /= (double)n;
   }
   double num = 0.0, den = 0.0;
   for (size_t e = 0; e < count; ++e) {
@@ -418,6 +418,36 @@ static int run_logistic(const char *data, int64_t chains, const char *gpu_name) 
   return DS_OK;
 }
 
+/* SVGD steps at dimension `dim` for each N (target N(0, I)): the kernels of one step, CUDA
+ * events, median of 5 after a warm-up. A step in a run takes the window pass in place of the two
+ * radix passes (src/median.h). */
+static int run_svgd_dim(int64_t dim, const char *sizes, const char *gpu_name) {
+  bench_dim = dim;
+  char args[64];
+  snprintf(args, sizeof args, "dim=%lld", (long long)dim);
+  dsampler_target target;
+  BENCH_TRY(builtin_target_create("gaussian", args, MPI_COMM_NULL, &target));
+  curandGenerator_t generator;
+  CURAND_CHECK(curandCreateGenerator(&generator, CURAND_RNG_PSEUDO_PHILOX4_32_10));
+  CURAND_CHECK(curandSetPseudoRandomGeneratorSeed(generator, 20261201ull));
+  CURAND_CHECK(curandSetStream(generator, stream));
+  printf("%s: SVGD d=%lld, fp32, CUDA events, median of 5\n", gpu_name, (long long)dim);
+  printf("| N | step ms (window median) | step ms (two passes) | pass 1 ms | pass 2 ms | window pass ms | phi ms | score+update ms |\n");
+  printf("|---|---|---|---|---|---|---|---|\n");
+  for (const char *item = sizes; item && *item;) {
+    const int64_t n = atoll(item);
+    const svgd_row_t row = bench_svgd(generator, &target, n, 5);
+    printf("| %lld | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f |\n", (long long)n,
+           row.window_ms + row.phi_ms + row.rest_ms, row.step_ms, row.pass1_ms, row.pass2_ms, row.window_ms,
+           row.phi_ms, row.rest_ms);
+    item = strchr(item, ',');
+    if (item) ++item;
+  }
+  CURAND_CHECK(curandDestroyGenerator(generator));
+  if (target.destroy) target.destroy(target.self);
+  return DS_OK;
+}
+
 /* mode: 0 everything, 1 one SVGD step and one HMC iteration (for a profiler), 2 HMC alone. */
 static int run(int mode) {
   struct cudaDeviceProp prop;
@@ -436,10 +466,10 @@ static int run(int mode) {
 
   /* Variants first (svgd_kernels.h, hmc_kernels.h); the table uses the fastest of each. */
   printf("variants at N=65536 (median of 5): histogram chunk -> pass 1 ms, pass 2 ms\n");
-  svgd_cuda_tuning_t best = {16};
+  svgd_cuda_tuning_t best = {16, 0};
   float best_pass = 1e30f;
   for (int chunk = 16; chunk <= 32; chunk += 16) {
-    svgd_cuda_tuning_t tuning = {chunk};
+    svgd_cuda_tuning_t tuning = {chunk, 0};
     svgd_cuda_set_tuning(tuning);
     svgd_row_t row = bench_svgd(generator, &target, 65536, 5);
     printf("  chunk %2d -> %8.3f %8.3f\n", chunk, row.pass1_ms, row.pass2_ms);
@@ -521,13 +551,16 @@ int main(int argc, char **argv) {
   /* One rank: svgd_exact_median's collectives are then local. */
   BENCH_TRY(comm_init(&comm, &argc, &argv));
   const char *mode = argc > 1 ? argv[1] : "";
-  if (strcmp(mode, "--logistic") == 0 && argc > 3) {
+  if ((strcmp(mode, "--logistic") == 0 || strcmp(mode, "--svgd-dim") == 0) && argc > 3) {
     struct cudaDeviceProp prop;
     CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
     BENCH_TRY(backend_cuda_create(0, &gpu));
     stream = (cudaStream_t)gpu->stream;
     for (int m = 0; m < 8; ++m) CUDA_CHECK(cudaEventCreate(&marks[m]));
-    BENCH_TRY(run_logistic(argv[2], atoll(argv[3]), prop.name));
+    if (strcmp(mode, "--logistic") == 0)
+      BENCH_TRY(run_logistic(argv[2], atoll(argv[3]), prop.name));
+    else
+      BENCH_TRY(run_svgd_dim(atoll(argv[2]), argv[3], prop.name));
     backend_destroy(gpu);
   } else {
     BENCH_TRY(run(strcmp(mode, "--quick") == 0 ? 1 : strcmp(mode, "--hmc") == 0 ? 2 : 0));

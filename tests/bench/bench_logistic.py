@@ -43,7 +43,7 @@ def dsampler_wall(binary, data, chains, draws, out):
     return time.perf_counter() - start
 
 
-def dsampler_ms(binary, data, chains, work, repeats=5, short=10, long=60):
+def dsampler_ms(binary, data, chains, work, repeats=5, short=20, long=220):
     out = os.path.join(work, "bench_logistic_out.h5")
     samples = []
     for _ in range(repeats):

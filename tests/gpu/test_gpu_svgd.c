@@ -340,6 +340,33 @@ int main(void) {
   test_phi_case(1000, 30, 1000, 1);
   test_phi_case(1000, 100, 1000, 1);
   test_phi_case(300, 200, 300, 1);
+  test_phi_case(2000, 300, 300, 1);
+  test_phi_case(1100, 1030, 130, 1);
+  /* dim > 128 goes by slabs of columns: any slab width gives bitwise the same phi. */
+  {
+    const int64_t n = 1500, dim = 260;
+    float *x = test_malloc((size_t)(n * dim) * sizeof *x), *s = test_malloc((size_t)(n * dim) * sizeof *s);
+    float *phi_auto = test_malloc((size_t)(n * dim) * sizeof *phi_auto), *phi_slab = test_malloc((size_t)(n * dim) * sizeof *phi_slab);
+    test_fill_normal(x, n * dim, 1.0, 4242);
+    test_fill_normal(s, n * dim, 1.0, 4343);
+    float *x_dev = device_copy(x, n * dim), *s_dev = device_copy(s, n * dim), *phi_dev = NULL;
+    GPU_TRY(gpu->alloc(gpu, (void **)&phi_dev, (size_t)(n * dim) * sizeof(float)));
+    GPU_TRY(gpu->svgd_phi(gpu, x_dev, s_dev, n, dim, 100, n, 7.5f, phi_dev));
+    GPU_TRY(gpu->download(gpu, phi_auto, phi_dev, (size_t)((n - 100) * dim) * sizeof(float)));
+    svgd_cuda_tuning_t slabs = svgd_cuda_get_tuning();
+    slabs.wide_slab = 192;
+    svgd_cuda_set_tuning(slabs);
+    GPU_TRY(gpu->svgd_phi(gpu, x_dev, s_dev, n, dim, 100, n, 7.5f, phi_dev));
+    GPU_TRY(gpu->download(gpu, phi_slab, phi_dev, (size_t)((n - 100) * dim) * sizeof(float)));
+    slabs.wide_slab = 0;
+    svgd_cuda_set_tuning(slabs);
+    GPU_EXPECT(memcmp(phi_auto, phi_slab, (size_t)((n - 100) * dim) * sizeof(float)) == 0,
+               "n=%lld d=%lld: phi with 192-column slabs differs from one slab", (long long)n, (long long)dim);
+    printf("  n=%lld d=%lld: phi with 192-column slabs (8 slabs) bitwise equal to one slab: %s\n", (long long)n,
+           (long long)dim, memcmp(phi_auto, phi_slab, (size_t)((n - 100) * dim) * sizeof(float)) == 0 ? "yes" : "NO");
+    gpu->release(gpu, x_dev); gpu->release(gpu, s_dev); gpu->release(gpu, phi_dev);
+    free(x); free(s); free(phi_auto); free(phi_slab);
+  }
   backend_destroy(gpu);
   backend_destroy(cpu);
   printf("%s: %d failure(s)\n", gpu_test_failures ? "FAILED" : "passed", gpu_test_failures);
