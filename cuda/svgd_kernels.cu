@@ -16,8 +16,10 @@
  *   fixed order, so a row's result does not depend on how rows are spread over ranks.
  *   Up to 128 coordinates: beyond, sum_j K_ij v_j no longer fits in a block's registers.
  * - dim > 128, two GEMM-shaped kernels per slab of columns: svgd_wide_kernel_tile_kernel forms
- *   K for (rows x slab) in 128 x 64 tiles with coordinates streamed through shared memory, and
- *   writes it to a slab buffer (rows x slab, never n x n) with each tile's row sums;
+ *   K for (rows x slab) in 128 x 64 tiles with coordinates streamed through shared memory, the
+ *   distances by the GEMM identity |x_i|^2 + |x_j|^2 - 2 x_i . x_j (one fma per coordinate; the
+ *   median's exact selection still runs on the direct differences below), and writes K to a
+ *   slab buffer (rows x slab, never n x n) with each tile's row sums;
  *   svgd_wide_accumulate_kernel adds K_slab @ v_slab to sum_kv in 128 x 128 output tiles. Each
  *   output's fma chain runs over j ascending across slabs, so the result is bitwise the same
  *   for any slab width and any row range.
@@ -492,6 +494,7 @@ constexpr long long WIDE_SLAB_FLOATS = 1ll << 27;  /* the K slab's budget: 512 M
 
 struct wide_args {
   const float *x, *v;
+  const float *squares;  /* [n] |x_j|^2 */
   long long n, row_begin, row_end;
   int dim;
   float exp2_scale;
@@ -503,9 +506,19 @@ struct wide_args {
   float *sum_k;        /* [rows] */
 };
 
-/* grid (row blocks, column tiles of the slab). Distances exactly as the CPU and the histogram
- * compute them (fsub, fma, k ascending from 0), K = exp2(D exp2_scale), zero on the diagonal
- * and past n; each tile's row sums in a fixed order. */
+/* |x_j|^2 for every particle: fma chain, k ascending. */
+__global__ void svgd_squares_kernel(const float *x, long long n, int dim, float *squares) {
+  for (long long j = (long long)blockIdx.x * blockDim.x + threadIdx.x; j < n; j += (long long)gridDim.x * blockDim.x) {
+    const float *x_j = x + j * dim;
+    float sum = 0.0f;
+    for (int k = 0; k < dim; ++k) sum = __fmaf_rn(x_j[k], x_j[k], sum);
+    squares[j] = sum;
+  }
+}
+
+/* grid (row blocks, column tiles of the slab). D = max(|x_i|^2 + |x_j|^2 - 2 x_i . x_j, 0) with
+ * the dot product's fma chain k ascending, K = exp2(D exp2_scale), zero on the diagonal and past
+ * n; each tile's row sums in a fixed order. */
 __global__ void __launch_bounds__(WIDE_THREADS) svgd_wide_kernel_tile_kernel(const wide_args a) {
   __shared__ __align__(16) float rows_s[2][WIDE_KC][WIDE_BM + 4];
   __shared__ __align__(16) float cols_s[2][WIDE_KC][WIDE_BN + 4];
@@ -548,13 +561,24 @@ __global__ void __launch_bounds__(WIDE_THREADS) svgd_wide_kernel_tile_kernel(con
 #pragma unroll
       for (int r = 0; r < 8; ++r)
 #pragma unroll
-        for (int c = 0; c < 4; ++c) {
-          const float diff = __fsub_rn(av[r], bv[c]);
-          dist[r][c] = __fmaf_rn(diff, diff, dist[r][c]);
-        }
+        for (int c = 0; c < 4; ++c) dist[r][c] = __fmaf_rn(av[r], bv[c], dist[r][c]);  /* the dot product */
     }
     cp_async_wait_all();
     __syncthreads();
+  }
+  float column_squares[4];
+#pragma unroll
+  for (int c = 0; c < 4; ++c) {
+    const long long column = c0 + tx * 4 + c;
+    column_squares[c] = column < a.n ? a.squares[column] : 0.0f;
+  }
+#pragma unroll
+  for (int r = 0; r < 8; ++r) {
+    const long long row = r0 + ty * 8 + r;
+    const float row_square = row < a.row_end ? a.squares[row] : 0.0f;
+#pragma unroll
+    for (int c = 0; c < 4; ++c)
+      dist[r][c] = fmaxf(__fmaf_rn(-2.0f, dist[r][c], __fadd_rn(row_square, column_squares[c])), 0.0f);
   }
   const int tiles_in_slab = a.slab_cols / WIDE_BN;
 #pragma unroll
@@ -795,7 +819,7 @@ extern "C" size_t svgd_phi_scratch_floats(int64_t n, int64_t dim, int64_t rows) 
   size_t floats = (size_t)splits * (size_t)rows * (size_t)(dim + 1) + (size_t)n * (size_t)dim;
   if (dim > PHI_MAX_DIM) {
     const long long slab = wide_slab_columns(n, rows);
-    floats += (size_t)rows * (size_t)(slab + slab / WIDE_BN);
+    floats += (size_t)rows * (size_t)(slab + slab / WIDE_BN) + (size_t)n;
   }
   return floats;
 }
@@ -849,6 +873,10 @@ extern "C" int svgd_launch_phi(const float *x_all, const float *score_all, int64
     const long long slab = wide_slab_columns(n, rows);
     w.k_slab = v_all + (size_t)n * (size_t)dim;
     w.k_tile_sums = w.k_slab + (size_t)rows * (size_t)slab;
+    float *squares = w.k_tile_sums + (size_t)rows * (size_t)(slab / WIDE_BN);
+    w.squares = squares;
+    svgd_squares_kernel<<<grid_for(n, 256), 256, 0, stream>>>(x_all, n, (int)dim, squares);
+    CUDA_CHECK_LAUNCH("svgd_squares_kernel");
     const unsigned coordinate_blocks = (unsigned)((dim + WIDE_BC - 1) / WIDE_BC);
     if (row_blocks > 0x7FFFFFFF || coordinate_blocks > 65535)
       return ds_fail(DS_ERR_INTERNAL, "svgd_launch_phi: %lld rows of %lld coordinates exceed the grid", rows,
