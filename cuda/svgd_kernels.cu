@@ -16,7 +16,7 @@
  *   fixed order, so a row's result does not depend on how rows are spread over ranks.
  *   Up to 128 coordinates: beyond, sum_j K_ij v_j no longer fits in a block's registers.
  * - dim > 128, two GEMM-shaped kernels per slab of columns: svgd_wide_kernel_tile_kernel forms
- *   K for (rows x slab) in 128 x 64 tiles with coordinates streamed through shared memory, the
+ *   K for (rows x slab) in 128 x 128 tiles with coordinates streamed through shared memory, the
  *   distances by the GEMM identity |x_i|^2 + |x_j|^2 - 2 x_i . x_j (one fma per coordinate; the
  *   median's exact selection still runs on the direct differences below), and writes K to a
  *   slab buffer (rows x slab, never n x n) with each tile's row sums;
@@ -487,7 +487,7 @@ svgd_phi_kernel(const phi_args a) {
 /* dim > PHI_MAX_DIM: see the file's opening comment. */
 constexpr int WIDE_THREADS = 256;
 constexpr int WIDE_BM = 128;   /* rows per block: 16 thread rows x 8 */
-constexpr int WIDE_BN = 64;    /* kernel columns per tile: 16 threads x 4 */
+constexpr int WIDE_BN = 128;   /* kernel columns per tile: 16 threads x (4 + 4) */
 constexpr int WIDE_BC = 128;   /* output coordinates per block: 16 threads x (4 + 4) */
 constexpr int WIDE_KC = 16;    /* coordinates (kernel tiles) or columns (accumulation) per stage */
 constexpr long long WIDE_SLAB_FLOATS = 1ll << 27;  /* the K slab's budget: 512 MB */
@@ -519,7 +519,7 @@ __global__ void svgd_squares_kernel(const float *x, long long n, int dim, float 
 /* grid (row blocks, column tiles of the slab). D = max(|x_i|^2 + |x_j|^2 - 2 x_i . x_j, 0) with
  * the dot product's fma chain k ascending, K = exp2(D exp2_scale), zero on the diagonal and past
  * n; each tile's row sums in a fixed order. */
-__global__ void __launch_bounds__(WIDE_THREADS) svgd_wide_kernel_tile_kernel(const wide_args a) {
+__global__ void __launch_bounds__(WIDE_THREADS, 2) svgd_wide_kernel_tile_kernel(const wide_args a) {
   __shared__ __align__(16) float rows_s[2][WIDE_KC][WIDE_BM + 4];
   __shared__ __align__(16) float cols_s[2][WIDE_KC][WIDE_BN + 4];
   const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
@@ -540,11 +540,13 @@ __global__ void __launch_bounds__(WIDE_THREADS) svgd_wide_kernel_tile_kernel(con
       cp_async_f32(&cols_s[buffer][kk][cc], valid ? a.x + column * a.dim + k : a.x, valid);
     }
   };
-  float dist[8][4];
+  /* The thread's columns: c0 + tx*4 + c for c < 4, c0 + 64 + tx*4 + c - 4 after (conflict-free reads). */
+  auto column_of = [&](int c) { return c0 + (c < 4 ? tx * 4 + c : 64 + tx * 4 + c - 4); };
+  float dist[8][8];
 #pragma unroll
   for (int r = 0; r < 8; ++r)
 #pragma unroll
-    for (int c = 0; c < 4; ++c) dist[r][c] = 0.0f;
+    for (int c = 0; c < 8; ++c) dist[r][c] = 0.0f;
   stage(0, 0);
   cp_async_wait_all();
   __syncthreads();
@@ -555,21 +557,22 @@ __global__ void __launch_bounds__(WIDE_THREADS) svgd_wide_kernel_tile_kernel(con
     for (int kk = 0; kk < WIDE_KC; ++kk) {
       const float4 a0 = *reinterpret_cast<const float4 *>(&rows_s[buffer][kk][ty * 8]);
       const float4 a1 = *reinterpret_cast<const float4 *>(&rows_s[buffer][kk][ty * 8 + 4]);
-      const float4 b = *reinterpret_cast<const float4 *>(&cols_s[buffer][kk][tx * 4]);
+      const float4 b0 = *reinterpret_cast<const float4 *>(&cols_s[buffer][kk][tx * 4]);
+      const float4 b1 = *reinterpret_cast<const float4 *>(&cols_s[buffer][kk][64 + tx * 4]);
       const float av[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
-      const float bv[4] = {b.x, b.y, b.z, b.w};
+      const float bv[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
 #pragma unroll
       for (int r = 0; r < 8; ++r)
 #pragma unroll
-        for (int c = 0; c < 4; ++c) dist[r][c] = __fmaf_rn(av[r], bv[c], dist[r][c]);  /* the dot product */
+        for (int c = 0; c < 8; ++c) dist[r][c] = __fmaf_rn(av[r], bv[c], dist[r][c]);  /* the dot product */
     }
     cp_async_wait_all();
     __syncthreads();
   }
-  float column_squares[4];
+  float column_squares[8];
 #pragma unroll
-  for (int c = 0; c < 4; ++c) {
-    const long long column = c0 + tx * 4 + c;
+  for (int c = 0; c < 8; ++c) {
+    const long long column = column_of(c);
     column_squares[c] = column < a.n ? a.squares[column] : 0.0f;
   }
 #pragma unroll
@@ -577,27 +580,30 @@ __global__ void __launch_bounds__(WIDE_THREADS) svgd_wide_kernel_tile_kernel(con
     const long long row = r0 + ty * 8 + r;
     const float row_square = row < a.row_end ? a.squares[row] : 0.0f;
 #pragma unroll
-    for (int c = 0; c < 4; ++c)
+    for (int c = 0; c < 8; ++c)
       dist[r][c] = fmaxf(__fmaf_rn(-2.0f, dist[r][c], __fadd_rn(row_square, column_squares[c])), 0.0f);
   }
   const int tiles_in_slab = a.slab_cols / WIDE_BN;
 #pragma unroll
   for (int r = 0; r < 8; ++r) {
     const long long row = r0 + ty * 8 + r;
-    float kv[4];
+    float kv[8];
 #pragma unroll
-    for (int c = 0; c < 4; ++c) {
-      const long long column = c0 + tx * 4 + c;
+    for (int c = 0; c < 8; ++c) {
+      const long long column = column_of(c);
       kv[c] = exp2f(__fmul_rn(dist[r][c], a.exp2_scale));
       if (column >= a.n || column == row) kv[c] = 0.0f;
     }
-    float tile_sum = __fadd_rn(__fadd_rn(kv[0], kv[1]), __fadd_rn(kv[2], kv[3]));
+    float tile_sum = 0.0f;
+#pragma unroll
+    for (int c = 0; c < 8; ++c) tile_sum = __fadd_rn(tile_sum, kv[c]);
 #pragma unroll
     for (int width = 8; width >= 1; width /= 2) tile_sum += __shfl_xor_sync(0xffffffffu, tile_sum, width);
     if (row < a.row_end) {
       const long long local = row - a.row_begin;
-      *reinterpret_cast<float4 *>(a.k_slab + local * a.slab_cols + (c0 - a.slab0) + tx * 4) =
-          make_float4(kv[0], kv[1], kv[2], kv[3]);
+      float *k_row = a.k_slab + local * a.slab_cols + (c0 - a.slab0);
+      *reinterpret_cast<float4 *>(k_row + tx * 4) = make_float4(kv[0], kv[1], kv[2], kv[3]);
+      *reinterpret_cast<float4 *>(k_row + 64 + tx * 4) = make_float4(kv[4], kv[5], kv[6], kv[7]);
       if (tx == 0) a.k_tile_sums[local * tiles_in_slab + blockIdx.y] = tile_sum;
     }
   }
@@ -819,7 +825,7 @@ extern "C" size_t svgd_phi_scratch_floats(int64_t n, int64_t dim, int64_t rows) 
   size_t floats = (size_t)splits * (size_t)rows * (size_t)(dim + 1) + (size_t)n * (size_t)dim;
   if (dim > PHI_MAX_DIM) {
     const long long slab = wide_slab_columns(n, rows);
-    floats += (size_t)rows * (size_t)(slab + slab / WIDE_BN) + (size_t)n;
+    floats += 4 + (size_t)rows * (size_t)(slab + slab / WIDE_BN) + (size_t)n;  /* 4: the slab's alignment */
   }
   return floats;
 }
@@ -871,7 +877,9 @@ extern "C" int svgd_launch_phi(const float *x_all, const float *score_all, int64
     w.sum_kv = a.partial_sums;
     w.sum_k = a.partial_k;
     const long long slab = wide_slab_columns(n, rows);
-    w.k_slab = v_all + (size_t)n * (size_t)dim;
+    /* The slab is written as float4: start it on 16 bytes. */
+    const uintptr_t after_v = reinterpret_cast<uintptr_t>(v_all + (size_t)n * (size_t)dim);
+    w.k_slab = reinterpret_cast<float *>((after_v + 15) & ~static_cast<uintptr_t>(15));
     w.k_tile_sums = w.k_slab + (size_t)rows * (size_t)slab;
     float *squares = w.k_tile_sums + (size_t)rows * (size_t)(slab / WIDE_BN);
     w.squares = squares;

@@ -16,7 +16,7 @@ extern "C" {
 
 /* Kernel variant, chosen by measurement (tests/bench/BENCHMARKS.md); settable for benchmarks.
  * hist_chunk: coordinates staged per step of the histogram kernel (16, the default, or 32).
- * wide_slab: columns per kernel slab of phi for dim > 128 (a multiple of 64; 0, the default:
+ * wide_slab: columns per kernel slab of phi for dim > 128 (a multiple of 128; 0, the default:
  * sized by memory). Results do not depend on it (tested). */
 typedef struct svgd_cuda_tuning {
   int hist_chunk;

@@ -354,15 +354,15 @@ int main(void) {
     GPU_TRY(gpu->svgd_phi(gpu, x_dev, s_dev, n, dim, 100, n, 7.5f, phi_dev));
     GPU_TRY(gpu->download(gpu, phi_auto, phi_dev, (size_t)((n - 100) * dim) * sizeof(float)));
     svgd_cuda_tuning_t slabs = svgd_cuda_get_tuning();
-    slabs.wide_slab = 192;
+    slabs.wide_slab = 256;
     svgd_cuda_set_tuning(slabs);
     GPU_TRY(gpu->svgd_phi(gpu, x_dev, s_dev, n, dim, 100, n, 7.5f, phi_dev));
     GPU_TRY(gpu->download(gpu, phi_slab, phi_dev, (size_t)((n - 100) * dim) * sizeof(float)));
     slabs.wide_slab = 0;
     svgd_cuda_set_tuning(slabs);
     GPU_EXPECT(memcmp(phi_auto, phi_slab, (size_t)((n - 100) * dim) * sizeof(float)) == 0,
-               "n=%lld d=%lld: phi with 192-column slabs differs from one slab", (long long)n, (long long)dim);
-    printf("  n=%lld d=%lld: phi with 192-column slabs (8 slabs) bitwise equal to one slab: %s\n", (long long)n,
+               "n=%lld d=%lld: phi with 256-column slabs differs from one slab", (long long)n, (long long)dim);
+    printf("  n=%lld d=%lld: phi with 256-column slabs (6 slabs) bitwise equal to one slab: %s\n", (long long)n,
            (long long)dim, memcmp(phi_auto, phi_slab, (size_t)((n - 100) * dim) * sizeof(float)) == 0 ? "yes" : "NO");
     gpu->release(gpu, x_dev); gpu->release(gpu, s_dev); gpu->release(gpu, phi_dev);
     free(x); free(s); free(phi_auto); free(phi_slab);
