@@ -33,6 +33,7 @@
 
 #include "backend.h"
 #include "cuda_check.h"
+#include "model_math.h"
 #include "svgd_kernels.h"
 
 namespace {
@@ -745,8 +746,7 @@ __global__ void gaussian_logp_grad_kernel(builtin_params_t p, const float *x, lo
   float *g_i = grad + row * p.dim;
   double sum = 0.0;
   for (long long k = lane; k < p.dim; k += 32) {
-    const float centred = __fsub_rn(x_i[k], p.mean);
-    g_i[k] = __fmul_rn(-centred, p.inv_scale2);
+    const float centred = model_gaussian_coord(x_i[k], p.mean, p.inv_scale2, &g_i[k]);
     sum += (double)centred * (double)centred;
   }
   for (int width = 16; width >= 1; width /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, width);
