@@ -24,6 +24,7 @@
 
 #include "cuda_check.h"
 #include "model_math.h"
+#include "rng.h"
 #include "status.h"
 #include "targets_builtin.h"
 #include "targets_builtin_cuda.h"
@@ -61,6 +62,8 @@ struct builtin_device_state {
   float *g_chunks;    // fused: [chunks, chains, dim] partial gradients, grow-only
   double *logp_chunks;  // fused: [chunks, chains] partial log-likelihoods
   size_t chunk_chains;  // chains the two arrays above hold room for
+  float *batch_data;    // a minibatch: tiles (fused) or rows X then y (cuBLAS), grow-only
+  size_t batch_floats;
 };
 
 // What the row kernel needs, by value: the parameters with device pointers.
@@ -187,6 +190,37 @@ __global__ void logistic_tiles_kernel(const float *data_x, const float *data_y, 
   float value = 0.0f;
   if (row < rows) value = k < dim ? data_x[row * dim + k] : k == kFusedDimMax ? data_y[row] : 0.0f;
   data_tiles[e] = value;
+}
+
+// A minibatch as device tiles: slot b (tile b / 64, column b % 64) is data row rng_batch_row(b),
+// copied from the full tiles; slots past the batch are zero.
+__global__ void logistic_batch_tiles_kernel(const float *data_tiles, long long rows, uint64_t seed, uint32_t iteration,
+                                            long long batch, long long tiles, float *batch_tiles) {
+  const long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (e >= tiles * kFusedTileFloats) return;
+  const long long slot = e / kFusedTileFloats * kFusedTileRows + e % kFusedTileRows;
+  const int k = (int)(e % kFusedTileFloats) / kFusedTileRows;
+  float value = 0.0f;
+  if (slot < batch) {
+    const long long row = rng_batch_row(seed, iteration, slot, rows);
+    value = data_tiles[row / kFusedTileRows * kFusedTileFloats + k * kFusedTileRows + row % kFusedTileRows];
+  }
+  batch_tiles[e] = value;
+}
+
+// A minibatch as rows for the cuBLAS path: X [batch, dim] then y [batch].
+__global__ void logistic_batch_rows_kernel(const float *data_x, const float *data_y, long long rows, int dim,
+                                           uint64_t seed, uint32_t iteration, long long batch, float *batch_x,
+                                           float *batch_y) {
+  const long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (e >= batch * (dim + 1)) return;
+  const long long slot = e / (dim + 1);
+  const int k = (int)(e % (dim + 1));
+  const long long row = rng_batch_row(seed, iteration, slot, rows);
+  if (k < dim)
+    batch_x[slot * dim + k] = data_x[row * dim + k];
+  else
+    batch_y[slot] = data_y[row];
 }
 
 // Shared memory of the fused kernel (dynamic: more than the static 48 KB).
@@ -318,33 +352,33 @@ __global__ void __launch_bounds__(kFusedThreads, 2)
 // One thread per (chain, coefficient): the chunks' partials in chunk order, in double, then the
 // prior; the coefficient-0 thread also finishes the chain's log density.
 __global__ void fused_logistic_finish_kernel(const float *w, long long chains, int dim, long long chunks,
-                                             const float *g_chunks, const double *logp_chunks, double inv_var,
-                                             float *logp, float *grad) {
+                                             const float *g_chunks, const double *logp_chunks, double data_scale,
+                                             double inv_var, float *logp, float *grad) {
   const long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x;
   if (e >= chains * dim) return;
   const long long chain = e / dim;
   double sum = 0.0;
   for (long long chunk = 0; chunk < chunks; ++chunk) sum += (double)g_chunks[chunk * chains * dim + e];
-  grad[e] = (float)(sum - (double)w[e] * inv_var);
+  grad[e] = (float)(data_scale * sum - (double)w[e] * inv_var);
   if (e % dim == 0) {
     double loglik = 0.0, norm2 = 0.0;
     for (long long chunk = 0; chunk < chunks; ++chunk) loglik += logp_chunks[chunk * chains + chain];
     for (int k = 0; k < dim; ++k) norm2 += (double)w[e + k] * (double)w[e + k];
-    logp[chain] = (float)(loglik - 0.5 * norm2 * inv_var);
+    logp[chain] = (float)(data_scale * loglik - 0.5 * norm2 * inv_var);
   }
 }
 
 // One block per real chain: grad = G - w / sigma^2, logp = sum - |w|^2 / (2 sigma^2).
 __global__ void logistic_finish_kernel(const float *w, const double *g_sum, const double *logp_sum, long long dim,
-                                       double inv_var, float *logp, float *grad) {
+                                       double data_scale, double inv_var, float *logp, float *grad) {
   const long long c = blockIdx.x;
   const float *w_c = w + c * dim;
   for (long long k = threadIdx.x; k < dim; k += blockDim.x)
-    grad[c * dim + k] = (float)(g_sum[c * dim + k] - (double)w_c[k] * inv_var);
+    grad[c * dim + k] = (float)(data_scale * g_sum[c * dim + k] - (double)w_c[k] * inv_var);
   if (threadIdx.x == 0) {
     double norm2 = 0.0;
     for (long long k = 0; k < dim; ++k) norm2 += (double)w_c[k] * (double)w_c[k];
-    logp[c] = (float)(logp_sum[c] - 0.5 * norm2 * inv_var);
+    logp[c] = (float)(data_scale * logp_sum[c] - 0.5 * norm2 * inv_var);
   }
 }
 
@@ -362,7 +396,8 @@ void state_release(void *opaque) {
   if (current != s->device) CUDA_CHECK_NORETURN(cudaSetDevice(s->device));
   if (s->cublas) cublasDestroy(s->cublas);
   void *arrays[] = {s->means, s->inv_scale2s, s->precision, s->data_x, s->data_y, s->w_block,
-                    s->z_block, s->g_block, s->g_sum, s->logp_sum, s->data_tiles, s->g_chunks, s->logp_chunks};
+                    s->z_block, s->g_block, s->g_sum, s->logp_sum, s->data_tiles, s->g_chunks, s->logp_chunks,
+                    s->batch_data};
   for (void *a : arrays)
     if (a) CUDA_CHECK_NORETURN(cudaFree(a));
   if (current >= 0 && current != s->device) CUDA_CHECK_NORETURN(cudaSetDevice(current));
@@ -431,9 +466,12 @@ int state_get(const builtin_params_t *p, builtin_device_state **out) {
   return DS_OK;
 }
 
+// The fused path over `rows` data rows laid out as tiles (all the data, or a minibatch), the
+// likelihood scaled by data_scale.
 int fused_logistic_logp_grad(const builtin_params_t *p, builtin_device_state *s, const float *x, int64_t n,
-                             float *logp, float *grad, cudaStream_t stream) {
-  const long long dim = p->dim, chunks = (p->n_data + kFusedChunkRows - 1) / kFusedChunkRows;
+                             float *logp, float *grad, cudaStream_t stream, const float *tiles, long long rows,
+                             double data_scale) {
+  const long long dim = p->dim, chunks = (rows + kFusedChunkRows - 1) / kFusedChunkRows;
   // Chains in slices (whole groups) so the partial sums stay within kFusedPartialBytes; a
   // chain's arithmetic is the same in any slice.
   const long long per_chain = chunks * (dim * (long long)sizeof(float) + (long long)sizeof(double));
@@ -441,7 +479,7 @@ int fused_logistic_logp_grad(const builtin_params_t *p, builtin_device_state *s,
   if (slice < kFusedChains) slice = kFusedChains;
   if (slice > n) slice = n;
   if (chunks > 0x7FFFFFFF || (slice + kFusedChains - 1) / kFusedChains > 65535)
-    return ds_fail(DS_ERR_INTERNAL, "logistic: %lld data rows exceed the GPU grid", (long long)p->n_data);
+    return ds_fail(DS_ERR_INTERNAL, "logistic: %lld data rows exceed the GPU grid", rows);
   if ((size_t)slice > s->chunk_chains) {
     if (s->g_chunks) CUDA_CHECK(cudaFree(s->g_chunks));
     if (s->logp_chunks) CUDA_CHECK(cudaFree(s->logp_chunks));
@@ -459,11 +497,12 @@ int fused_logistic_logp_grad(const builtin_params_t *p, builtin_device_state *s,
     const long long count = n - c0 < slice ? n - c0 : slice;
     const unsigned groups = (unsigned)((count + kFusedChains - 1) / kFusedChains);
     fused_logistic_kernel<<<dim3((unsigned)chunks, groups), kFusedThreads, shared_bytes, stream>>>(
-        x + c0 * dim, count, s->data_tiles, p->n_data, (int)dim, s->g_chunks, s->logp_chunks);
+        x + c0 * dim, count, tiles, rows, (int)dim, s->g_chunks, s->logp_chunks);
     CUDA_CHECK_LAUNCH("fused_logistic_kernel");
     const long long elements = count * dim;
     fused_logistic_finish_kernel<<<(unsigned)((elements + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
-        x + c0 * dim, count, (int)dim, chunks, s->g_chunks, s->logp_chunks, inv_var, logp + c0, grad + c0 * dim);
+        x + c0 * dim, count, (int)dim, chunks, s->g_chunks, s->logp_chunks, data_scale, inv_var, logp + c0,
+        grad + c0 * dim);
     CUDA_CHECK_LAUNCH("fused_logistic_finish_kernel");
   }
   return DS_OK;
@@ -471,7 +510,36 @@ int fused_logistic_logp_grad(const builtin_params_t *p, builtin_device_state *s,
 
 int logistic_logp_grad(const builtin_params_t *p, builtin_device_state *s, const float *x, int64_t n, float *logp,
                        float *grad, cudaStream_t stream) {
-  if (p->dim <= kFusedDimMax) return fused_logistic_logp_grad(p, s, x, n, logp, grad, stream);
+  // A minibatch is gathered first (rows drawn on the device from the batch's key).
+  const long long batch = p->batch_size > 0 ? p->batch_size : 0, rows = batch > 0 ? batch : p->n_data;
+  const double data_scale = batch > 0 ? (double)p->n_data / (double)batch : 1.0;
+  const float *data_x = s->data_x, *data_y = s->data_y, *tiles = s->data_tiles;
+  if (batch > 0) {
+    const long long batch_tiles = (batch + kFusedTileRows - 1) / kFusedTileRows;
+    const size_t floats = p->dim <= kFusedDimMax ? (size_t)(batch_tiles * kFusedTileFloats) : (size_t)(batch * (p->dim + 1));
+    if (floats > s->batch_floats) {
+      if (s->batch_data) CUDA_CHECK(cudaFree(s->batch_data));
+      s->batch_data = nullptr;
+      s->batch_floats = 0;
+      CUDA_CHECK(cudaMalloc(&s->batch_data, floats * sizeof(float)));
+      s->batch_floats = floats;
+    }
+    if (p->dim <= kFusedDimMax) {
+      logistic_batch_tiles_kernel<<<(unsigned)((floats + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
+          s->data_tiles, p->n_data, p->batch_seed, p->batch_iteration, batch, batch_tiles, s->batch_data);
+      CUDA_CHECK_LAUNCH("logistic_batch_tiles_kernel");
+      tiles = s->batch_data;
+    } else {
+      logistic_batch_rows_kernel<<<(unsigned)((floats + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
+          s->data_x, s->data_y, p->n_data, (int)p->dim, p->batch_seed, p->batch_iteration, batch, s->batch_data,
+          s->batch_data + batch * p->dim);
+      CUDA_CHECK_LAUNCH("logistic_batch_rows_kernel");
+      data_x = s->batch_data;
+      data_y = s->batch_data + batch * p->dim;
+    }
+  }
+  if (p->dim <= kFusedDimMax)
+    return fused_logistic_logp_grad(p, s, x, n, logp, grad, stream, tiles, rows, data_scale);
   const long long dim = p->dim, block = kLogisticChainBlock;
   const float one = 1.0f, zero = 0.0f;
   CUBLAS_CHECK(cublasSetStream(s->cublas, stream));
@@ -483,25 +551,25 @@ int logistic_logp_grad(const builtin_params_t *p, builtin_device_state *s, const
       CUDA_CHECK(cudaMemsetAsync(s->w_block + count * dim, 0, (size_t)((block - count) * dim) * sizeof(float), stream));
     CUDA_CHECK(cudaMemsetAsync(s->g_sum, 0, (size_t)(block * dim) * sizeof(double), stream));
     CUDA_CHECK(cudaMemsetAsync(s->logp_sum, 0, (size_t)block * sizeof(double), stream));
-    for (int64_t r0 = 0; r0 < p->n_data; r0 += kLogisticRowBlock) {
-      const int rows = (int)(p->n_data - r0 < kLogisticRowBlock ? p->n_data - r0 : kLogisticRowBlock);
-      const float *x_rows = s->data_x + r0 * dim;
+    for (int64_t r0 = 0; r0 < rows; r0 += kLogisticRowBlock) {
+      const int block_rows = (int)(rows - r0 < kLogisticRowBlock ? rows - r0 : kLogisticRowBlock);
+      const float *x_rows = data_x + r0 * dim;
       // Column-major views: X rows are [dim, rows] with ld dim, W is [dim, block] with ld dim.
       // Z (col-major [rows, block]) = X_rows' W.
-      CUBLAS_CHECK(cublasSgemm(s->cublas, CUBLAS_OP_T, CUBLAS_OP_N, rows, (int)block, (int)dim, &one, x_rows,
-                               (int)dim, s->w_block, (int)dim, &zero, s->z_block, rows));
-      logistic_residual_kernel<<<(unsigned)block, kThreads, 0, stream>>>(s->z_block, s->data_y + r0, rows,
+      CUBLAS_CHECK(cublasSgemm(s->cublas, CUBLAS_OP_T, CUBLAS_OP_N, block_rows, (int)block, (int)dim, &one,
+                               x_rows, (int)dim, s->w_block, (int)dim, &zero, s->z_block, block_rows));
+      logistic_residual_kernel<<<(unsigned)block, kThreads, 0, stream>>>(s->z_block, data_y + r0, block_rows,
                                                                           s->logp_sum);
       CUDA_CHECK_LAUNCH("logistic_residual_kernel");
       // G (col-major [dim, block]) = X_rows R.
-      CUBLAS_CHECK(cublasSgemm(s->cublas, CUBLAS_OP_N, CUBLAS_OP_N, (int)dim, (int)block, rows, &one, x_rows,
-                               (int)dim, s->z_block, rows, &zero, s->g_block, (int)dim));
+      CUBLAS_CHECK(cublasSgemm(s->cublas, CUBLAS_OP_N, CUBLAS_OP_N, (int)dim, (int)block, block_rows, &one, x_rows,
+                               (int)dim, s->z_block, block_rows, &zero, s->g_block, (int)dim));
       add_to_double_kernel<<<grid_of(block * dim, kThreads), kThreads, 0, stream>>>(s->g_sum, s->g_block, block * dim);
       CUDA_CHECK_LAUNCH("add_to_double_kernel");
     }
     const double inv_var = 1.0 / (p->prior_sigma * p->prior_sigma);
-    logistic_finish_kernel<<<(unsigned)count, 128, 0, stream>>>(x + c0 * dim, s->g_sum, s->logp_sum, dim, inv_var,
-                                                                logp + c0, grad + c0 * dim);
+    logistic_finish_kernel<<<(unsigned)count, 128, 0, stream>>>(x + c0 * dim, s->g_sum, s->logp_sum, dim, data_scale,
+                                                                inv_var, logp + c0, grad + c0 * dim);
     CUDA_CHECK_LAUNCH("logistic_finish_kernel");
   }
   return DS_OK;

@@ -56,6 +56,9 @@ static const option_spec_t option_table[] = {
      "write draws of chains 0..M-1 only (default: all); moments cover every chain"},
     {"update", STR(update), FOR_SVGD, "KIND", "SVGD update: sgd (default) or adagrad"},
     {"bandwidth", STR(bandwidth), FOR_SVGD, "H", "median (default) or a fixed positive bandwidth"},
+    {"batch-size", NUM(OPT_INT, batch_size), FOR_SVGD, "B",
+     "minibatch gradients: B data rows per iteration, drawn with replacement, keyed by (seed, iteration) "
+     "(logistic; default 0: all rows)"},
     {"seed", NUM(OPT_UINT, seed), FOR_BOTH, "S", "random seed (default 0)"},
     {"init", STR(init), FOR_BOTH, "FILE.h5", "start from dataset x [N, dim] of this file"},
     {"data", STR(data), FOR_BOTH, "FILE.h5", "the target's dataset: X [n, D] and y [n] (logistic)"},
@@ -242,7 +245,7 @@ static int config_validate(config_t *cfg) {
   const struct { const char *name; int64_t value; } counts[] = {
       {"dim", cfg->dim},     {"chains", cfg->chains}, {"particles", cfg->particles}, {"warmup", cfg->warmup},
       {"draws", cfg->draws}, {"iters", cfg->iters},   {"thin", cfg->thin},           {"checkpoint-every", cfg->checkpoint_every},
-      {"output-chains", cfg->output_chains}};
+      {"output-chains", cfg->output_chains}, {"batch-size", cfg->batch_size}};
   for (size_t i = 0; i < sizeof counts / sizeof counts[0]; ++i)
     if (counts[i].value > CONFIG_COUNT_MAX)
       return ds_fail(DS_ERR_INPUT, "--%s: %lld is more than this dsampler handles (at most 2^40)", counts[i].name,
@@ -275,6 +278,9 @@ static int config_validate(config_t *cfg) {
     return ds_fail(DS_ERR_INPUT, "--metric: expected diag or unit, got '%s'", cfg->metric);
   if (hmc && strcmp(cfg->stuck, "restart") != 0 && strcmp(cfg->stuck, "keep") != 0)
     return ds_fail(DS_ERR_INPUT, "--stuck: expected restart or keep, got '%s'", cfg->stuck);
+  if (cfg->batch_size < 0)
+    return ds_fail(DS_ERR_INPUT, "--batch-size: expected a positive number of data rows, got %lld",
+                   (long long)cfg->batch_size);
   if (hmc && cfg->thin < 1)
     return ds_fail(DS_ERR_INPUT, "--thin: expected a positive integer, got %lld", (long long)cfg->thin);
   if (hmc && (cfg->output_chains < 0 || cfg->output_chains > cfg->chains))

@@ -35,6 +35,7 @@ typedef struct config {
   uint64_t seed;
   char update[16];     /* SVGD: sgd | adagrad */
   char bandwidth[64];  /* SVGD: median | a positive number */
+  int64_t batch_size;  /* SVGD: data rows per gradient (logistic), drawn each iteration; 0: all */
   double bandwidth_value; /* > 0 when fixed */
   char init[CONFIG_PATH_MAX];
   char data[CONFIG_PATH_MAX]; /* the target's dataset (--data), passed to it as data=FILE */

@@ -58,6 +58,16 @@ RNG_FN rng_words_t rng_block(uint64_t seed, uint64_t item, uint32_t iteration, u
   return rng_philox4x32_10(counter, (uint32_t)seed, (uint32_t)(seed >> 32));
 }
 
+/* Minibatches of a target's data (SVGD --batch-size): slot b of iteration t's batch is data row
+ * floor(w n / 2^32), w the first word of item RNG_ITEM_DATA_BATCH + b's block 0 for iteration t:
+ * rows drawn uniformly with replacement, the same on every rank and backend, above every chain
+ * or particle id. */
+#define RNG_ITEM_DATA_BATCH 0x8000000000000000ull
+RNG_FN int64_t rng_batch_row(uint64_t seed, uint32_t iteration, int64_t slot, int64_t rows) {
+  const rng_words_t words = rng_block(seed, RNG_ITEM_DATA_BATCH + (uint64_t)slot, iteration, 0);
+  return (int64_t)(((uint64_t)words.v[0] * (uint64_t)rows) >> 32);
+}
+
 /* A uniform in (0, 1] from one word, as cuRAND's curand_uniform. */
 RNG_FN float rng_uniform(uint32_t word) {
   return (float)word * 2.3283064e-10f + (2.3283064e-10f / 2.0f);

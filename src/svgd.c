@@ -9,6 +9,7 @@
 #include "median.h"
 #include "run.h"
 #include "status.h"
+#include "target.h"
 
 typedef struct svgd_state {
   float *x_all;      /* [n, dim] on the backend; this rank's rows are its particles */
@@ -65,7 +66,9 @@ static int svgd_step(run_ctx_t *run, svgd_state_t *s, svgd_median_state_t *media
   float *x_local = s->x_all + run->item_begin * dim;
   float *score_local = s->score_all + run->item_begin * dim;
 
-  int status = b->logp_grad(b, run->target, x_local, rows, s->logp, score_local);
+  /* --batch-size: the scores from this iteration's minibatch of the data (every rank the same). */
+  int status = target_set_minibatch(run->target, run->cfg->batch_size, run->cfg->seed, iteration);
+  if (status == DS_OK) status = b->logp_grad(b, run->target, x_local, rows, s->logp, score_local);
   DS_TRY(comm_agree(run->comm, status));
   DS_TRY(comm_allgather_rows(run->comm, s->x_all, n, dim, b->on_device));
   DS_TRY(comm_allgather_rows(run->comm, s->score_all, n, dim, b->on_device));
@@ -85,8 +88,9 @@ static int svgd_write_output(run_ctx_t *run, svgd_state_t *s) {
   const int64_t n = config_items(run->cfg), dim = run->target->dim;
   const int64_t rows = run->item_end - run->item_begin;
   float *x_local = s->x_all + run->item_begin * dim;
-  /* lp of the final particles: one more target call. */
-  int status = b->logp_grad(b, run->target, x_local, rows, s->logp, s->score_all + run->item_begin * dim);
+  /* lp of the final particles: one more target call, over all the data. */
+  int status = target_set_minibatch(run->target, 0, 0, 0);
+  if (status == DS_OK) status = b->logp_grad(b, run->target, x_local, rows, s->logp, s->score_all + run->item_begin * dim);
   DS_TRY(comm_agree(run->comm, status));
 
   float *x_host = malloc((size_t)(rows * dim + 1) * sizeof *x_host);
@@ -152,6 +156,9 @@ int svgd_run(run_ctx_t *run) {
   const int adagrad = strcmp(cfg->update, "adagrad") == 0;
   if (n >= ((int64_t)1 << 32))
     return ds_fail(DS_ERR_INPUT, "--particles: at most 2^32 - 1 particles (the median counts N^2 pairs)");
+
+  /* A --batch-size the target cannot take is refused before any work. */
+  DS_TRY(comm_agree(run->comm, target_set_minibatch(run->target, cfg->batch_size, cfg->seed, 0)));
 
   svgd_state_t s;
   int status = svgd_state_alloc(b, &s, n, rows, dim, adagrad);

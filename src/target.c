@@ -176,3 +176,7 @@ void target_close(target_handle_t *handle) {
   if (handle->library) dlclose(handle->library);
   handle->library = NULL;
 }
+
+int target_set_minibatch(const dsampler_target *t, int64_t batch_size, uint64_t seed, int64_t iteration) {
+  return builtin_target_set_batch(t, batch_size, seed, iteration);
+}

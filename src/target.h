@@ -17,6 +17,11 @@ int target_open(const char *spec, const char *args, const char *data_path, int64
                 target_handle_t *out);
 void target_close(target_handle_t *handle);
 
+/* Minibatch gradients (SVGD --batch-size): the target's next evaluations use minibatch
+ * `iteration` of batch_size data rows (0: all the data). Only data targets take one (the built-in
+ * logistic); others refuse a positive batch_size with DS_ERR_INPUT naming --batch-size. */
+int target_set_minibatch(const dsampler_target *t, int64_t batch_size, uint64_t seed, int64_t iteration);
+
 /* Finds `key` in "key=value,key=value" and copies its value; returns 1 when found. */
 int target_args_get(const char *args, const char *key, char *value, size_t value_size);
 /* Returns DS_ERR_INPUT naming the first key of args not in the NULL-terminated `known`. */

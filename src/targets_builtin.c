@@ -13,6 +13,7 @@
 
 #include "h5data.h"
 #include "model_math.h"
+#include "rng.h"
 #include "status.h"
 #include "target.h"
 #ifdef DSAMPLER_HAVE_CUDA
@@ -214,10 +215,15 @@ static void logistic_tile(const builtin_params_t *p, const float *w, int count, 
   for (int64_t k = 0; k < dim; ++k)
     for (int c = 0; c < LOGISTIC_TILE; ++c) w_t[k * LOGISTIC_TILE + c] = c < count ? w[c * dim + k] : 0.0f;
   memset(grad_sum, 0, (size_t)(LOGISTIC_TILE * dim) * sizeof *grad_sum);
-  for (int64_t row0 = 0; row0 < p->n_data; row0 += LOGISTIC_ROWS) {
-    const int64_t row_end = row0 + LOGISTIC_ROWS < p->n_data ? row0 + LOGISTIC_ROWS : p->n_data;
+  /* Minibatch: slot b holds data row rng_batch_row(b); the likelihood is scaled to n rows. */
+  const int64_t slots = p->batch_size > 0 ? p->batch_size : p->n_data;
+  const double data_scale = p->batch_size > 0 ? (double)p->n_data / (double)p->batch_size : 1.0;
+  for (int64_t row0 = 0; row0 < slots; row0 += LOGISTIC_ROWS) {
+    const int64_t row_end = row0 + LOGISTIC_ROWS < slots ? row0 + LOGISTIC_ROWS : slots;
     memset(grad_block, 0, (size_t)(LOGISTIC_TILE * dim) * sizeof *grad_block);
-    for (int64_t row = row0; row < row_end; ++row) {
+    for (int64_t slot = row0; slot < row_end; ++slot) {
+      const int64_t row =
+          p->batch_size > 0 ? rng_batch_row(p->batch_seed, p->batch_iteration, slot, p->n_data) : slot;
       const float *x_row = p->data_x + row * dim;
       const float y = p->data_y[row];
       float z[LOGISTIC_TILE] = {0};
@@ -242,9 +248,9 @@ static void logistic_tile(const builtin_params_t *p, const float *w, int count, 
     for (int64_t k = 0; k < dim; ++k) {
       const double w_k = w[c * dim + k];
       norm2 += w_k * w_k;
-      grad[c * dim + k] = (float)(grad_sum[c * dim + k] - w_k * inv_var);
+      grad[c * dim + k] = (float)(data_scale * grad_sum[c * dim + k] - w_k * inv_var);
     }
-    logp[c] = (float)(logp_sum[c] - 0.5 * norm2 * inv_var);
+    logp[c] = (float)(data_scale * logp_sum[c] - 0.5 * norm2 * inv_var);
   }
 }
 
@@ -313,6 +319,23 @@ const builtin_params_t *builtin_target_lookup(const dsampler_target *t) {
   if (!t || t->destroy != builtin_destroy || !t->self) return NULL;
   const builtin_params_t *p = t->self;
   return t->logp_grad == host_entry(p) ? p : NULL;
+}
+
+int builtin_target_set_batch(const dsampler_target *t, int64_t batch_size, uint64_t seed, int64_t iteration) {
+  builtin_params_t *p = (builtin_params_t *)builtin_target_lookup(t);
+  if (batch_size == 0) {
+    if (p) p->batch_size = 0;
+    return DS_OK;
+  }
+  if (!p || p->kind != BUILTIN_LOGISTIC)
+    return ds_fail(DS_ERR_INPUT, "--batch-size: only the logistic target draws minibatches of its data");
+  if (batch_size < 0 || batch_size > p->n_data || p->n_data > 0xFFFFFFFFll)
+    return ds_fail(DS_ERR_INPUT, "--batch-size %lld: expected 1 to the %lld rows of --data", (long long)batch_size,
+                   (long long)p->n_data);
+  p->batch_size = batch_size;
+  p->batch_seed = seed;
+  p->batch_iteration = (uint32_t)iteration;
+  return DS_OK;
 }
 
 int builtin_target_params(const dsampler_target *t, builtin_params_t *params) {

@@ -60,6 +60,11 @@ typedef struct builtin_params {
   const float *data_x;      /* [n_data, dim] host */
   const float *data_y;      /* [n_data] host, 0 or 1 */
   double prior_sigma;
+  /* Minibatch (builtin_target_set_batch): batch_size > 0 rows drawn by rng_batch_row for
+   * (batch_seed, batch_iteration), the likelihood scaled by n_data / batch_size; 0: all rows. */
+  int64_t batch_size;
+  uint64_t batch_seed;
+  uint32_t batch_iteration;
   /* State of the GPU path (device copies of the arrays above, a cuBLAS handle, work space),
    * made by cuda/targets_builtin.cu on first use and released through device_release. */
   void *device;
@@ -75,6 +80,10 @@ const builtin_params_t *builtin_target_lookup(const dsampler_target *t);
 /* Creates a built-in target by name; args as for plugins ("dim=64,mean=0,scale=1"). comm is
  * used to read data files collectively (every rank calls this with the same args). */
 int builtin_target_create(const char *name, const char *args, MPI_Comm comm, dsampler_target *out);
+/* Makes the logistic target's next evaluations use minibatch `iteration` of batch_size rows
+ * (0: every row again). DS_ERR_INPUT, naming --batch-size, for any other target or a batch larger
+ * than the data. */
+int builtin_target_set_batch(const dsampler_target *t, int64_t batch_size, uint64_t seed, int64_t iteration);
 /* Prints each built-in with its parameters (`dsampler targets`). */
 void builtin_targets_print(FILE *out);
 /* Names of the built-ins, NULL-terminated. */

@@ -217,6 +217,22 @@ static void test_logistic_large(const char *dir, int64_t n, int64_t d, int64_t c
   printf("%s GPU: grad max rel err vs host %.1e, vs float64 %.1e; log p vs host %.1e, vs float64 %.1e\n", label,
          worst, worst_ref, worst_logp, worst_logp_ref);
   check_row_independence(label, &t, x, chains, logp, grad);
+  /* A minibatch (SVGD --batch-size): the GPU gathers the same rows as the host. */
+  const int64_t batch = n / 30 + 7;
+  EXPECT(builtin_target_set_batch(&t, batch, 9, 3) == DS_OK, "%s: set_batch failed: %s", label, ds_error_message());
+  EXPECT(gpu_eval(&t, x, chains, logp, grad) == 0, "%s: GPU minibatch call failed: %s", label, ds_error_message());
+  EXPECT(t.logp_grad(t.self, x, chains, logp_host, grad_host) == 0, "%s: host minibatch call failed", label);
+  const double batch_err = max_row_rel_err(grad, grad_host, chains, d);
+  double batch_logp_err = 0.0;
+  for (int64_t i = 0; i < chains; ++i) {
+    const double err = fabs((double)logp[i] - logp_host[i]) / fabs((double)logp_host[i]);
+    if (err > batch_logp_err) batch_logp_err = err;
+  }
+  EXPECT(batch_err <= 1e-5, "%s: minibatch of %lld: GPU vs host gradient rel err %.3g", label, (long long)batch, batch_err);
+  EXPECT(batch_logp_err <= 1e-6, "%s: minibatch: GPU vs host log p rel err %.3g", label, batch_logp_err);
+  printf("%s minibatch of %lld rows GPU vs host: grad %.1e, log p %.1e\n", label, (long long)batch, batch_err,
+         batch_logp_err);
+  builtin_target_set_batch(&t, 0, 0, 0);
   t.destroy(t.self);
   free(xs); free(ys); free(w_true); free(x); free(grad); free(grad_host); free(logp); free(logp_host);
   free(grad_ref); free(grad_ref_f); free(logp_ref);

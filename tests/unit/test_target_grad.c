@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "rng.h"
 #include "status.h"
 #include "target_reference.h"
 #include "targets_builtin.h"
@@ -95,6 +96,94 @@ static void test_case(int index, const ref_data_t *data) {
   t.destroy(t.self);
 }
 
+/* logistic's minibatches (SVGD --batch-size): a batch's gradient against float64 over the rows
+ * rng_batch_row draws, scaled by n / B; the mean over many batches against the full gradient
+ * (unbiased: within 4 standard errors); batch 0 gives the full result back bitwise; other targets
+ * and oversized batches refused. */
+static void test_minibatch(const ref_data_t *data) {
+  char args[700];
+  snprintf(args, sizeof args, "sigma=2,data=%s", data->logistic_path);
+  dsampler_target t;
+  if (builtin_target_create("logistic", args, MPI_COMM_WORLD, &t) != DS_OK) {
+    EXPECT(0, "minibatch: create failed: %s", ds_error_message());
+    return;
+  }
+  enum { D = REF_DATA_DIM, N = REF_DATA_ROWS, B = 30, ROWS = 4, T = 4000 };
+  float x[ROWS * D], grad[ROWS * D], grad_full[ROWS * D], grad_again[ROWS * D], logp[ROWS], logp_full[ROWS];
+  uint64_t state = 99;
+  for (int e = 0; e < ROWS * D; ++e) x[e] = (float)(0.5 * ref_normal(&state));
+  EXPECT(t.logp_grad(t.self, x, ROWS, logp_full, grad_full) == 0, "minibatch: full call failed");
+
+  /* One batch against float64. */
+  const uint64_t seed = 11;
+  EXPECT(builtin_target_set_batch(&t, B, seed, 5) == DS_OK, "minibatch: set_batch failed: %s", ds_error_message());
+  EXPECT(t.logp_grad(t.self, x, ROWS, logp, grad) == 0, "minibatch: batch call failed");
+  double worst_batch = 0.0;
+  for (int i = 0; i < ROWS; ++i) {
+    double ref[D], lp = 0.0, num = 0.0, den = 0.0, norm2 = 0.0;
+    for (int k = 0; k < D; ++k) ref[k] = 0.0;
+    for (int b = 0; b < B; ++b) {
+      const int64_t row = rng_batch_row(seed, 5, b, N);
+      double z = 0.0;
+      for (int k = 0; k < D; ++k) z += data->x[row * D + k] * (double)x[i * D + k];
+      lp += data->y[row] * z - (z > 0 ? z + log1p(exp(-z)) : log1p(exp(z)));
+      for (int k = 0; k < D; ++k) ref[k] += data->x[row * D + k] * (data->y[row] - 1.0 / (1.0 + exp(-z)));
+    }
+    for (int k = 0; k < D; ++k) {
+      const double g = (double)N / B * ref[k] - (double)x[i * D + k] / 4.0;
+      num += (grad[i * D + k] - g) * (grad[i * D + k] - g);
+      den += g * g;
+      norm2 += (double)x[i * D + k] * x[i * D + k];
+    }
+    const double lp_ref = (double)N / B * lp - norm2 / 8.0;
+    if (sqrt(num / den) > worst_batch) worst_batch = sqrt(num / den);
+    /* float arithmetic over 30 rows: 1e-5 relative. */
+    EXPECT(sqrt(num) <= 1e-5 * sqrt(den), "minibatch: point %d: gradient rel err %.3g vs float64", i, sqrt(num / den));
+    EXPECT(fabs(logp[i] - lp_ref) <= 1e-5 * fabs(lp_ref) + 1e-5, "minibatch: point %d: log p %.6g vs float64 %.6g", i,
+           (double)logp[i], lp_ref);
+  }
+
+  /* Unbiased: the mean of T batches' gradients is the full gradient within 4 standard errors. */
+  double sum[ROWS * D] = {0}, sum2[ROWS * D] = {0};
+  for (int it = 0; it < T; ++it) {
+    builtin_target_set_batch(&t, B, seed, it);
+    t.logp_grad(t.self, x, ROWS, logp, grad);
+    for (int e = 0; e < ROWS * D; ++e) {
+      sum[e] += grad[e];
+      sum2[e] += (double)grad[e] * grad[e];
+    }
+  }
+  double worst_z = 0.0;
+  for (int e = 0; e < ROWS * D; ++e) {
+    const double mean = sum[e] / T, var = sum2[e] / T - mean * mean, se = sqrt(var > 0 ? var / T : 0.0);
+    const double z = fabs(mean - grad_full[e]) / (se + 1e-6 * fabs(grad_full[e]) + 1e-9);
+    if (z > worst_z) worst_z = z;
+  }
+  EXPECT(worst_z <= 4.0, "minibatch: mean of %d batch gradients is %.2f standard errors from the full gradient", T,
+         worst_z);
+
+  /* Batch 0: the full data again, bitwise. */
+  EXPECT(builtin_target_set_batch(&t, 0, 0, 0) == DS_OK, "minibatch: reset failed");
+  t.logp_grad(t.self, x, ROWS, logp, grad_again);
+  EXPECT(memcmp(grad_again, grad_full, sizeof grad_full) == 0, "minibatch: batch 0 does not give the full gradient");
+  ds_error_clear();
+  EXPECT(builtin_target_set_batch(&t, N + 1, seed, 0) == DS_ERR_INPUT && strstr(ds_error_message(), "--batch-size"),
+         "minibatch: a batch larger than the data was not refused: '%s'", ds_error_message());
+  ds_error_clear();
+  dsampler_target g;
+  if (builtin_target_create("gaussian", "dim=2", MPI_COMM_WORLD, &g) == DS_OK) {
+    EXPECT(builtin_target_set_batch(&g, 5, seed, 0) == DS_ERR_INPUT &&
+               strstr(ds_error_message(), "only the logistic target"),
+           "minibatch: gaussian took a batch: '%s'", ds_error_message());
+    g.destroy(g.self);
+  }
+  ds_error_clear();
+  if (rank == 0)
+    printf("minibatch: batch gradient vs float64 max rel err %.1e; mean of %d batches %.2f standard errors from full\n",
+           worst_batch, T, worst_z);
+  t.destroy(t.self);
+}
+
 static void expect_refused(const char *name, const char *args, const char *needle) {
   dsampler_target t;
   ds_error_clear();
@@ -118,6 +207,7 @@ int main(int argc, char **argv) {
     return 1;
   }
   for (int i = 0; i < REF_CASE_COUNT; ++i) test_case(i, &data);
+  test_minibatch(&data);
 
   char args[1024];
   expect_refused("gaussian", "", "--dim");
