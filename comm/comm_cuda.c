@@ -1,4 +1,4 @@
-/* comm_cuda.c: the CUDA and NCCL half of comm/: device selection, the NCCL communicator
+/* comm_cuda.c: the CUDA and NCCL half of comm/: the GPUs' physical identities, the NCCL communicator
  * (rank 0's unique id broadcast over MPI), collectives on device buffers on NCCL's own stream
  * ordered after the compute stream by events, and pinned staging memory. NCCL calls are
  * followed by polling ncclCommGetAsyncError while waiting, so a failed peer ends in
@@ -35,6 +35,19 @@ int comm_cuda_device_count(void) {
 
 int comm_cuda_set_device(int device) {
   CUDA_CHECK(cudaSetDevice(device));
+  return DS_OK;
+}
+
+int comm_cuda_gpu_identity(int device, comm_gpu_identity_t *identity) {
+  memset(identity, 0, sizeof *identity);
+  struct cudaDeviceProp properties;
+  CUDA_CHECK(cudaGetDeviceProperties(&properties, device));
+  memcpy(identity->uuid, properties.uuid.bytes, COMM_GPU_KEY_BYTES);
+  /* A driver that reports no UUID leaves zeros: then the PCI address tells the GPU. */
+  for (int b = 0; b < COMM_GPU_KEY_BYTES; ++b) identity->has_uuid |= identity->uuid[b] != 0;
+  identity->pci_domain = properties.pciDomainID;
+  identity->pci_bus = properties.pciBusID;
+  identity->pci_device = properties.pciDeviceID;
   return DS_OK;
 }
 

@@ -13,6 +13,8 @@ extern "C" {
 int comm_cuda_device_count(void);
 /* Makes `device` current for this rank. */
 int comm_cuda_set_device(int device);
+/* The physical identity of visible device `device`: its UUID and PCI address. */
+int comm_cuda_gpu_identity(int device, comm_gpu_identity_t *identity);
 /* Creates the NCCL communicator over ctx->world (rank 0's unique id broadcast with MPI) and
  * its stream; sets ctx->nccl and ctx->nccl_stream. Collective over ctx->world. */
 int comm_cuda_nccl_init(comm_ctx_t *ctx);

@@ -28,6 +28,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "rank %d: %s\n", ctx.rank, ds_error_message());
     comm_abort(&ctx, 1);
   }
+  ctx.device = gpu->device;
   status = comm_select_transport(&ctx, "nccl", 1, gpu->stream);
   if (status != DS_OK) {
     fprintf(stderr, "rank %d: %s\n", ctx.rank, ds_error_message());
