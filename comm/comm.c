@@ -328,6 +328,23 @@ int comm_allreduce_sum_u64(comm_ctx_t *ctx, uint64_t *buf, int64_t count) {
   return mpi_allreduce_chunked(ctx, buf, count, sizeof *buf, MPI_UINT64_T, MPI_SUM);
 }
 
+int comm_allreduce_sum_u64_to_host(comm_ctx_t *ctx, uint64_t *counts, int64_t count, int on_device,
+                                   uint64_t *host_sums) {
+  const size_t bytes = (size_t)count * sizeof *counts;
+  if (!on_device) {
+    memcpy(host_sums, counts, bytes);
+    return comm_allreduce_sum_u64(ctx, host_sums, count);
+  }
+  if (ctx->transport == COMM_TRANSPORT_NCCL) {
+    DS_TRY(comm_cuda_nccl_allreduce_sum_u64(ctx, counts, count));
+    /* The copy is each rank's own; agreeing on it keeps a failed rank from leaving the others
+     * alone in the next collective. */
+    return comm_agree(ctx, comm_cuda_copy(ctx, host_sums, counts, bytes, 0));
+  }
+  DS_TRY(comm_agree(ctx, comm_cuda_copy(ctx, host_sums, counts, bytes, 0)));
+  return comm_allreduce_sum_u64(ctx, host_sums, count);
+}
+
 int comm_allreduce_sum_double(comm_ctx_t *ctx, double *buf, int64_t count) {
   return mpi_allreduce_chunked(ctx, buf, count, sizeof *buf, MPI_DOUBLE, MPI_SUM);
 }

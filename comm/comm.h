@@ -81,6 +81,12 @@ void comm_gpu_name(const comm_gpu_identity_t *identity, char *name, size_t name_
 int comm_allgather_rows(comm_ctx_t *ctx, float *buf, int64_t n, int64_t row_floats, int on_device);
 /* In place sums over all ranks; host buffers. */
 int comm_allreduce_sum_u64(comm_ctx_t *ctx, uint64_t *buf, int64_t count);
+/* Sums over all ranks of counts[count], which lie in the backend's memory (device memory when
+ * on_device), into host_sums[count] on every rank. Over NCCL the sum is taken on the device, in
+ * place (counts then holds the sums too), and copied to the host once; otherwise the counts
+ * are copied to the host and MPI sums them there. */
+int comm_allreduce_sum_u64_to_host(comm_ctx_t *ctx, uint64_t *counts, int64_t count, int on_device,
+                                   uint64_t *host_sums);
 int comm_allreduce_sum_double(comm_ctx_t *ctx, double *buf, int64_t count);
 int comm_allreduce_max_double(comm_ctx_t *ctx, double *buf, int64_t count);
 int comm_barrier(comm_ctx_t *ctx);

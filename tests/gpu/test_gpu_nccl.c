@@ -1,6 +1,7 @@
 /* test_gpu_nccl.c: comm/'s NCCL transport on device buffers: the allgather of uneven row
  * blocks (grouped broadcasts) and the uint64 allreduce, with seeded values whose results are
- * exactly predictable, run on every rank (one GPU per rank). Ranks agree on pass/fail with
+ * exactly predictable, and the exact median with its counts summed on the device against the
+ * CPU backend's, run on every rank (one GPU per rank). Ranks agree on pass/fail with
  * MPI_Allreduce(MIN). Exits 77 without a GPU. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +12,7 @@
 #include "comm.h"
 #include "comm_cuda.h"
 #include "gpu_test.h"
+#include "median.h"
 
 static float value_at(int64_t row, int64_t col) { return (float)(row * 1000 + col) * 0.5f + 0.25f; }
 
@@ -61,6 +63,59 @@ int main(int argc, char **argv) {
              (long long)wrong);
     gpu->release(gpu, dev);
     free(host);
+  }
+
+  { /* comm's sum to the host, as the median takes it: rank r contributes (r + 1) * (bin + 2^40). */
+    const int64_t count = 65538;
+    uint64_t *host = test_malloc((size_t)count * sizeof *host), *sums = test_malloc((size_t)count * sizeof *sums);
+    uint64_t *dev = NULL;
+    for (int64_t b = 0; b < count; ++b) host[b] = (uint64_t)(ctx.rank + 1) * ((uint64_t)b + (1ull << 40));
+    GPU_TRY(gpu->alloc(gpu, (void **)&dev, (size_t)count * sizeof(uint64_t)));
+    GPU_TRY(gpu->upload(gpu, dev, host, (size_t)count * sizeof(uint64_t)));
+    GPU_TRY(comm_allreduce_sum_u64_to_host(&ctx, dev, count, 1, sums));
+    const uint64_t ranks_sum = (uint64_t)ctx.size * (uint64_t)(ctx.size + 1) / 2;
+    int64_t wrong = 0;
+    for (int64_t b = 0; b < count; ++b) wrong += sums[b] != ranks_sum * ((uint64_t)b + (1ull << 40));
+    GPU_EXPECT(wrong == 0, "allreduce u64 to the host: %lld wrong bins", (long long)wrong);
+    if (ctx.rank == 0)
+      printf("allreduce_sum_u64_to_host of %lld over %d rank(s): %lld wrong\n", (long long)count, ctx.size, (long long)wrong);
+    gpu->release(gpu, dev);
+    free(host);
+    free(sums);
+  }
+
+  { /* The exact median with the counts summed on the device (over NCCL) is the CPU backend's
+     * (summed on the host by MPI) bit for bit: the radix select, then window passes started at
+     * its result. n odd, so two ranks own uneven blocks. */
+    const int64_t n = 3001, dim = 17;
+    float *x = test_malloc((size_t)(n * dim) * sizeof *x), *x_dev = NULL;
+    test_fill_normal(x, n * dim, 1.5, 20261212);
+    backend_t *cpu = NULL;
+    GPU_TRY(backend_cpu_create(&cpu));
+    GPU_TRY(gpu->alloc(gpu, (void **)&x_dev, (size_t)(n * dim) * sizeof(float)));
+    GPU_TRY(gpu->upload(gpu, x_dev, x, (size_t)(n * dim) * sizeof(float)));
+    int64_t begin, end;
+    comm_partition(n, ctx.size, ctx.rank, &begin, &end);
+    svgd_median_state_t state_cpu, state_gpu;
+    svgd_median_state_init(&state_cpu);
+    svgd_median_state_init(&state_gpu);
+    for (int round = 0; round < 3; ++round) {
+      float median_cpu = 0.0f, median_gpu = 0.0f;
+      GPU_TRY(svgd_exact_median(&ctx, cpu, x, n, dim, begin, end, &state_cpu, &median_cpu));
+      GPU_TRY(svgd_exact_median(&ctx, gpu, x_dev, n, dim, begin, end, &state_gpu, &median_gpu));
+      /* Exact: the same bits. */
+      GPU_EXPECT(memcmp(&median_cpu, &median_gpu, sizeof median_cpu) == 0,
+                 "median round %d: GPU over NCCL %.9g, CPU over MPI %.9g", round, (double)median_gpu,
+                 (double)median_cpu);
+      if (ctx.rank == 0)
+        printf("exact median of %lld particles over %d rank(s), round %d: GPU %.9g, CPU %.9g\n", (long long)n,
+               ctx.size, round, (double)median_gpu, (double)median_cpu);
+    }
+    GPU_EXPECT(state_gpu.window_hits == 2, "the window pass found the unchanged median %lld of 2 times",
+               (long long)state_gpu.window_hits);
+    gpu->release(gpu, x_dev);
+    backend_destroy(cpu);
+    free(x);
   }
 
   { /* allreduce: rank r contributes (r + 1) * (bin + 2^33); the sum is exact in uint64. */
