@@ -30,6 +30,9 @@ typedef struct comm_ctx {
   void *compute_stream;    /* the backend's stream; NCCL waits on it through an event */
   void *staging;           /* pinned host buffer for device buffers over plain MPI */
   size_t staging_bytes;
+  void *nccl_scratch;      /* device buffer of the padded allgather, grow-only */
+  size_t nccl_scratch_bytes;
+  double nccl_timeout_seconds; /* how long NCCL may take to join or to issue a collective */
 } comm_ctx_t;
 
 /* Initialises MPI (if not yet) and fills rank, size, local rank and host. */
@@ -105,6 +108,12 @@ int comm_agree_on(MPI_Comm comm, const char *host, int status);
  * recorded an error: a failure must never leave ranks waiting forever. */
 #define COMM_WATCHDOG_DEFAULT_SECONDS 120
 int comm_watchdog_start(comm_ctx_t *ctx);
+
+/* NCCL's communicator is created non-blocking: it must form within DSAMPLER_NCCL_INIT_TIMEOUT
+ * seconds (default below), and each later NCCL call be issued within as long (the first calls
+ * connect the ranks), or the rank reports that it could not join, naming itself and its host,
+ * instead of waiting forever for a peer that never comes. */
+#define COMM_NCCL_TIMEOUT_DEFAULT_SECONDS 120
 
 /* The MPI checker: records the call's text and MPI's own message. */
 int comm_mpi_fail(int rc, const char *file, int line, const char *call);

@@ -1,8 +1,9 @@
-/* test_gpu_nccl.c: comm/'s NCCL transport on device buffers: the allgather of uneven row
- * blocks (grouped broadcasts) and the uint64 allreduce, with seeded values whose results are
- * exactly predictable, and the exact median with its counts summed on the device against the
- * CPU backend's, run on every rank (one GPU per rank). Ranks agree on pass/fail with
- * MPI_Allreduce(MIN). Exits 77 without a GPU. */
+/* test_gpu_nccl.c: comm/'s NCCL transport on device buffers: the allgather of even and uneven
+ * row blocks (one ncclAllGather, padded when uneven) and the uint64 sums on the device, with
+ * seeded values whose results are exactly predictable, and the exact median with its counts
+ * summed on the device against the CPU backend's, run on every rank (one GPU per rank).
+ * Ranks agree on pass/fail with MPI_Allreduce(MIN). Exits 77 without a GPU, or on a node with
+ * fewer GPUs than ranks. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +25,14 @@ int main(int argc, char **argv) {
   comm_ctx_t ctx;
   memset(&ctx, 0, sizeof ctx);
   GPU_TRY(comm_init(&ctx, &argc, &argv));
+  /* NCCL needs a GPU of its own for each rank: every rank of a node must see enough. */
+  int enough = comm_cuda_device_count() >= ctx.local_size, all_enough = 0;
+  MPI_Allreduce(&enough, &all_enough, 1, MPI_INT, MPI_MIN, ctx.world);
+  if (!all_enough) {
+    if (ctx.rank == 0) printf("a node runs more ranks than it has GPUs: skipped\n");
+    comm_free(&ctx);
+    return GPU_TEST_SKIP;
+  }
   backend_t *gpu = NULL;
   int status = backend_cuda_create(ctx.local_rank % comm_cuda_device_count(), &gpu);
   if (status != DS_OK) {
@@ -31,15 +40,18 @@ int main(int argc, char **argv) {
     comm_abort(&ctx, 1);
   }
   ctx.device = gpu->device;
-  status = comm_select_transport(&ctx, "nccl", 1, gpu->stream);
+  /* "auto" must find the GPUs distinct and take NCCL, as "nccl" requires. */
+  status = comm_select_transport(&ctx, "auto", 1, gpu->stream);
   if (status != DS_OK) {
     fprintf(stderr, "rank %d: %s\n", ctx.rank, ds_error_message());
     comm_abort(&ctx, 1);
   }
   GPU_EXPECT(ctx.transport == COMM_TRANSPORT_NCCL, "transport is not NCCL");
 
-  /* n chosen so that blocks are uneven for most rank counts, and one with fewer rows than ranks. */
-  const int64_t sizes[][2] = {{1001, 7}, {2, 3}, {65536, 129}};
+  /* n chosen so that blocks are uneven for most rank counts (the padded gather), even (in
+   * place), and fewer rows than ranks (ranks with empty blocks); then larger sizes after
+   * smaller ones, so the padded blocks' scratch grows. */
+  const int64_t sizes[][2] = {{1001, 7}, {2, 3}, {1, 5}, {65536, 129}, {3, 4}, {65537, 131}};
   for (size_t c = 0; c < sizeof sizes / sizeof sizes[0]; ++c) {
     const int64_t n = sizes[c][0], cols = sizes[c][1], count = n * cols;
     int64_t begin, end;
@@ -137,8 +149,8 @@ int main(int argc, char **argv) {
 
   int ok = gpu_test_failures == 0, all_ok = 0;
   MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, ctx.world);
-  /* Teardown: NCCL communicator, then CUDA, then MPI. */
-  comm_cuda_nccl_free(&ctx);
+  /* Teardown: NCCL communicator (and its scratch), then CUDA, then MPI. */
+  comm_release_transport(&ctx);
   backend_destroy(gpu);
   comm_free(&ctx);
   if (ctx.rank == 0) printf("%s\n", all_ok ? "passed" : "FAILED");
