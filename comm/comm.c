@@ -55,9 +55,138 @@ int comm_init(comm_ctx_t *ctx, int *argc, char ***argv) {
   MPI_CHECK(MPI_Comm_split_type(ctx->world, MPI_COMM_TYPE_SHARED, ctx->rank, MPI_INFO_NULL, &node));
   MPI_CHECK(MPI_Comm_rank(node, &ctx->local_rank));
   MPI_CHECK(MPI_Comm_size(node, &ctx->local_size));
+  MPI_CHECK(MPI_Allreduce(&ctx->rank, &ctx->node_first_rank, 1, MPI_INT, MPI_MIN, node));
   MPI_CHECK(MPI_Comm_free(&node));
   if (gethostname(ctx->host, sizeof ctx->host - 1) != 0) snprintf(ctx->host, sizeof ctx->host, "unknown");
   return DS_OK;
+}
+
+void comm_gpu_key(const comm_gpu_identity_t *identity, int host_index, unsigned char key[COMM_GPU_KEY_BYTES]) {
+  if (identity->has_uuid) {
+    memcpy(key, identity->uuid, COMM_GPU_KEY_BYTES);
+    return;
+  }
+  comm_gpu_pci_key(identity, host_index, key);
+}
+
+void comm_gpu_pci_key(const comm_gpu_identity_t *identity, int host_index, unsigned char key[COMM_GPU_KEY_BYTES]) {
+  /* "pci:", then host index, domain, bus and device, little-endian: 4 + 4 + 4 + 2 + 2 bytes. */
+  const uint32_t host = (uint32_t)host_index, domain = (uint32_t)identity->pci_domain;
+  const uint16_t bus = (uint16_t)identity->pci_bus, device = (uint16_t)identity->pci_device;
+  memcpy(key, "pci:", 4);
+  for (int b = 0; b < 4; ++b) key[4 + b] = (unsigned char)(host >> (8 * b));
+  for (int b = 0; b < 4; ++b) key[8 + b] = (unsigned char)(domain >> (8 * b));
+  for (int b = 0; b < 2; ++b) key[12 + b] = (unsigned char)(bus >> (8 * b));
+  for (int b = 0; b < 2; ++b) key[14 + b] = (unsigned char)(device >> (8 * b));
+}
+
+typedef struct keyed_rank {
+  unsigned char key[COMM_GPU_KEY_BYTES];
+  int rank;
+} keyed_rank_t;
+
+/* By key, then by rank: equal keys end up adjacent, lowest rank first. */
+static int compare_keyed_ranks(const void *left, const void *right) {
+  const keyed_rank_t *a = left, *b = right;
+  int by_key = memcmp(a->key, b->key, COMM_GPU_KEY_BYTES);
+  if (by_key != 0) return by_key;
+  return (a->rank > b->rank) - (a->rank < b->rank);
+}
+
+int comm_gpus_distinct(const unsigned char (*keys)[COMM_GPU_KEY_BYTES], int size, int *first_a, int *first_b) {
+  *first_a = *first_b = -1;
+  if (size < 2) return 1;
+  /* Sorting, not comparing every pair: thousands of ranks would make P^2 / 2 comparisons. */
+  keyed_rank_t *sorted = malloc((size_t)size * sizeof *sorted);
+  if (!sorted) return -1;
+  for (int r = 0; r < size; ++r) {
+    memcpy(sorted[r].key, keys[r], COMM_GPU_KEY_BYTES);
+    sorted[r].rank = r;
+  }
+  qsort(sorted, (size_t)size, sizeof *sorted, compare_keyed_ranks);
+  /* The first pair in (a, b) order: a is the lowest rank of a group of equal keys, b the
+   * next rank of its group, and of all groups the one whose lowest rank is lowest. */
+  for (int i = 1; i < size; ++i) {
+    const int same_as_previous = memcmp(sorted[i - 1].key, sorted[i].key, COMM_GPU_KEY_BYTES) == 0;
+    const int previous_starts_group = i == 1 || memcmp(sorted[i - 2].key, sorted[i - 1].key, COMM_GPU_KEY_BYTES) != 0;
+    if (same_as_previous && previous_starts_group && (*first_a < 0 || sorted[i - 1].rank < *first_a)) {
+      *first_a = sorted[i - 1].rank;
+      *first_b = sorted[i].rank;
+    }
+  }
+  free(sorted);
+  return *first_a < 0;
+}
+
+void comm_gpu_name(const comm_gpu_identity_t *identity, char *name, size_t name_size) {
+  if (identity->has_uuid)
+    snprintf(name, name_size, "GPU-%02x%02x%02x%02x", identity->uuid[0], identity->uuid[1], identity->uuid[2],
+             identity->uuid[3]);
+  else
+    snprintf(name, name_size, "PCI %04x:%02x:%02x", (unsigned)identity->pci_domain, (unsigned)identity->pci_bus,
+             (unsigned)identity->pci_device);
+}
+
+/* What every rank tells the others about its GPU. */
+typedef struct gpu_record {
+  int on_device;                /* 0: this rank runs the CPU backend */
+  int node_first_rank;          /* names its node (comm_ctx_t) */
+  comm_gpu_identity_t identity; /* when on_device */
+  char host[256];
+} gpu_record_t;
+
+/* Which GPUs the ranks drive, in one exchange. *all_on_device: every rank runs on a GPU;
+ * then *distinct: no two of them drive one physical GPU, else `sharing` says which first two
+ * do. Two ranks share a GPU when their UUIDs are equal, or when their node and PCI address
+ * are: the UUID finds one GPU seen from containers that name the host differently, the PCI
+ * address finds MIG instances of one GPU (distinct UUIDs), which NCCL refuses as it refuses
+ * one GPU twice. Collective; every rank reaches the same answer. */
+static int survey_gpus(comm_ctx_t *ctx, int backend_on_device, int *all_on_device, int *distinct, char *sharing,
+                       size_t sharing_size) {
+  *all_on_device = *distinct = 0;
+  sharing[0] = '\0';
+  gpu_record_t mine;
+  memset(&mine, 0, sizeof mine);
+  mine.on_device = backend_on_device;
+  mine.node_first_rank = ctx->node_first_rank;
+  snprintf(mine.host, sizeof mine.host, "%s", ctx->host);
+  int status = backend_on_device ? comm_cuda_gpu_identity(ctx->device, &mine.identity) : DS_OK;
+  gpu_record_t *records = malloc((size_t)ctx->size * sizeof *records);
+  unsigned char(*uuid_keys)[COMM_GPU_KEY_BYTES] = malloc((size_t)ctx->size * sizeof *uuid_keys);
+  unsigned char(*pci_keys)[COMM_GPU_KEY_BYTES] = malloc((size_t)ctx->size * sizeof *pci_keys);
+  if (status == DS_OK && (!records || !uuid_keys || !pci_keys))
+    status = DS_FAIL_ALLOC("the ranks' GPU identities", (size_t)ctx->size * sizeof *records);
+  status = comm_agree(ctx, status);
+  if (status == DS_OK) {
+    int rc = MPI_Allgather(&mine, (int)sizeof mine, MPI_BYTE, records, (int)sizeof mine, MPI_BYTE, ctx->world);
+    if (rc != MPI_SUCCESS) status = comm_mpi_fail(rc, __FILE__, __LINE__, "MPI_Allgather(gpu records)");
+  }
+  if (status == DS_OK) {
+    *all_on_device = 1;
+    for (int r = 0; r < ctx->size; ++r) *all_on_device = *all_on_device && records[r].on_device;
+  }
+  if (status == DS_OK && *all_on_device) {
+    for (int r = 0; r < ctx->size; ++r) {
+      comm_gpu_key(&records[r].identity, records[r].node_first_rank, uuid_keys[r]);
+      comm_gpu_pci_key(&records[r].identity, records[r].node_first_rank, pci_keys[r]);
+    }
+    int a = -1, b = -1;
+    int by_uuid = comm_gpus_distinct((const unsigned char(*)[COMM_GPU_KEY_BYTES])uuid_keys, ctx->size, &a, &b);
+    int by_pci = by_uuid == 1 ? comm_gpus_distinct((const unsigned char(*)[COMM_GPU_KEY_BYTES])pci_keys, ctx->size, &a, &b)
+                              : by_uuid;
+    if (by_uuid < 0 || by_pci < 0) status = DS_FAIL_ALLOC("sorting the ranks' GPUs", (size_t)ctx->size * 24);
+    *distinct = by_uuid == 1 && by_pci == 1;
+    if (status == DS_OK && !*distinct) {
+      char gpu[32];
+      comm_gpu_name(&records[a].identity, gpu, sizeof gpu);
+      snprintf(sharing, sharing_size, "ranks %d and %d share GPU %s on host %s", a, b, gpu, records[a].host);
+    }
+  }
+  free(records);
+  free(uuid_keys);
+  free(pci_keys);
+  /* The exchange or the sort may have failed on some ranks only. */
+  return comm_agree(ctx, status);
 }
 
 int comm_select_transport(comm_ctx_t *ctx, const char *requested, int backend_on_device,
@@ -65,29 +194,28 @@ int comm_select_transport(comm_ctx_t *ctx, const char *requested, int backend_on
   ctx->compute_stream = compute_stream;
   if (strcmp(requested, "auto") != 0 && strcmp(requested, "mpi") != 0 && strcmp(requested, "nccl") != 0)
     return ds_fail(DS_ERR_INPUT, "--comm: expected auto, nccl or mpi, got '%s'", requested);
-  /* NCCL needs one distinct GPU per rank: on one node that means local_size <= devices. */
-  int distinct = 0;
-  if (backend_on_device) {
-    int devices = comm_cuda_device_count();
-    int node_ok = devices > 0 && ctx->local_size <= devices;
-    int all_ok = 0;
-    MPI_CHECK(MPI_Allreduce(&node_ok, &all_ok, 1, MPI_INT, MPI_MIN, ctx->world));
-    distinct = all_ok;
-  }
+  /* Every rank takes part, on whatever backend: with --backend auto a rank that sees no GPU
+   * runs on the CPU beside ranks on GPUs. */
+  int all_on_device = 0, distinct = 0;
+  char sharing[512];
+  DS_TRY(survey_gpus(ctx, backend_on_device, &all_on_device, &distinct, sharing, sizeof sharing));
   if (strcmp(requested, "nccl") == 0) {
-    if (!backend_on_device)
-      return ds_fail(DS_ERR_INPUT, "--comm nccl: needs the CUDA backend (--backend cuda)");
+    if (!all_on_device)
+      return ds_fail(DS_ERR_INPUT, "--comm nccl: needs the CUDA backend on every rank (--backend cuda, and a "
+                                   "GPU visible to each rank)");
     if (!distinct)
-      return ds_fail(DS_ERR_INPUT, "--comm nccl: NCCL needs one distinct GPU per rank, but some "
-                                   "node runs more ranks than it has GPUs; use --comm mpi");
+      return ds_fail(DS_ERR_INPUT, "--comm nccl: %s, and NCCL needs a GPU of its own for every rank; use --comm "
+                                   "mpi, or run at most as many ranks on a node as it has GPUs", sharing);
   }
-  if (backend_on_device) {
-    /* Device buffers go to MPI directly only when every rank's MPI takes them. */
-    int aware = mpi_is_cuda_aware(), all_aware = 0;
-    MPI_CHECK(MPI_Allreduce(&aware, &all_aware, 1, MPI_INT, MPI_MIN, ctx->world));
-    ctx->mpi_cuda_aware = all_aware;
+  /* Device buffers go to MPI directly only when every rank's MPI takes them. */
+  int aware = backend_on_device && mpi_is_cuda_aware(), all_aware = 0;
+  MPI_CHECK(MPI_Allreduce(&aware, &all_aware, 1, MPI_INT, MPI_MIN, ctx->world));
+  ctx->mpi_cuda_aware = all_aware;
+  const int use_nccl = all_on_device && distinct && strcmp(requested, "mpi") != 0;
+  if (strcmp(requested, "auto") == 0 && all_on_device && !distinct && ctx->rank == 0) {
+    fprintf(stderr, "dsampler: note: %s: using MPI transport\n", sharing);
+    fflush(stderr);
   }
-  int use_nccl = backend_on_device && distinct && strcmp(requested, "mpi") != 0;
   if (use_nccl) {
     DS_TRY(comm_cuda_nccl_init(ctx));
     ctx->transport = COMM_TRANSPORT_NCCL;
@@ -198,6 +326,23 @@ static int mpi_allreduce_chunked(comm_ctx_t *ctx, void *buf, int64_t count, size
 
 int comm_allreduce_sum_u64(comm_ctx_t *ctx, uint64_t *buf, int64_t count) {
   return mpi_allreduce_chunked(ctx, buf, count, sizeof *buf, MPI_UINT64_T, MPI_SUM);
+}
+
+int comm_allreduce_sum_u64_to_host(comm_ctx_t *ctx, uint64_t *counts, int64_t count, int on_device,
+                                   uint64_t *host_sums) {
+  const size_t bytes = (size_t)count * sizeof *counts;
+  if (!on_device) {
+    memcpy(host_sums, counts, bytes);
+    return comm_allreduce_sum_u64(ctx, host_sums, count);
+  }
+  if (ctx->transport == COMM_TRANSPORT_NCCL) {
+    DS_TRY(comm_cuda_nccl_allreduce_sum_u64(ctx, counts, count));
+    /* The copy is each rank's own; agreeing on it keeps a failed rank from leaving the others
+     * alone in the next collective. */
+    return comm_agree(ctx, comm_cuda_copy(ctx, host_sums, counts, bytes, 0));
+  }
+  DS_TRY(comm_agree(ctx, comm_cuda_copy(ctx, host_sums, counts, bytes, 0)));
+  return comm_allreduce_sum_u64(ctx, host_sums, count);
 }
 
 int comm_allreduce_sum_double(comm_ctx_t *ctx, double *buf, int64_t count) {

@@ -1,4 +1,6 @@
 /* comm_nocuda.c: comm_cuda.h for builds without CUDA: no devices, and any use is an error. */
+#include <string.h>
+
 #include "comm_cuda.h"
 #include "status.h"
 
@@ -6,6 +8,11 @@ static int no_cuda(void) { return ds_fail(DS_ERR_INPUT, "this dsampler was built
 
 int comm_cuda_device_count(void) { return 0; }
 int comm_cuda_set_device(int device) { (void)device; return no_cuda(); }
+int comm_cuda_gpu_identity(int device, comm_gpu_identity_t *identity) {
+  (void)device;
+  memset(identity, 0, sizeof *identity);
+  return no_cuda();
+}
 int comm_cuda_nccl_init(comm_ctx_t *ctx) { (void)ctx; return no_cuda(); }
 void comm_cuda_nccl_free(comm_ctx_t *ctx) { (void)ctx; }
 int comm_cuda_nccl_allgather_rows(comm_ctx_t *ctx, float *buf, int64_t n, int64_t row_floats) {

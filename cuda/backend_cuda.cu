@@ -135,6 +135,24 @@ int cuda_logp_grad(backend_t *b, const dsampler_target *t, const float *x, int64
   return DS_OK;
 }
 
+int cuda_svgd_pair_counts(backend_t *b, const float *x_all, int64_t n, int64_t dim, int64_t row_begin,
+                          int64_t row_end, int pass, uint32_t select_bits, uint64_t **counts_out) {
+  cuda_impl *impl = impl_of(b);
+  *counts_out = NULL;
+  if (pass != SVGD_MEDIAN_PASS_HIGH && pass != SVGD_MEDIAN_PASS_LOW && pass != SVGD_MEDIAN_PASS_WINDOW)
+    return ds_fail(DS_ERR_INTERNAL, "svgd_pair_counts: bad pass %d", pass);
+  const int counts = pass == SVGD_MEDIAN_PASS_WINDOW ? SVGD_WINDOW_COUNTS : SVGD_HIST_BINS;
+  /* Cleared on a rank without rows too: its zeros go into the sum across ranks. */
+  CUDA_CHECK(cudaMemsetAsync(impl->hist_dev, 0, (size_t)counts * sizeof(unsigned long long), impl->stream));
+  if (n >= 2 && row_end > row_begin)
+    DS_TRY(svgd_launch_pair_histogram(x_all, n, dim, row_begin, row_end, pass, select_bits, impl->hist_dev,
+                                      impl->sm_count, impl->stream));
+  /* unsigned long long (the kernels' atomicAdd type) and uint64_t are both 64-bit unsigned. */
+  static_assert(sizeof(unsigned long long) == sizeof(uint64_t), "64-bit counts");
+  *counts_out = reinterpret_cast<uint64_t *>(impl->hist_dev);
+  return DS_OK;
+}
+
 int cuda_svgd_pair_histogram(backend_t *b, const float *x_all, int64_t n, int64_t dim, int64_t row_begin,
                              int64_t row_end, int pass, uint32_t select_bits, uint64_t *hist) {
   cuda_impl *impl = impl_of(b);
@@ -142,11 +160,9 @@ int cuda_svgd_pair_histogram(backend_t *b, const float *x_all, int64_t n, int64_
     return ds_fail(DS_ERR_INTERNAL, "svgd_pair_histogram: bad pass %d", pass);
   if (n < 2 || row_end <= row_begin) return DS_OK;
   const int counts = pass == SVGD_MEDIAN_PASS_WINDOW ? SVGD_WINDOW_COUNTS : SVGD_HIST_BINS;
-  const size_t bytes = (size_t)counts * sizeof(uint64_t);
-  CUDA_CHECK(cudaMemsetAsync(impl->hist_dev, 0, bytes, impl->stream));
-  DS_TRY(svgd_launch_pair_histogram(x_all, n, dim, row_begin, row_end, pass, select_bits, impl->hist_dev,
-                                    impl->sm_count, impl->stream));
-  DS_TRY(cuda_download(b, impl->hist_host, impl->hist_dev, bytes));
+  uint64_t *counts_dev = NULL;
+  DS_TRY(cuda_svgd_pair_counts(b, x_all, n, dim, row_begin, row_end, pass, select_bits, &counts_dev));
+  DS_TRY(cuda_download(b, impl->hist_host, counts_dev, (size_t)counts * sizeof(uint64_t)));
   for (int bin = 0; bin < counts; ++bin) hist[bin] += impl->hist_host[bin];
   return DS_OK;
 }
@@ -356,6 +372,7 @@ extern "C" int backend_cuda_create(int device, backend_t **out) {
   b->synchronize = cuda_synchronize;
   b->logp_grad = cuda_logp_grad;
   b->svgd_pair_histogram = cuda_svgd_pair_histogram;
+  b->svgd_pair_counts = cuda_svgd_pair_counts;
   b->svgd_phi = cuda_svgd_phi;
   b->svgd_update = cuda_svgd_update;
   b->hmc_transition = cuda_hmc_transition;

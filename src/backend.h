@@ -139,6 +139,13 @@ struct backend {
   int (*svgd_pair_histogram)(backend_t *b, const float *x_all, int64_t n, int64_t dim,
                              int64_t row_begin, int64_t row_end, int pass, uint32_t select_bits,
                              uint64_t *hist);
+  /* The same pass with its counts left where the backend computes them, so they can be summed
+   * across ranks there (on the GPU by NCCL) and reach the host once: *counts points to this
+   * rank's counts alone, from zero (zeros for a rank without rows, which still takes part in
+   * the sum), SVGD_HIST_BINS or SVGD_WINDOW_COUNTS uint64 in backend memory, owned by the
+   * backend and valid until its next pass. */
+  int (*svgd_pair_counts)(backend_t *b, const float *x_all, int64_t n, int64_t dim, int64_t row_begin,
+                          int64_t row_end, int pass, uint32_t select_bits, uint64_t **counts);
   /* phi [row_end - row_begin, dim] for local rows against all n columns:
    * phi_i = (s_i + sum_{j != i} K_ij v_j + x_i sum_{j != i} K_ij / h) / n,
    * K_ij = exp(-D_ij / (2h)), v_j = s_j - x_j / h. This is DESIGN.md's phi with the j = i term

@@ -23,6 +23,7 @@ typedef struct cpu_impl {
   size_t columns_t_floats;
   float *v_all;           /* v_j = s_j - x_j / h, [n, dim] */
   size_t v_all_floats;
+  uint64_t *pair_counts;  /* SVGD_WINDOW_COUNTS: svgd_pair_counts' result */
 } cpu_impl_t;
 
 static int cpu_alloc(backend_t *b, void **ptr, size_t bytes) {
@@ -181,6 +182,21 @@ static int cpu_svgd_pair_histogram(backend_t *b, const float *x_all, int64_t n, 
     }
   }
   if (failed) return DS_FAIL_ALLOC("a histogram", (size_t)counts * sizeof(uint64_t));
+  return DS_OK;
+}
+
+static int cpu_svgd_pair_counts(backend_t *b, const float *x_all, int64_t n, int64_t dim, int64_t row_begin,
+                                int64_t row_end, int pass, uint32_t select_bits, uint64_t **counts) {
+  cpu_impl_t *impl = b->impl;
+  *counts = NULL;
+  if (!impl->pair_counts) {
+    impl->pair_counts = malloc(SVGD_WINDOW_COUNTS * sizeof *impl->pair_counts);
+    if (!impl->pair_counts) return DS_FAIL_ALLOC("the median's counts", SVGD_WINDOW_COUNTS * sizeof(uint64_t));
+  }
+  const int used = pass == SVGD_MEDIAN_PASS_WINDOW ? SVGD_WINDOW_COUNTS : SVGD_HIST_BINS;
+  memset(impl->pair_counts, 0, (size_t)used * sizeof *impl->pair_counts);
+  DS_TRY(cpu_svgd_pair_histogram(b, x_all, n, dim, row_begin, row_end, pass, select_bits, impl->pair_counts));
+  *counts = impl->pair_counts;
   return DS_OK;
 }
 
@@ -528,6 +544,7 @@ static void cpu_destroy(backend_t *b) {
   if (impl) {
     free(impl->columns_t);
     free(impl->v_all);
+    free(impl->pair_counts);
     free(impl);
   }
   free(b);
@@ -555,6 +572,7 @@ int backend_cpu_create(backend_t **out) {
   b->synchronize = cpu_synchronize;
   b->logp_grad = cpu_logp_grad;
   b->svgd_pair_histogram = cpu_svgd_pair_histogram;
+  b->svgd_pair_counts = cpu_svgd_pair_counts;
   b->svgd_phi = cpu_svgd_phi;
   b->svgd_update = cpu_svgd_update;
   b->hmc_transition = cpu_hmc_transition;

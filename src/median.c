@@ -35,15 +35,16 @@ int median_locate(const uint64_t *hist, uint64_t rank, uint32_t *bin, uint64_t *
   return -1;
 }
 
-/* One pass on every rank, its counts summed across ranks. Every rank reaches the allreduce,
- * a failed one too, so none waits forever; the failure is shared right after. */
+/* One pass on every rank, its counts summed across ranks into the host's hist. The counts
+ * stay in backend memory until summed (on the GPU when the transport allows), so only the
+ * sums cross to the host. The ranks agree on the pass before any enters the sum. */
 static int counted_pass(comm_ctx_t *comm, backend_t *backend, const float *x_all, int64_t n, int64_t dim,
                         int64_t row_begin, int64_t row_end, int pass, uint32_t select_bits, uint64_t *hist) {
   const int counts = pass == SVGD_MEDIAN_PASS_WINDOW ? SVGD_WINDOW_COUNTS : SVGD_HIST_BINS;
-  memset(hist, 0, (size_t)counts * sizeof *hist);
-  int status = backend->svgd_pair_histogram(backend, x_all, n, dim, row_begin, row_end, pass, select_bits, hist);
+  uint64_t *rank_counts = NULL;
+  int status = backend->svgd_pair_counts(backend, x_all, n, dim, row_begin, row_end, pass, select_bits, &rank_counts);
   DS_TRY(comm_agree(comm, status));
-  return comm_allreduce_sum_u64(comm, hist, counts);
+  return comm_allreduce_sum_u64_to_host(comm, rank_counts, counts, backend->on_device, hist);
 }
 
 /* The radix select: PASS_HIGH unless its histogram is given (have_high: *high and *rank are

@@ -85,6 +85,8 @@ int run_open_output(run_ctx_t *run, h5out_t **out) {
   snprintf(backend_used, sizeof backend_used, "%s", run->backend->name);
   MPI_Bcast(backend_used, sizeof backend_used, MPI_CHAR, 0, run->comm->world);
   add_attr(list, "backend_used", backend_used);
+  /* The transport is the same on every rank (comm_select_transport decides it together). */
+  add_attr(list, "transport_used", run->comm->transport == COMM_TRANSPORT_NCCL ? "nccl" : "mpi");
   list->attrs[list->count].key = "run_id";
   list->attrs[list->count].value = run->run_id;
   list->count++;
@@ -339,8 +341,11 @@ int run_main(comm_ctx_t *comm, const config_t *cfg, const char *resume_path, con
   if (status == DS_OK) status = run_lock_output(&run, &lock_fd);
   if (status != DS_OK) return status;
 
-  /* The node-local rank picks the GPU (local rank mod the GPUs visible), whatever
-   * CUDA_VISIBLE_DEVICES says; ranks beyond the GPU count share them (over MPI, not NCCL). */
+  /* The node-local rank picks the GPU: local rank mod the GPUs this rank sees. Where every
+   * rank sees all of its node's GPUs, the ranks of a node get distinct ones (ranks beyond
+   * the GPU count share them); under per-task binding (CUDA_VISIBLE_DEVICES naming one
+   * device) each rank takes ordinal 0, its own GPU. Whether GPUs are shared is decided by
+   * their UUIDs in comm_select_transport, not from these counts. */
   backend_t *backend = NULL;
   const int devices = comm_cuda_device_count();
   status = backend_create(cfg->backend, devices > 0 ? comm->local_rank % devices : 0, &backend);

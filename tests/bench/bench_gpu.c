@@ -454,6 +454,10 @@ static int run(int mode) {
   CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
   BENCH_TRY(backend_cuda_create(0, &gpu));
   stream = (cudaStream_t)gpu->stream;
+  /* The transport a one-rank run takes (NCCL): the median's counts are summed where a run
+   * sums them, and comm's device copies run on the backend's stream. */
+  comm.device = gpu->device;
+  BENCH_TRY(comm_select_transport(&comm, "auto", 1, gpu->stream));
   for (int m = 0; m < 8; ++m) CUDA_CHECK(cudaEventCreate(&marks[m]));
   curandGenerator_t generator;
   CURAND_CHECK(curandCreateGenerator(&generator, CURAND_RNG_PSEUDO_PHILOX4_32_10));
@@ -539,6 +543,7 @@ static int run(int mode) {
   CURAND_CHECK(curandDestroyGenerator(generator));
   for (int m = 0; m < 8; ++m) CUDA_CHECK(cudaEventDestroy(marks[m]));
   if (target.destroy) target.destroy(target.self);
+  comm_release_transport(&comm); /* NCCL before the CUDA resources it used */
   backend_destroy(gpu);
   return DS_OK;
 }
