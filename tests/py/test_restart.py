@@ -1,6 +1,7 @@
 """Restart equivalence: a run of T iterations equals a run stopped by a signal part-way and
 resumed, bitwise, for HMC and SVGD (sgd and adagrad), resumed on the same and on a different
-rank count; a scheduled-checkpoint run resumed with more draws equals a longer run."""
+rank count; SVGD on minibatches of a dataset (--batch-size) too; a scheduled-checkpoint run
+resumed with more draws equals a longer run."""
 import glob
 import os
 import shutil
@@ -8,12 +9,16 @@ import signal
 import subprocess
 import time
 
+import h5py
+import numpy as np
+
 import dstest as t
 
 COMPARE = {
     "hmc": ["posterior/x", "posterior/draw", "sample_stats/lp", "sample_stats/energy", "sample_stats/acceptance_rate",
             "sample_stats/diverging", "sample_stats/n_steps", "sample_stats/step_size"],
     "svgd": ["posterior/x", "sample_stats/lp"],
+    "svgd_logistic": ["posterior/w", "sample_stats/lp"],
 }
 
 
@@ -86,6 +91,17 @@ def main():
             "--checkpoint-every", 20, "--backend", "cpu"]
     case("svgd_same", "svgd", svgd, "--iters", 2, 2, signal.SIGTERM)
     case("svgd_adagrad_other", "svgd", [*svgd, "--update", "adagrad"], "--iters", 3, 1, signal.SIGINT)
+    # Minibatches are keyed by (seed, iteration): a resumed run draws the batches it would have.
+    rng = np.random.default_rng(4)
+    X = rng.normal(size=(3000, 4)).astype(np.float32)
+    y = (rng.uniform(size=3000) < 1 / (1 + np.exp(-(X @ np.array([1.0, -1.0, 0.5, 0.0]))))).astype(np.float32)
+    data = t.path("restart_minibatch_data.h5")
+    with h5py.File(data, "w") as f:
+        f["X"], f["y"] = X, y
+    minibatch = ["svgd", "--target", "logistic", "--data", data, "--particles", 400, "--iters", 400, "--batch-size",
+                 100, "--update", "adagrad", "--step-size", 0.05, "--seed", 3, "--checkpoint-every", 20,
+                 "--backend", "cpu"]
+    case("svgd_minibatch_other", "svgd_logistic", minibatch, "--iters", 2, 3, signal.SIGTERM)
 
     # More draws after a finished run: resume its final checkpoint with a larger --draws.
     short = t.path("restart_extend.h5")
