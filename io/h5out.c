@@ -30,6 +30,7 @@ typedef struct h5out_group {
 struct h5out {
   MPI_Comm comm;
   int rank;
+  int serial;  /* one rank: the POSIX driver, no MPI-IO (output_driver_serial) */
   char path[4096];
   hid_t file, xfer, bool_type;
   char created_at[64];
@@ -74,6 +75,36 @@ static int write_library_attrs(h5out_t *f, hid_t object) {
 
 static int writer_setup(h5out_t *f);
 
+/* A file written by one rank goes through HDF5's POSIX driver: MPI-IO's collective path buys
+ * nothing there and costs its aggregation copies (the full-output benchmark). Several ranks
+ * take MPI-IO. DSAMPLER_H5_DRIVER=mpio keeps MPI-IO for one rank too (for comparison). The
+ * datasets are the same either way. */
+static int output_driver_serial(MPI_Comm comm) {
+  int size = 1;
+  MPI_Comm_size(comm, &size);
+  const char *driver = getenv("DSAMPLER_H5_DRIVER");
+  return size == 1 && !(driver && strcmp(driver, "mpio") == 0);
+}
+
+/* The file access list for the output: POSIX for one rank, MPI-IO with collective metadata
+ * otherwise. */
+static hid_t output_fapl(MPI_Comm comm, int serial) {
+  hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+  if (fapl < 0) return fapl;
+  /* HDF5's own lock on the file would collide with the one run.c holds on it for the whole run
+   * (run_lock_output), which already keeps other runs out. */
+  herr_t rc = serial ? (H5Pset_fapl_sec2(fapl) < 0 || H5Pset_file_locking(fapl, 0, 1) < 0 ? -1 : 0)
+                     : (H5Pset_fapl_mpio(fapl, comm, MPI_INFO_NULL) < 0 || H5Pset_all_coll_metadata_ops(fapl, 1) < 0 ||
+                        H5Pset_coll_metadata_write(fapl, 1) < 0)
+                           ? -1
+                           : 0;
+  if (rc < 0) {
+    H5Pclose(fapl);
+    return -1;
+  }
+  return fapl;
+}
+
 int h5out_create(h5out_t **out, MPI_Comm comm, const char *path, const h5out_attr_t *attrs, int n_attrs) {
   *out = NULL;
   h5out_t *f = calloc(1, sizeof *f);
@@ -97,11 +128,9 @@ int h5out_create(h5out_t **out, MPI_Comm comm, const char *path, const h5out_att
   }
   MPI_Bcast(f->created_at, sizeof f->created_at, MPI_CHAR, 0, comm);
 
-  hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+  f->serial = output_driver_serial(comm);
+  hid_t fapl = output_fapl(comm, f->serial);
   H5_CHECK(fapl);
-  H5_CHECK(H5Pset_fapl_mpio(fapl, comm, MPI_INFO_NULL));
-  H5_CHECK(H5Pset_all_coll_metadata_ops(fapl, 1));
-  H5_CHECK(H5Pset_coll_metadata_write(fapl, 1));
   H5E_BEGIN_TRY { f->file = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, fapl); }
   H5E_END_TRY;
   H5Pclose(fapl);
@@ -311,11 +340,9 @@ int h5out_write_block(h5out_t *f, int group_id, int64_t total_draws, int64_t cha
   return DS_OK;
 }
 
-static hid_t open_parallel_rdwr(MPI_Comm comm, const char *path) {
-  hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
-  H5Pset_fapl_mpio(fapl, comm, MPI_INFO_NULL);
-  H5Pset_all_coll_metadata_ops(fapl, 1);
-  H5Pset_coll_metadata_write(fapl, 1);
+static hid_t open_output_rdwr(MPI_Comm comm, const char *path, int serial) {
+  hid_t fapl = output_fapl(comm, serial);
+  if (fapl < 0) return -1;
   hid_t file;
   H5E_BEGIN_TRY { file = H5Fopen(path, H5F_ACC_RDWR, fapl); }
   H5E_END_TRY;
@@ -328,9 +355,12 @@ static hid_t open_parallel_rdwr(MPI_Comm comm, const char *path) {
 static int writer_setup(h5out_t *f) {
   f->xfer = H5Pcreate(H5P_DATASET_XFER);
   H5_CHECK(f->xfer);
-  H5_CHECK(H5Pset_dxpl_mpio(f->xfer, H5FD_MPIO_COLLECTIVE));
-  const char *io = getenv("DSAMPLER_H5_IO");
-  if (io && strcmp(io, "individual") == 0) H5_CHECK(H5Pset_dxpl_mpio_collective_opt(f->xfer, H5FD_MPIO_INDIVIDUAL_IO));
+  if (!f->serial) {
+    H5_CHECK(H5Pset_dxpl_mpio(f->xfer, H5FD_MPIO_COLLECTIVE));
+    const char *io = getenv("DSAMPLER_H5_IO");
+    if (io && strcmp(io, "individual") == 0)
+      H5_CHECK(H5Pset_dxpl_mpio_collective_opt(f->xfer, H5FD_MPIO_INDIVIDUAL_IO));
+  }
   f->bool_type = H5Tenum_create(H5T_NATIVE_INT8);
   H5_CHECK(f->bool_type);
   int8_t false_value = 0, true_value = 1;
@@ -351,7 +381,8 @@ int h5out_open(h5out_t **out, MPI_Comm comm, const char *path) {
   comm = f->comm;
   MPI_Comm_rank(comm, &f->rank);
   snprintf(f->path, sizeof f->path, "%s", path);
-  f->file = open_parallel_rdwr(comm, path);
+  f->serial = output_driver_serial(comm);
+  f->file = open_output_rdwr(comm, path, f->serial);
   if (f->file < 0) {
     MPI_Comm_free(&f->comm);
     free(f);

@@ -46,6 +46,7 @@ per_iteration() {
 echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)  host: $(hostname)"
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 C20=1048576
+if [ -z "${DSAMPLER_BENCH_ONLY_FULL:-}" ]; then
 # Fixed L = 10 (the kernel's benchmark) unless the row says ChEES (--steps auto, the default).
 per_iteration "2^20 chains d=64 gaussian warmup, pooled" 200 2200 warmup --dim 64 --chains $C20 --draws 0 --adapt pooled --steps 10
 per_iteration "2^20 chains d=64 gaussian warmup, per-chain" 200 2200 warmup --dim 64 --chains $C20 --draws 0 --adapt per-chain --steps 10
@@ -61,6 +62,7 @@ per_iteration "2^20 chains d=64 banana warmup, pooled (generic path)" 100 400 wa
 per_iteration "2^20 chains d=64 banana sampling, --output-chains 1024 --thin 10" 100 400 draws --target banana \
   --dim 64 --chains $C20 --warmup 0 --adapt none --output-chains 1024 --thin 10 --steps 10
 fi
+fi  # DSAMPLER_BENCH_ONLY_FULL: only the full-output rows below
 
 # Full output: every draw of 65536 chains, against the disk's raw speed (dd, fdatasync), and
 # the same run writing one chain's draws (start-up and sampling without the output).
