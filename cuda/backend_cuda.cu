@@ -182,8 +182,11 @@ int cuda_svgd_phi(backend_t *b, const float *x_all, const float *score_all, int6
 }
 
 int cuda_svgd_update(backend_t *b, float *x, const float *phi, float *g, int64_t count, svgd_update_t kind,
-                     float step, int first_iteration) {
-  return svgd_launch_update(x, phi, g, count, (int)kind, step, first_iteration, impl_of(b)->stream);
+                     float step, int64_t iteration) {
+  float correction1 = 1.0f, correction2 = 1.0f;
+  if (kind == SVGD_UPDATE_ADAM) svgd_adam_bias(iteration, &correction1, &correction2);
+  return svgd_launch_update(x, phi, g, count, (int)kind, step, iteration, correction1, correction2,
+                            impl_of(b)->stream);
 }
 
 int cuda_hmc_transition(backend_t *b, const dsampler_target *t, hmc_batch_t *batch) {

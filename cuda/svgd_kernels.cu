@@ -719,13 +719,23 @@ __global__ void svgd_phi_finish_kernel(const phi_args a, float *phi) {
 
 /* ---------------------------------------------------------------- update, gaussian */
 
+/* The update of backend.h, operation for operation as the CPU backend (no contraction). */
 __global__ void svgd_update_kernel(float *x, const float *phi, float *g, long long count, int kind,
-                                   float step, int first_iteration) {
+                                   float step, int first_iteration, float correction1, float correction2) {
   for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < count;
        e += (long long)gridDim.x * blockDim.x) {
     const float phi_e = phi[e];
     if (kind == SVGD_UPDATE_SGD) {
       x[e] = __fadd_rn(x[e], __fmul_rn(step, phi_e));
+    } else if (kind == SVGD_UPDATE_ADAM) {
+      float *m = g, *v = g + count;
+      const float m_old = first_iteration ? 0.0f : m[e], v_old = first_iteration ? 0.0f : v[e];
+      const float m_new = __fadd_rn(__fmul_rn(0.9f, m_old), __fmul_rn(0.1f, phi_e));
+      const float v_new = __fadd_rn(__fmul_rn(0.999f, v_old), __fmul_rn(0.001f, __fmul_rn(phi_e, phi_e)));
+      m[e] = m_new;
+      v[e] = v_new;
+      const float denominator = __fadd_rn(__fsqrt_rn(__fdiv_rn(v_new, correction2)), 1e-8f);
+      x[e] = __fadd_rn(x[e], __fdiv_rn(__fmul_rn(step, __fdiv_rn(m_new, correction1)), denominator));
     } else {
       const float phi2 = __fmul_rn(phi_e, phi_e);
       const float g_e = first_iteration ? phi2 : __fadd_rn(__fmul_rn(0.9f, g[e]), __fmul_rn(0.1f, phi2));
@@ -906,14 +916,16 @@ extern "C" int svgd_launch_phi(const float *x_all, const float *score_all, int64
   return DS_OK;
 }
 
-extern "C" int svgd_launch_update(float *x, const float *phi, float *g, int64_t count, int kind,
-                                  float step, int first_iteration, cudaStream_t stream) {
-  if (count < 0 || (kind != SVGD_UPDATE_SGD && kind != SVGD_UPDATE_ADAGRAD))
+extern "C" int svgd_launch_update(float *x, const float *phi, float *g, int64_t count, int kind, float step,
+                                  int64_t iteration, float correction1, float correction2, cudaStream_t stream) {
+  if (count < 0 || (kind != SVGD_UPDATE_SGD && kind != SVGD_UPDATE_ADAGRAD && kind != SVGD_UPDATE_ADAM))
     return ds_fail(DS_ERR_INTERNAL, "svgd_launch_update: bad count %lld or kind %d", (long long)count, kind);
-  if (kind == SVGD_UPDATE_ADAGRAD && !g && count > 0)
-    return ds_fail(DS_ERR_INTERNAL, "svgd_launch_update: adagrad needs its history array");
+  if (kind != SVGD_UPDATE_SGD && !g && count > 0)
+    return ds_fail(DS_ERR_INTERNAL, "svgd_launch_update: the %s update needs its state array",
+                   kind == SVGD_UPDATE_ADAM ? "adam" : "adagrad");
   if (count == 0) return DS_OK;
-  svgd_update_kernel<<<grid_for(count, 256), 256, 0, stream>>>(x, phi, g, count, kind, step, first_iteration);
+  svgd_update_kernel<<<grid_for(count, 256), 256, 0, stream>>>(x, phi, g, count, kind, step, iteration == 0,
+                                                               correction1, correction2);
   CUDA_CHECK_LAUNCH("svgd_update_kernel");
   return DS_OK;
 }

@@ -39,9 +39,10 @@ int svgd_launch_phi(const float *x_all, const float *score_all, int64_t n, int64
                     int64_t row_begin, int64_t row_end, float h, float *phi, float *scratch,
                     cudaStream_t stream);
 
-/* kind: 0 sgd, 1 adagrad (svgd_update_t). */
-int svgd_launch_update(float *x, const float *phi, float *g, int64_t count, int kind, float step,
-                       int first_iteration, cudaStream_t stream);
+/* kind: 0 sgd, 1 adagrad, 2 adam (svgd_update_t); correction1, correction2: adam's bias
+ * corrections (svgd_adam_bias). */
+int svgd_launch_update(float *x, const float *phi, float *g, int64_t count, int kind, float step, int64_t iteration,
+                       float correction1, float correction2, cudaStream_t stream);
 
 /* The built-in gaussian's logp [n] and grad [n, dim] at x [n, dim]. */
 int gaussian_launch_logp_grad(const builtin_params_t *params, const float *x, int64_t n,

@@ -40,7 +40,24 @@ enum {
   SVGD_WINDOW_ABOVE = 65537,
   SVGD_WINDOW_COUNTS = 65538
 };
-typedef enum { SVGD_UPDATE_SGD = 0, SVGD_UPDATE_ADAGRAD = 1 } svgd_update_t;
+typedef enum { SVGD_UPDATE_SGD = 0, SVGD_UPDATE_ADAGRAD = 1, SVGD_UPDATE_ADAM = 2 } svgd_update_t;
+
+/* Floats of optimiser state per particle coordinate: adagrad's g, adam's m and v. */
+static inline int svgd_update_state_floats(svgd_update_t kind) {
+  return kind == SVGD_UPDATE_ADAM ? 2 : kind == SVGD_UPDATE_ADAGRAD ? 1 : 0;
+}
+
+/* Adam's bias corrections 1 - beta^t for step t = iteration + 1 (beta1 0.9, beta2 0.999), in
+ * double then rounded, the same for every backend. */
+static inline void svgd_adam_bias(int64_t iteration, float *correction1, float *correction2) {
+  double power1 = 1.0, power2 = 1.0;
+  for (int64_t t = 0; t <= iteration && (power1 > 0.0 || power2 > 0.0); ++t) {
+    power1 *= 0.9;
+    power2 *= 0.999;
+  }
+  *correction1 = (float)(1.0 - power1);
+  *correction2 = (float)(1.0 - power2);
+}
 
 /* One HMC iteration for a rank's chains: momenta, the accept uniform and the step's jitter come
  * from Philox keyed by (seed, chain_begin + c, iteration); see rng.h for the word layout. */
@@ -153,10 +170,13 @@ struct backend {
    * which loses all precision when h is small (N <= 2, or collapsed particles). No n x n array. */
   int (*svgd_phi)(backend_t *b, const float *x_all, const float *score_all, int64_t n,
                   int64_t dim, int64_t row_begin, int64_t row_end, float h, float *phi);
-  /* x += step * phi (sgd), or adagrad with history g: g = phi^2 on the first iteration, else
-   * 0.9 g + 0.1 phi^2; x += step * phi / (1e-6 + sqrt(g)). count = rows * dim. */
+  /* x += step * phi (sgd); adagrad with history g [count]: g = phi^2 on iteration 0, else
+   * 0.9 g + 0.1 phi^2, x += step * phi / (1e-6 + sqrt(g)); adam with g = [m | v], [2 count]:
+   * m = 0.9 m + 0.1 phi, v = 0.999 v + 0.001 phi^2 (m = v = 0 before iteration 0),
+   * x += step * (m / c1) / (sqrt(v / c2) + 1e-8), c1, c2 from svgd_adam_bias. Float operations
+   * in this order on every backend. count = rows * dim. */
   int (*svgd_update)(backend_t *b, float *x, const float *phi, float *g, int64_t count,
-                     svgd_update_t kind, float step, int first_iteration);
+                     svgd_update_t kind, float step, int64_t iteration);
 
   int (*hmc_transition)(backend_t *b, const dsampler_target *t, hmc_batch_t *batch);
   /* The statistics of the batch's last transition, summed over its chains (host result). */

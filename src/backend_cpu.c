@@ -256,13 +256,27 @@ static int cpu_svgd_phi(backend_t *b, const float *x_all, const float *score_all
 }
 
 static int cpu_svgd_update(backend_t *b, float *x, const float *phi, float *g, int64_t count,
-                           svgd_update_t kind, float step, int first_iteration) {
+                           svgd_update_t kind, float step, int64_t iteration) {
   (void)b;
   if (kind == SVGD_UPDATE_SGD) {
 #pragma omp parallel for schedule(static)
     for (int64_t e = 0; e < count; ++e) x[e] += step * phi[e];
     return DS_OK;
   }
+  if (kind == SVGD_UPDATE_ADAM) {
+    float correction1, correction2;
+    svgd_adam_bias(iteration, &correction1, &correction2);
+    float *m = g, *v = g + count;
+#pragma omp parallel for schedule(static)
+    for (int64_t e = 0; e < count; ++e) {
+      const float m_old = iteration == 0 ? 0.0f : m[e], v_old = iteration == 0 ? 0.0f : v[e];
+      m[e] = 0.9f * m_old + 0.1f * phi[e];
+      v[e] = 0.999f * v_old + 0.001f * (phi[e] * phi[e]);
+      x[e] += step * (m[e] / correction1) / (sqrtf(v[e] / correction2) + 1e-8f);
+    }
+    return DS_OK;
+  }
+  const int first_iteration = iteration == 0;
 #pragma omp parallel for schedule(static)
   for (int64_t e = 0; e < count; ++e) {
     float phi2 = phi[e] * phi[e];

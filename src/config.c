@@ -54,7 +54,7 @@ static const option_spec_t option_table[] = {
     {"thin", NUM(OPT_INT, thin), FOR_HMC, "K", "keep every K-th draw: sampling iterations 0, K, 2K, ... (default 1)"},
     {"output-chains", NUM(OPT_INT, output_chains), FOR_HMC, "M",
      "write draws of chains 0..M-1 only (default: all); moments cover every chain"},
-    {"update", STR(update), FOR_SVGD, "KIND", "SVGD update: sgd (default) or adagrad"},
+    {"update", STR(update), FOR_SVGD, "KIND", "SVGD update: sgd (default), adagrad or adam (0.9, 0.999, 1e-8)"},
     {"bandwidth", STR(bandwidth), FOR_SVGD, "H", "median (default) or a fixed positive bandwidth"},
     {"batch-size", NUM(OPT_INT, batch_size), FOR_SVGD, "B",
      "minibatch gradients: B data rows per iteration, drawn with replacement, keyed by (seed, iteration) "
@@ -291,8 +291,8 @@ static int config_validate(config_t *cfg) {
     cfg->jitter = cfg->steps == 0 && cfg->warmup > 0 && strcmp(cfg->adapt, "none") != 0 ? 0.0 : 0.3;
   if (hmc && !(cfg->jitter >= 0 && cfg->jitter < 1))
     return ds_fail(DS_ERR_INPUT, "--jitter: expected a number in [0, 1), got %g", cfg->jitter);
-  if (strcmp(cfg->update, "sgd") != 0 && strcmp(cfg->update, "adagrad") != 0)
-    return ds_fail(DS_ERR_INPUT, "--update: expected sgd or adagrad, got '%s'", cfg->update);
+  if (strcmp(cfg->update, "sgd") != 0 && strcmp(cfg->update, "adagrad") != 0 && strcmp(cfg->update, "adam") != 0)
+    return ds_fail(DS_ERR_INPUT, "--update: expected sgd, adagrad or adam, got '%s'", cfg->update);
   cfg->bandwidth_value = 0;
   if (strcmp(cfg->bandwidth, "median") != 0) {
     char *end = NULL;

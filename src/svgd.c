@@ -15,9 +15,15 @@ typedef struct svgd_state {
   float *x_all;      /* [n, dim] on the backend; this rank's rows are its particles */
   float *score_all;  /* [n, dim] */
   float *phi;        /* [rows, dim] */
-  float *history;    /* [rows, dim], adagrad */
+  float *history;    /* the update's state: adagrad's g [rows, dim]; adam's m then v, [2][rows, dim] */
   float *logp;       /* [rows] */
 } svgd_state_t;
+
+static svgd_update_t svgd_update_kind(const config_t *cfg) {
+  return strcmp(cfg->update, "adam") == 0      ? SVGD_UPDATE_ADAM
+         : strcmp(cfg->update, "adagrad") == 0 ? SVGD_UPDATE_ADAGRAD
+                                               : SVGD_UPDATE_SGD;
+}
 
 static void svgd_state_free(backend_t *b, svgd_state_t *s) {
   b->release(b, s->x_all);
@@ -27,13 +33,13 @@ static void svgd_state_free(backend_t *b, svgd_state_t *s) {
   b->release(b, s->logp);
 }
 
-static int svgd_state_alloc(backend_t *b, svgd_state_t *s, int64_t n, int64_t rows, int64_t dim, int adagrad) {
+static int svgd_state_alloc(backend_t *b, svgd_state_t *s, int64_t n, int64_t rows, int64_t dim, int state_floats) {
   memset(s, 0, sizeof *s);
   size_t all = (size_t)(n * dim) * sizeof(float), local = (size_t)(rows * dim) * sizeof(float);
   DS_TRY(b->alloc(b, (void **)&s->x_all, all));
   DS_TRY(b->alloc(b, (void **)&s->score_all, all));
   DS_TRY(b->alloc(b, (void **)&s->phi, local));
-  if (adagrad) DS_TRY(b->alloc(b, (void **)&s->history, local));
+  if (state_floats > 0) DS_TRY(b->alloc(b, (void **)&s->history, local * (size_t)state_floats));
   DS_TRY(b->alloc(b, (void **)&s->logp, (size_t)rows * sizeof(float)));
   return DS_OK;
 }
@@ -76,9 +82,8 @@ static int svgd_step(run_ctx_t *run, svgd_state_t *s, svgd_median_state_t *media
   DS_TRY(svgd_bandwidth(run, s, median_state, n, h, &median));
   status = b->svgd_phi(b, s->x_all, s->score_all, n, dim, run->item_begin, run->item_end, *h, s->phi);
   if (status == DS_OK) {
-    svgd_update_t kind = strcmp(run->cfg->update, "adagrad") == 0 ? SVGD_UPDATE_ADAGRAD : SVGD_UPDATE_SGD;
-    status = b->svgd_update(b, x_local, s->phi, s->history, rows * dim, kind, (float)run->cfg->step_size,
-                            iteration == 0);
+    status = b->svgd_update(b, x_local, s->phi, s->history, rows * dim, svgd_update_kind(run->cfg),
+                            (float)run->cfg->step_size, iteration);
   }
   return comm_agree(run->comm, status);
 }
@@ -132,19 +137,40 @@ static int svgd_write_output(run_ctx_t *run, svgd_state_t *s) {
   return status;
 }
 
-/* A checkpoint holds this rank's particles and, for adagrad, their gradient history. */
-static int svgd_checkpoint(run_ctx_t *run, svgd_state_t *s, int64_t completed, int adagrad, int stopping,
-                           float *x_host, float *history_host) {
+/* The checkpoint's per-particle arrays: x, then the update's state (adagrad: history; adam:
+ * adam_m, adam_v), each [rows, dim]. Returns how many. */
+static int svgd_checkpoint_arrays(const config_t *cfg, int64_t rows, int64_t dim, float *x_host, float *state_host,
+                                  ckpt_array_t arrays[3]) {
+  const svgd_update_t kind = svgd_update_kind(cfg);
+  arrays[0] = (ckpt_array_t){"x", CKPT_FLOAT32, dim, x_host};
+  if (kind == SVGD_UPDATE_ADAGRAD) {
+    arrays[1] = (ckpt_array_t){"history", CKPT_FLOAT32, dim, state_host};
+    return 2;
+  }
+  if (kind == SVGD_UPDATE_ADAM) {
+    arrays[1] = (ckpt_array_t){"adam_m", CKPT_FLOAT32, dim, state_host};
+    arrays[2] = (ckpt_array_t){"adam_v", CKPT_FLOAT32, dim, state_host + rows * dim};
+    return 3;
+  }
+  return 1;
+}
+
+/* A checkpoint holds this rank's particles and the update's state for them. */
+static int svgd_checkpoint(run_ctx_t *run, svgd_state_t *s, int64_t completed, int stopping, float *x_host,
+                           float *state_host) {
   backend_t *b = run->backend;
   const int64_t dim = run->target->dim, rows = run->item_end - run->item_begin;
   const size_t bytes = (size_t)(rows * dim) * sizeof(float);
+  const int state_floats = svgd_update_state_floats(svgd_update_kind(run->cfg));
   int status = b->download(b, x_host, s->x_all + run->item_begin * dim, bytes);
-  if (status == DS_OK && adagrad) status = b->download(b, history_host, s->history, bytes);
+  if (status == DS_OK && state_floats > 0)
+    status = b->download(b, state_host, s->history, bytes * (size_t)state_floats);
   status = comm_agree(run->comm, status);
   ckpt_meta_t meta;
   if (status == DS_OK) status = run_checkpoint_meta(run, completed, 0, &meta);
-  const ckpt_array_t arrays[2] = {{"x", CKPT_FLOAT32, dim, x_host}, {"history", CKPT_FLOAT32, dim, history_host}};
-  if (status == DS_OK) status = run_write_checkpoint(run, &meta, arrays, adagrad ? 2 : 1, NULL, 0, stopping);
+  ckpt_array_t arrays[3];
+  const int count = svgd_checkpoint_arrays(run->cfg, rows, dim, x_host, state_host, arrays);
+  if (status == DS_OK) status = run_write_checkpoint(run, &meta, arrays, count, NULL, 0, stopping);
   return status;
 }
 
@@ -153,7 +179,7 @@ int svgd_run(run_ctx_t *run) {
   const config_t *cfg = run->cfg;
   const int64_t n = config_items(cfg), dim = run->target->dim;
   const int64_t rows = run->item_end - run->item_begin;
-  const int adagrad = strcmp(cfg->update, "adagrad") == 0;
+  const int state_floats = svgd_update_state_floats(svgd_update_kind(cfg));
   if (n >= ((int64_t)1 << 32))
     return ds_fail(DS_ERR_INPUT, "--particles: at most 2^32 - 1 particles (the median counts N^2 pairs)");
 
@@ -161,23 +187,24 @@ int svgd_run(run_ctx_t *run) {
   DS_TRY(comm_agree(run->comm, target_set_minibatch(run->target, cfg->batch_size, cfg->seed, 0)));
 
   svgd_state_t s;
-  int status = svgd_state_alloc(b, &s, n, rows, dim, adagrad);
-  const size_t bytes = (size_t)(rows * dim) * sizeof(float);
-  float *x_host = malloc(bytes + sizeof(float)), *history_host = malloc(bytes + sizeof(float));
-  if (status == DS_OK && (!x_host || !history_host)) status = DS_FAIL_ALLOC("particle buffers", 2 * bytes);
+  int status = svgd_state_alloc(b, &s, n, rows, dim, state_floats);
+  const size_t bytes = (size_t)(rows * dim) * sizeof(float), state_bytes = bytes * (size_t)state_floats;
+  float *x_host = malloc(bytes + sizeof(float)), *history_host = malloc(state_bytes + sizeof(float));
+  if (status == DS_OK && (!x_host || !history_host)) status = DS_FAIL_ALLOC("particle buffers", bytes + state_bytes);
   status = comm_agree(run->comm, status);
   if (status == DS_OK) status = comm_agree(run->comm, run_check_checkpoint_dir(run));
 
   int64_t first_iteration = 0;
   if (status == DS_OK && run->resume_path) {
     status = comm_agree(run->comm, run_check_resume_meta(run));
-    const ckpt_array_t arrays[2] = {{"x", CKPT_FLOAT32, dim, x_host}, {"history", CKPT_FLOAT32, dim, history_host}};
+    ckpt_array_t arrays[3];
+    const int count = svgd_checkpoint_arrays(cfg, rows, dim, x_host, history_host, arrays);
     if (status == DS_OK) {
-      status = ckpt_read(run->comm->world, run->resume_path, arrays, adagrad ? 2 : 1, NULL, 0, run->item_begin,
-                         run->item_end, n);
+      status = ckpt_read(run->comm->world, run->resume_path, arrays, count, NULL, 0, run->item_begin, run->item_end, n);
       status = comm_agree(run->comm, status == DS_OK ? DS_OK : DS_ERR_CHECKPOINT);
     }
-    if (status == DS_OK && adagrad) status = comm_agree(run->comm, b->upload(b, s.history, history_host, bytes));
+    if (status == DS_OK && state_floats > 0)
+      status = comm_agree(run->comm, b->upload(b, s.history, history_host, state_bytes));
     first_iteration = run->resume_meta->iteration;
   } else if (status == DS_OK) {
     status = run_initial_positions(run, n, x_host);
@@ -209,7 +236,7 @@ int svgd_run(run_ctx_t *run) {
     const int64_t completed = it + 1;
     stop = stop && completed < cfg->iters;
     const int scheduled = cfg->checkpoint_every > 0 && (completed % cfg->checkpoint_every == 0 || completed == cfg->iters);
-    if (stop || scheduled) status = svgd_checkpoint(run, &s, completed, adagrad, stop, x_host, history_host);
+    if (stop || scheduled) status = svgd_checkpoint(run, &s, completed, stop, x_host, history_host);
     if (status == DS_OK && stop) {
       stopped = 1;
       break;

@@ -117,7 +117,7 @@ static svgd_row_t bench_svgd(curandGenerator_t generator, const dsampler_target 
     const float h = median / fmaxf(logf((float)n), 1.0f);
     BENCH_TRY(gpu->svgd_phi(gpu, x, score, n, bench_dim, 0, n, h, phi));
     BENCH_TRY(record(4));
-    BENCH_TRY(gpu->svgd_update(gpu, x, phi, NULL, (int64_t)count, SVGD_UPDATE_SGD, 0.01f, 0));
+    BENCH_TRY(gpu->svgd_update(gpu, x, phi, NULL, (int64_t)count, SVGD_UPDATE_SGD, 0.01f, 1));
     BENCH_TRY(record(5));
     /* The window pass a run makes next, centred on this median (untimed in step_ms). */
     memset(window_counts, 0, SVGD_WINDOW_COUNTS * sizeof *window_counts);
@@ -197,7 +197,7 @@ static sequence_row_t bench_svgd_sequence(curandGenerator_t generator, const dsa
     row.mismatches += memcmp(&median, &reference, sizeof median) != 0;
     const float h = fmaxf(median, 1e-5f) / fmaxf(logf((float)n), 1.0f);
     BENCH_TRY(gpu->svgd_phi(gpu, x, score, n, bench_dim, 0, n, h, phi));
-    BENCH_TRY(gpu->svgd_update(gpu, x, phi, NULL, (int64_t)count, SVGD_UPDATE_SGD, step, 0));
+    BENCH_TRY(gpu->svgd_update(gpu, x, phi, NULL, (int64_t)count, SVGD_UPDATE_SGD, step, 1));
     BENCH_TRY(record(3));
     if (t < 0) {
       BENCH_TRY(gpu->synchronize(gpu));

@@ -228,7 +228,7 @@ static void test_phi_case(int64_t n, int64_t dim, int64_t check_rows, int with_r
   GPU_TRY(gpu->alloc(gpu, (void **)&s_dev, (size_t)count * sizeof(float)));
   GPU_TRY(gpu->alloc(gpu, (void **)&logp_dev, (size_t)n * sizeof(float)));
   GPU_TRY(gpu->alloc(gpu, (void **)&phi_dev, (size_t)count * sizeof(float)));
-  GPU_TRY(gpu->alloc(gpu, (void **)&g_dev, (size_t)count * sizeof(float)));
+  GPU_TRY(gpu->alloc(gpu, (void **)&g_dev, (size_t)(2 * count) * sizeof(float)));
   GPU_TRY(gpu->logp_grad(gpu, &target, x_dev, n, logp_dev, s_dev));
   GPU_TRY(gpu->download(gpu, s_gpu, s_dev, (size_t)count * sizeof(float)));
   GPU_TRY(gpu->download(gpu, logp_gpu, logp_dev, (size_t)n * sizeof(float)));
@@ -280,31 +280,56 @@ static void test_phi_case(int64_t n, int64_t dim, int64_t check_rows, int with_r
     free(phi_part);
   }
 
-  /* One step, sgd then two adagrad steps, on the checked rows. */
+  /* One step, sgd; two adagrad steps; two adam steps, on the checked rows. */
   float *x_cpu = test_malloc((size_t)(rows * dim) * sizeof *x_cpu), *x_gpu = test_malloc((size_t)(rows * dim) * sizeof *x_gpu);
-  float *g_cpu = test_malloc((size_t)(rows * dim) * sizeof *g_cpu);
-  double step_err[3];
-  for (int variant = 0; variant < 3; ++variant) {
-    svgd_update_t kind = variant == 0 ? SVGD_UPDATE_SGD : SVGD_UPDATE_ADAGRAD;
-    int first = variant == 1;
-    if (variant <= 1) {
+  float *g_cpu = test_malloc((size_t)(2 * rows * dim) * sizeof *g_cpu);
+  double step_err[5];
+  for (int variant = 0; variant < 5; ++variant) {
+    svgd_update_t kind = variant == 0 ? SVGD_UPDATE_SGD : variant <= 2 ? SVGD_UPDATE_ADAGRAD : SVGD_UPDATE_ADAM;
+    const int64_t iteration = variant == 1 || variant == 3 ? 0 : 1;
+    if (variant <= 1 || variant == 3) {
       memcpy(x_cpu, x, (size_t)(rows * dim) * sizeof *x_cpu);
       GPU_TRY(gpu->upload(gpu, x_dev, x, (size_t)(rows * dim) * sizeof(float)));
     }
-    GPU_TRY(cpu->svgd_update(cpu, x_cpu, phi_cpu, g_cpu, rows * dim, kind, 0.1f, first));
-    GPU_TRY(gpu->svgd_update(gpu, x_dev, phi_dev, g_dev, rows * dim, kind, 0.1f, first));
+    GPU_TRY(cpu->svgd_update(cpu, x_cpu, phi_cpu, g_cpu, rows * dim, kind, 0.1f, iteration));
+    GPU_TRY(gpu->svgd_update(gpu, x_dev, phi_dev, g_dev, rows * dim, kind, 0.1f, iteration));
     GPU_TRY(gpu->download(gpu, x_gpu, x_dev, (size_t)(rows * dim) * sizeof(float)));
     step_err[variant] = test_rel_err(x_gpu, x_cpu, rows * dim);
     /* The step ||x_gpu - x_cpu|| / ||x_cpu||: 1e-5 for sgd. Adagrad divides each coordinate
      * by its own |phi|, so a near-zero coordinate carries phi's relative rounding (~1e-6)
      * into the step at full size: 1e-4 there. */
-    const double step_tol = kind == SVGD_UPDATE_SGD ? 1e-5 : 1e-4;
+    const double step_tol = kind == SVGD_UPDATE_SGD ? 1e-5 : 1e-4;  /* adam: as adagrad */
     GPU_EXPECT(step_err[variant] <= step_tol, "n=%lld d=%lld: step %d rel err %.3g > %.0e", (long long)n,
                (long long)dim, variant, step_err[variant], step_tol);
   }
-  printf("  n=%-6lld d=%-4lld rows %-6lld h=%-10.5g phi vs cpu %.2e  vs f64 %s%.2e  step sgd %.2e adagrad %.2e %.2e\n",
+  /* The same phi into both updates: x and the optimiser state bitwise equal (the float
+   * operations are the same, in the same order, on both backends). */
+  int same_update = 1;
+  for (int kind = SVGD_UPDATE_ADAGRAD; kind <= SVGD_UPDATE_ADAM; ++kind) {
+    const int64_t state = (int64_t)svgd_update_state_floats((svgd_update_t)kind) * rows * dim;
+    float *g_gpu = test_malloc((size_t)state * sizeof *g_gpu);
+    GPU_TRY(gpu->upload(gpu, phi_dev, phi_cpu, (size_t)(rows * dim) * sizeof(float)));
+    for (int64_t iteration = 0; iteration < 3; ++iteration) {
+      if (iteration == 0) {
+        memcpy(x_cpu, x, (size_t)(rows * dim) * sizeof *x_cpu);
+        GPU_TRY(gpu->upload(gpu, x_dev, x, (size_t)(rows * dim) * sizeof(float)));
+      }
+      GPU_TRY(cpu->svgd_update(cpu, x_cpu, phi_cpu, g_cpu, rows * dim, (svgd_update_t)kind, 0.1f, iteration));
+      GPU_TRY(gpu->svgd_update(gpu, x_dev, phi_dev, g_dev, rows * dim, (svgd_update_t)kind, 0.1f, iteration));
+    }
+    GPU_TRY(gpu->download(gpu, x_gpu, x_dev, (size_t)(rows * dim) * sizeof(float)));
+    GPU_TRY(gpu->download(gpu, g_gpu, g_dev, (size_t)state * sizeof(float)));
+    const int same = memcmp(x_gpu, x_cpu, (size_t)(rows * dim) * sizeof(float)) == 0 &&
+                     memcmp(g_gpu, g_cpu, (size_t)state * sizeof(float)) == 0;
+    GPU_EXPECT(same, "n=%lld d=%lld: %s update on the same phi differs between the backends", (long long)n,
+               (long long)dim, kind == SVGD_UPDATE_ADAM ? "adam" : "adagrad");
+    same_update = same_update && same;
+    free(g_gpu);
+  }
+  printf("  n=%-6lld d=%-4lld rows %-6lld h=%-10.5g phi vs cpu %.2e  vs f64 %s%.2e  step sgd %.2e adagrad %.2e %.2e "
+         "adam %.2e %.2e; same phi, 3 steps: %s\n",
          (long long)n, (long long)dim, (long long)rows, (double)h, phi_err, ref_err < 0 ? "(n/a) " : "", ref_err < 0 ? 0.0 : ref_err,
-         step_err[0], step_err[1], step_err[2]);
+         step_err[0], step_err[1], step_err[2], step_err[3], step_err[4], same_update ? "bitwise equal" : "DIFFER");
 
   free(x_cpu); free(x_gpu); free(g_cpu); free(phi_cpu); free(phi_gpu);
   free(x); free(s); free(logp); free(s_gpu); free(logp_gpu);

@@ -1,5 +1,5 @@
 """Same seed, any rank count: bitwise identical output datasets, HMC (fixed step; warmup
-adaptation per chain and pooled; jitter; ChEES trajectory lengths) and SVGD (sgd and adagrad), with chains or particles
+adaptation per chain and pooled; jitter; ChEES trajectory lengths) and SVGD (sgd, adagrad and adam), with chains or particles
 not divisible by the rank count and ranks owning none."""
 import os
 
@@ -22,6 +22,7 @@ RUNS = {
                             30, "--seed", 17],
     "svgd": ["svgd", "--dim", 4, "--particles", 23, "--iters", 15, "--step-size", 0.2, "--seed", 11],
     "svgd_adagrad": ["svgd", "--dim", 2, "--particles", 9, "--iters", 10, "--update", "adagrad", "--seed", 3],
+    "svgd_adam": ["svgd", "--dim", 3, "--particles", 11, "--iters", 10, "--update", "adam", "--seed", 3],
     "svgd_few_particles": ["svgd", "--dim", 3, "--particles", 2, "--iters", 5, "--seed", 2],
 }
 

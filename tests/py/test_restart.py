@@ -1,5 +1,5 @@
 """Restart equivalence: a run of T iterations equals a run stopped by a signal part-way and
-resumed, bitwise, for HMC and SVGD (sgd and adagrad), resumed on the same and on a different
+resumed, bitwise, for HMC and SVGD (sgd, adagrad and adam), resumed on the same and on a different
 rank count; SVGD on minibatches of a dataset (--batch-size) too; a scheduled-checkpoint run
 resumed with more draws equals a longer run."""
 import glob
@@ -91,6 +91,7 @@ def main():
             "--checkpoint-every", 20, "--backend", "cpu"]
     case("svgd_same", "svgd", svgd, "--iters", 2, 2, signal.SIGTERM)
     case("svgd_adagrad_other", "svgd", [*svgd, "--update", "adagrad"], "--iters", 3, 1, signal.SIGINT)
+    case("svgd_adam_other", "svgd", [*svgd, "--update", "adam"], "--iters", 2, 3, signal.SIGTERM)
     # Minibatches are keyed by (seed, iteration): a resumed run draws the batches it would have.
     rng = np.random.default_rng(4)
     X = rng.normal(size=(3000, 4)).astype(np.float32)
