@@ -35,7 +35,7 @@ def main():
         ("dim_not_a_number", ["svgd", "--dim", "abc"], "--dim: expected an integer, got 'abc'"),
         ("chains_zero", ["hmc", "--dim", 2, "--chains", 0], "--chains"),
         ("step_negative", ["hmc", "--dim", 2, "--step-size", -1], "--step-size"),
-        ("bad_update", ["svgd", "--dim", 2, "--update", "adam"], "--update"),
+        ("bad_update", ["svgd", "--dim", 2, "--update", "rmsprop"], "--update: expected sgd, adagrad or adam, got 'rmsprop'"),
         ("bad_bandwidth", ["svgd", "--dim", 2, "--bandwidth", "-1"], "--bandwidth"),
         ("bad_backend", ["svgd", "--dim", 2, "--backend", "tpu"], "--backend"),
         ("bad_comm", ["svgd", "--dim", 2, "--comm", "gloo"], "--comm"),
