@@ -507,6 +507,31 @@ struct wide_args {
   float *sum_k;        /* [rows] */
 };
 
+static_assert(WIDE_BN == WIDE_BC, "both wide kernels share one 128 x 128 register tile");
+
+/* A thread's 8 columns of a 128-wide tile: 4 across + 0..3, then 64 + 4 across + 0..3, so each
+ * float4 read of a staged row is conflict-free. */
+__device__ __forceinline__ int wide_column(int tx, int c) { return c < 4 ? tx * 4 + c : 64 + tx * 4 + c - 4; }
+
+/* One staged chunk of both wide kernels: acc[r][c] += left[kk][8 ty + r] * right[kk][column c],
+ * kk ascending (each output's fma chain in a fixed order). */
+__device__ __forceinline__ void wide_stage_fma(const float (*left)[WIDE_BM + 4], const float (*right)[WIDE_BC + 4],
+                                               int tx, int ty, float acc[8][8]) {
+#pragma unroll
+  for (int kk = 0; kk < WIDE_KC; ++kk) {
+    const float4 a0 = *reinterpret_cast<const float4 *>(&left[kk][ty * 8]);
+    const float4 a1 = *reinterpret_cast<const float4 *>(&left[kk][ty * 8 + 4]);
+    const float4 b0 = *reinterpret_cast<const float4 *>(&right[kk][tx * 4]);
+    const float4 b1 = *reinterpret_cast<const float4 *>(&right[kk][64 + tx * 4]);
+    const float av[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
+    const float bv[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
+#pragma unroll
+    for (int r = 0; r < 8; ++r)
+#pragma unroll
+      for (int c = 0; c < 8; ++c) acc[r][c] = __fmaf_rn(av[r], bv[c], acc[r][c]);
+  }
+}
+
 /* |x_j|^2 for every particle: fma chain, k ascending. */
 __global__ void svgd_squares_kernel(const float *x, long long n, int dim, float *squares) {
   for (long long j = (long long)blockIdx.x * blockDim.x + threadIdx.x; j < n; j += (long long)gridDim.x * blockDim.x) {
@@ -541,8 +566,7 @@ __global__ void __launch_bounds__(WIDE_THREADS, 2) svgd_wide_kernel_tile_kernel(
       cp_async_f32(&cols_s[buffer][kk][cc], valid ? a.x + column * a.dim + k : a.x, valid);
     }
   };
-  /* The thread's columns: c0 + tx*4 + c for c < 4, c0 + 64 + tx*4 + c - 4 after (conflict-free reads). */
-  auto column_of = [&](int c) { return c0 + (c < 4 ? tx * 4 + c : 64 + tx * 4 + c - 4); };
+  auto column_of = [&](int c) { return c0 + wide_column(tx, c); };
   float dist[8][8];
 #pragma unroll
   for (int r = 0; r < 8; ++r)
@@ -554,19 +578,7 @@ __global__ void __launch_bounds__(WIDE_THREADS, 2) svgd_wide_kernel_tile_kernel(
   for (int chunk = 0; chunk < chunks; ++chunk) {
     const int buffer = chunk & 1;
     if (chunk + 1 < chunks) stage(chunk + 1, buffer ^ 1);
-#pragma unroll
-    for (int kk = 0; kk < WIDE_KC; ++kk) {
-      const float4 a0 = *reinterpret_cast<const float4 *>(&rows_s[buffer][kk][ty * 8]);
-      const float4 a1 = *reinterpret_cast<const float4 *>(&rows_s[buffer][kk][ty * 8 + 4]);
-      const float4 b0 = *reinterpret_cast<const float4 *>(&cols_s[buffer][kk][tx * 4]);
-      const float4 b1 = *reinterpret_cast<const float4 *>(&cols_s[buffer][kk][64 + tx * 4]);
-      const float av[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
-      const float bv[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
-#pragma unroll
-      for (int r = 0; r < 8; ++r)
-#pragma unroll
-        for (int c = 0; c < 8; ++c) dist[r][c] = __fmaf_rn(av[r], bv[c], dist[r][c]);  /* the dot product */
-    }
+    wide_stage_fma(rows_s[buffer], cols_s[buffer], tx, ty, dist);  /* the dot products */
     cp_async_wait_all();
     __syncthreads();
   }
@@ -636,7 +648,7 @@ __global__ void __launch_bounds__(WIDE_THREADS, 2) svgd_wide_accumulate_kernel(c
       cp_async_f32(&v_s[buffer][jj][cc], valid ? a.v + column * a.dim + coord0 + cc : a.v, valid);
     }
   };
-  auto coordinate = [&](int c) { return coord0 + (c < 4 ? tx * 4 + c : 64 + tx * 4 + c - 4); };
+  auto coordinate = [&](int c) { return coord0 + wide_column(tx, c); };
   float acc[8][8];
 #pragma unroll
   for (int r = 0; r < 8; ++r) {
@@ -653,19 +665,7 @@ __global__ void __launch_bounds__(WIDE_THREADS, 2) svgd_wide_accumulate_kernel(c
   for (int step = 0; step < stages; ++step) {
     const int buffer = step & 1;
     if (step + 1 < stages) stage(step + 1, buffer ^ 1);
-#pragma unroll
-    for (int jj = 0; jj < WIDE_KC; ++jj) {
-      const float4 k0 = *reinterpret_cast<const float4 *>(&k_s[buffer][jj][ty * 8]);
-      const float4 k1 = *reinterpret_cast<const float4 *>(&k_s[buffer][jj][ty * 8 + 4]);
-      const float4 v0 = *reinterpret_cast<const float4 *>(&v_s[buffer][jj][tx * 4]);
-      const float4 v1 = *reinterpret_cast<const float4 *>(&v_s[buffer][jj][64 + tx * 4]);
-      const float kv[8] = {k0.x, k0.y, k0.z, k0.w, k1.x, k1.y, k1.z, k1.w};
-      const float vv[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
-#pragma unroll
-      for (int r = 0; r < 8; ++r)
-#pragma unroll
-        for (int c = 0; c < 8; ++c) acc[r][c] = __fmaf_rn(kv[r], vv[c], acc[r][c]);
-    }
+    wide_stage_fma(k_s[buffer], v_s[buffer], tx, ty, acc);
     cp_async_wait_all();
     __syncthreads();
   }

@@ -192,35 +192,32 @@ __global__ void logistic_tiles_kernel(const float *data_x, const float *data_y, 
   data_tiles[e] = value;
 }
 
-// A minibatch as device tiles: slot b (tile b / 64, column b % 64) is data row rng_batch_row(b),
-// copied from the full tiles; slots past the batch are zero.
+// A minibatch as device tiles, one thread per slot (its row drawn once): slot b (tile b / 64,
+// column b % 64) is data row rng_batch_row(b), copied from the full tiles; slots past the batch
+// are zero.
 __global__ void logistic_batch_tiles_kernel(const float *data_tiles, long long rows, uint64_t seed, uint32_t iteration,
-                                            long long batch, long long tiles, float *batch_tiles) {
-  const long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-  if (e >= tiles * kFusedTileFloats) return;
-  const long long slot = e / kFusedTileFloats * kFusedTileRows + e % kFusedTileRows;
-  const int k = (int)(e % kFusedTileFloats) / kFusedTileRows;
-  float value = 0.0f;
-  if (slot < batch) {
-    const long long row = rng_batch_row(seed, iteration, slot, rows);
-    value = data_tiles[row / kFusedTileRows * kFusedTileFloats + k * kFusedTileRows + row % kFusedTileRows];
+                                            long long batch, long long slots, float *batch_tiles) {
+  const long long slot = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (slot >= slots) return;
+  float *target = batch_tiles + slot / kFusedTileRows * kFusedTileFloats + slot % kFusedTileRows;
+  if (slot >= batch) {
+    for (int k = 0; k <= kFusedDimMax; ++k) target[k * kFusedTileRows] = 0.0f;
+    return;
   }
-  batch_tiles[e] = value;
+  const long long row = rng_batch_row(seed, iteration, slot, rows);
+  const float *source = data_tiles + row / kFusedTileRows * kFusedTileFloats + row % kFusedTileRows;
+  for (int k = 0; k <= kFusedDimMax; ++k) target[k * kFusedTileRows] = source[k * kFusedTileRows];
 }
 
-// A minibatch as rows for the cuBLAS path: X [batch, dim] then y [batch].
+// A minibatch as rows for the cuBLAS path, one thread per slot: X [batch, dim] then y [batch].
 __global__ void logistic_batch_rows_kernel(const float *data_x, const float *data_y, long long rows, int dim,
                                            uint64_t seed, uint32_t iteration, long long batch, float *batch_x,
                                            float *batch_y) {
-  const long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-  if (e >= batch * (dim + 1)) return;
-  const long long slot = e / (dim + 1);
-  const int k = (int)(e % (dim + 1));
+  const long long slot = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (slot >= batch) return;
   const long long row = rng_batch_row(seed, iteration, slot, rows);
-  if (k < dim)
-    batch_x[slot * dim + k] = data_x[row * dim + k];
-  else
-    batch_y[slot] = data_y[row];
+  for (int k = 0; k < dim; ++k) batch_x[slot * dim + k] = data_x[row * dim + k];
+  batch_y[slot] = data_y[row];
 }
 
 // Shared memory of the fused kernel (dynamic: more than the static 48 KB).
@@ -428,6 +425,8 @@ int state_fill(const builtin_params_t *p, builtin_device_state *s) {
                                                                                        (int)dim, tiles, s->data_tiles);
       CUDA_CHECK_LAUNCH("logistic_tiles_kernel");
       CUDA_CHECK(cudaDeviceSynchronize());
+      CUDA_CHECK(cudaFuncSetAttribute(fused_logistic_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      (int)sizeof(fused_logistic_shared)));
       CUDA_CHECK(cudaFree(s->data_x));
       CUDA_CHECK(cudaFree(s->data_y));
       s->data_x = s->data_y = nullptr;
@@ -491,7 +490,6 @@ int fused_logistic_logp_grad(const builtin_params_t *p, builtin_device_state *s,
     s->chunk_chains = (size_t)slice;
   }
   const int shared_bytes = (int)sizeof(fused_logistic_shared);
-  CUDA_CHECK(cudaFuncSetAttribute(fused_logistic_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, shared_bytes));
   const double inv_var = 1.0 / (p->prior_sigma * p->prior_sigma);
   for (long long c0 = 0; c0 < n; c0 += slice) {
     const long long count = n - c0 < slice ? n - c0 : slice;
@@ -525,12 +523,13 @@ int logistic_logp_grad(const builtin_params_t *p, builtin_device_state *s, const
       s->batch_floats = floats;
     }
     if (p->dim <= kFusedDimMax) {
-      logistic_batch_tiles_kernel<<<(unsigned)((floats + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
-          s->data_tiles, p->n_data, p->batch_seed, p->batch_iteration, batch, batch_tiles, s->batch_data);
+      const long long slots = batch_tiles * kFusedTileRows;
+      logistic_batch_tiles_kernel<<<(unsigned)((slots + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
+          s->data_tiles, p->n_data, p->batch_seed, p->batch_iteration, batch, slots, s->batch_data);
       CUDA_CHECK_LAUNCH("logistic_batch_tiles_kernel");
       tiles = s->batch_data;
     } else {
-      logistic_batch_rows_kernel<<<(unsigned)((floats + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
+      logistic_batch_rows_kernel<<<(unsigned)((batch + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
           s->data_x, s->data_y, p->n_data, (int)p->dim, p->batch_seed, p->batch_iteration, batch, s->batch_data,
           s->batch_data + batch * p->dim);
       CUDA_CHECK_LAUNCH("logistic_batch_rows_kernel");

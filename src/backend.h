@@ -5,6 +5,7 @@
 #ifndef DSAMPLER_BACKEND_H
 #define DSAMPLER_BACKEND_H
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -48,15 +49,10 @@ static inline int svgd_update_state_floats(svgd_update_t kind) {
 }
 
 /* Adam's bias corrections 1 - beta^t for step t = iteration + 1 (beta1 0.9, beta2 0.999), in
- * double then rounded, the same for every backend. */
+ * double then rounded; computed on the host for every backend, so they agree. */
 static inline void svgd_adam_bias(int64_t iteration, float *correction1, float *correction2) {
-  double power1 = 1.0, power2 = 1.0;
-  for (int64_t t = 0; t <= iteration && (power1 > 0.0 || power2 > 0.0); ++t) {
-    power1 *= 0.9;
-    power2 *= 0.999;
-  }
-  *correction1 = (float)(1.0 - power1);
-  *correction2 = (float)(1.0 - power2);
+  *correction1 = (float)(1.0 - pow(0.9, (double)(iteration + 1)));
+  *correction2 = (float)(1.0 - pow(0.999, (double)(iteration + 1)));
 }
 
 /* One HMC iteration for a rank's chains: momenta, the accept uniform and the step's jitter come
