@@ -26,13 +26,16 @@ int run_initial_positions(run_ctx_t *run, int64_t n_total, float *x_local) {
   const config_t *cfg = run->cfg;
   const int64_t dim = run->target->dim, rows = run->item_end - run->item_begin;
   int status = DS_OK;
+  const int64_t per_start = cfg->algorithm == ALGO_HMC && cfg->chains_per_start > 1 ? cfg->chains_per_start : 1;
   if (cfg->init[0]) {
     status = h5init_read(run->comm->world, cfg->init, n_total, dim, run->item_begin, run->item_end, x_local);
+  } else if (run->target->abi_version >= 2 && run->target->initial_point) {
+    /* The model's own starts (a Stan model's: uniform in (-2, 2), tried until log p is finite). */
+    status = target_initial_points(run->target, cfg->seed, run->item_begin, rows, per_start, x_local);
   } else {
     /* Chains of one superchain (--chains-per-start K) share the start drawn for its first
      * chain, so that they differ only through their own streams, as nested R-hat assumes; with
      * K = 1 every chain keys its own start, as before the option existed. */
-    const int64_t per_start = cfg->algorithm == ALGO_HMC && cfg->chains_per_start > 1 ? cfg->chains_per_start : 1;
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t item = run->item_begin + r, start_key = item - item % per_start;
       rng_words_t block = {{0, 0, 0, 0}};
@@ -223,12 +226,13 @@ static int check_checkpoint_dir(const char *dir) {
   return check_output_path("--checkpoint-dir", dir);
 }
 
-/* Local: dlopen of a FIFO blocks and of a directory says little; refuse both first. */
+/* Local: dlopen of a FIFO blocks and of a directory says little; refuse both first (and the
+ * same for a Stan model's file). */
 static int check_plugin_path(const char *spec, const char *path) {
   struct stat st;
-  if (stat(path, &st) != 0) return ds_fail(DS_ERR_INPUT, "--target %s: cannot load the plugin: %s", spec, strerror(errno));
-  if (!S_ISREG(st.st_mode))
-    return ds_fail(DS_ERR_INPUT, "--target %s: cannot load the plugin: not a regular file", spec);
+  const char *what = target_is_stan(spec) ? "cannot read the model" : "cannot load the plugin";
+  if (stat(path, &st) != 0) return ds_fail(DS_ERR_INPUT, "--target %s: %s: %s", spec, what, strerror(errno));
+  if (!S_ISREG(st.st_mode)) return ds_fail(DS_ERR_INPUT, "--target %s: %s: not a regular file", spec, what);
   return DS_OK;
 }
 
@@ -238,7 +242,9 @@ int run_check_paths(run_ctx_t *run) {
   /* Inputs: regular files only (a FIFO would block the open, a directory gives MPI-IO noise). */
   if (cfg->init[0]) status = h5util_check_input("--init", cfg->init, 0);
   if (status == DS_OK && cfg->data[0]) status = h5util_check_input("--data", cfg->data, 0);
-  const char *plugin = strncmp(cfg->target, "plugin:", 7) == 0 ? cfg->target + 7 : NULL;
+  const char *plugin = strncmp(cfg->target, "plugin:", 7) == 0 ? cfg->target + 7
+                       : target_is_stan(cfg->target)        ? cfg->target + 5
+                                                             : NULL;
   if (status == DS_OK && plugin) status = check_plugin_path(cfg->target, plugin);
   char args_data[CONFIG_PATH_MAX] = "";
   if (status == DS_OK && target_args_get(cfg->target_args, "data", args_data, sizeof args_data) && args_data[0])
@@ -348,7 +354,13 @@ int run_main(comm_ctx_t *comm, const config_t *cfg, const char *resume_path, con
    * their UUIDs in comm_select_transport, not from these counts. */
   backend_t *backend = NULL;
   const int devices = comm_cuda_device_count();
-  status = backend_create(cfg->backend, devices > 0 ? comm->local_rank % devices : 0, &backend);
+  /* A Stan model runs on the CPU: its gradient is C++ autodiff on the host. `auto` takes the
+   * CPU for it; an explicit `cuda` is refused, before anything is compiled or loaded. */
+  const char *backend_name = target_is_stan(cfg->target) && strcmp(cfg->backend, "auto") == 0 ? "cpu" : cfg->backend;
+  if (target_is_stan(cfg->target) && strcmp(cfg->backend, "cuda") == 0)
+    status = ds_fail(DS_ERR_INPUT, "--target %s --backend cuda: Stan models run on the CPU backend only (their "
+                     "gradients are Stan Math's autodiff on the host); give --backend cpu or auto", cfg->target);
+  if (status == DS_OK) status = backend_create(backend_name, devices > 0 ? comm->local_rank % devices : 0, &backend);
   status = comm_agree(comm, status);
   if (status != DS_OK) {
     backend_destroy(backend);
@@ -360,7 +372,7 @@ int run_main(comm_ctx_t *comm, const config_t *cfg, const char *resume_path, con
 
   target_handle_t target;
   memset(&target, 0, sizeof target);
-  if (status == DS_OK) status = comm_agree(comm, target_open(cfg->target, cfg->target_args, cfg->data, cfg->dim, comm->world, &target));
+  if (status == DS_OK) status = comm_agree(comm, target_open(cfg->target, cfg->target_args, cfg->data, cfg->dim, cfg->seed, comm->world, &target));
   if (status == DS_OK) {
     run.target = &target.target;
     status = comm_agree(comm, run_check_target(&run));
