@@ -249,7 +249,16 @@ int h5out_add_group_shaped(h5out_t *f, const char *name, int64_t n_chains, int64
   g->n_chains = n_chains;
   g->dim = dim;
   g->n_vars = n_vars;
-  g->group = H5Gcreate2(f->file, name, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  /* Links in creation order, so that readers (dsampler summary) list a model's variables in
+   * the order it declares them, not by name. */
+  hid_t gcpl = H5Pcreate(H5P_GROUP_CREATE);
+  H5_CHECK(gcpl);
+  if (H5Pset_link_creation_order(gcpl, H5P_CRT_ORDER_TRACKED | H5P_CRT_ORDER_INDEXED) < 0) {
+    H5Pclose(gcpl);
+    return h5_fail(__FILE__, __LINE__, "H5Pset_link_creation_order");
+  }
+  g->group = H5Gcreate2(f->file, name, H5P_DEFAULT, gcpl, H5P_DEFAULT);
+  H5Pclose(gcpl);
   H5_CHECK(g->group);
   DS_TRY(write_library_attrs(f, g->group));
   g->chain_scale = create_coordinate(f, g->group, "chain", n_chains, 0);
