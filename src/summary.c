@@ -817,10 +817,11 @@ static int write_csv(const summary_result_t *result, FILE *csv) {
   fprintf(csv, "variable");
   for (int c = 0; c < columns; ++c) fprintf(csv, ",%s", diag_stat_names[c]);
   fputc('\n', csv);
-  char cell[64];
+  char cell[SUMMARY_NAME_LEN + 64];
   for (int64_t row = 0; row < result->n_rows; ++row) {
     row_name(result, row, cell, sizeof cell);
-    fprintf(csv, "%s", cell);
+    /* A name of several indices holds commas (table[0,1]): quoted, as RFC 4180 has it. */
+    fprintf(csv, strchr(cell, ',') ? "\"%s\"" : "%s", cell);
     for (int c = 0; c < columns; ++c) {
       format_number(cell, sizeof cell, "%.17g", result->stats[row * DIAG_N_STATS + c]);
       fprintf(csv, ",%s", cell);
