@@ -240,6 +240,14 @@ int target_open(const char *spec, const char *args, const char *data_path, int64
     status = target_is_stan(spec) ? stan_build_library(spec + 5, comm, 1, library, sizeof library) : DS_OK;
     if (status == DS_OK) status = load_library(spec, library, out);
     if (status == DS_OK) status = create_from_plugin(spec, args, full_args, data_path, dim, seed, comm, out);
+    if (status == DS_OK && (out->target.abi_version < TARGET_ABI_OLDEST ||
+                            out->target.abi_version > DSAMPLER_TARGET_ABI_VERSION)) {
+      /* Another ABI's struct layout: not even its destroy can be called safely. */
+      status = ds_fail(DS_ERR_INPUT, "--target %s: the plugin was built for target ABI version %d; this dsampler "
+                       "speaks versions %d and %d (rebuild it against this dsampler_target.h)",
+                       spec, out->target.abi_version, TARGET_ABI_OLDEST, DSAMPLER_TARGET_ABI_VERSION);
+      memset(&out->target, 0, sizeof out->target);
+    }
   } else {
     if (strchr(data_path, ','))
       status = ds_fail(DS_ERR_INPUT, "--data %s: the built-in targets take a file name without a comma", data_path);
