@@ -166,8 +166,13 @@ static int check_reported(const char *spec, const dsampler_target *t, int64_t di
 /* dlopen's handle of a plugin library, or DS_ERR_INPUT naming it. */
 static int load_library(const char *spec, const char *path, target_handle_t *out) {
   out->library = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-  if (!out->library) return ds_fail(DS_ERR_INPUT, "--target %s: cannot load the plugin: %s", spec, dlerror());
-  return DS_OK;
+  if (out->library) return DS_OK;
+  const char *why = dlerror();
+  /* Stan models use initial-exec thread-locals (stan_build.c), which need a little of the
+   * process's spare static TLS; a process that has spent it can compile without. */
+  const int tls = target_is_stan(spec) && why && strstr(why, "static TLS");
+  return ds_fail(DS_ERR_INPUT, "--target %s: cannot load the plugin: %s%s", spec, why ? why : "unknown error",
+                 tls ? " (compile the model with DSAMPLER_STAN_CXXFLAGS=-ftls-model=global-dynamic)" : "");
 }
 
 /* Makes the target of a loaded plugin: by its version 2 entry when it has one, else by the

@@ -312,7 +312,10 @@ bool describe_outputs(stan_target &target, std::string &problem) {
 
 }  // namespace
 
-extern "C" int dsampler_target_create_v2(const dsampler_target_host *host, dsampler_target *out) {
+/* The library's one exported symbol: everything else is compiled hidden (stan_build.c), so that
+ * calls inside the library bind directly instead of through the PLT. */
+extern "C" __attribute__((visibility("default"))) int dsampler_target_create_v2(const dsampler_target_host *host,
+                                                                                 dsampler_target *out) {
   std::unique_ptr<stan_target> target;
   try {
     target = std::make_unique<stan_target>();
