@@ -459,6 +459,8 @@ static int toolchain_build(stan_toolchain_t *tool, int verbose) {
              tool->extra_flags, tool->home, final_pch);
     status = write_text(command_file, text);
   }
+  /* mkdtemp made it private; the toolchain is readable like any compiler's output. */
+  if (status == DS_OK) chmod(tmp, 0755);
   if (status == DS_OK && rename(tmp, tool->tool_dir) != 0 && !is_file(done))
     status = ds_fail(DS_ERR_IO, "the Stan cache: cannot rename %s to %s: %s", tmp, tool->tool_dir, strerror(errno));
   if (status != DS_OK) {
@@ -572,6 +574,7 @@ static int build_model(stan_toolchain_t *tool, const char *model_path, const cha
                        "-lsundials_idas", "-lsundials_kinsol", "-lsundials_nvecserial", "-ltbb", rpath, NULL};
   DS_TRY(compile_step(tool, "linking the model", link_tail, log, 0));
   remove(object);
+  chmod(tmp, 0755);
   if (rename(tmp, model_dir) != 0 && !is_file(library))
     return ds_fail(DS_ERR_IO, "the Stan cache: cannot rename %s to %s: %s", tmp, model_dir, strerror(errno));
   if (verbose) {
