@@ -93,6 +93,11 @@ int run_open_output(run_ctx_t *run, h5out_t **out) {
   list->attrs[list->count].key = "run_id";
   list->attrs[list->count].value = run->run_id;
   list->count++;
+  if (run->stan_model[0]) {
+    list->attrs[list->count].key = "stan_model";
+    list->attrs[list->count].value = run->stan_model;
+    list->count++;
+  }
   int status = h5out_create(out, run->comm->world, run->cfg->out, list->attrs, list->count);
   free(list);
   return comm_agree(run->comm, status);
@@ -227,6 +232,14 @@ int run_reopen_output(run_ctx_t *run, h5out_t **out) {
     status = ds_fail(DS_ERR_INPUT, "output %s belongs to another run than checkpoint %s (run ids %s and %s): was it "
                                    "overwritten? Refusing to append to it",
                      run->cfg->out, run->resume_path, run_id, run->run_id);
+  /* A Stan model is compiled from its file's content: a file edited since the run started
+   * compiles to another library, which must not continue the run's chains. */
+  char stan_model[64] = "";
+  if (status == DS_OK && run->stan_model[0]) status = h5out_read_attr(*out, "stan_model", stan_model, sizeof stan_model);
+  if (status == DS_OK && run->stan_model[0] && strcmp(stan_model, run->stan_model) != 0)
+    status = ds_fail(DS_ERR_INPUT, "--target %s: the model is not the one this run started with (it compiles to %s, "
+                     "the run's was %s): resume with the model file as it was", run->cfg->target, run->stan_model,
+                     stan_model);
   return comm_agree(run->comm, status);
 }
 
@@ -423,6 +436,12 @@ int run_main(comm_ctx_t *comm, const config_t *cfg, const char *resume_path, con
   if (status == DS_OK) {
     run.target = &target.target;
     status = comm_agree(comm, run_check_target(&run));
+  }
+  if (status == DS_OK && target.stan_library[0]) {
+    /* model-<hash>, the folder of the library (rank 0's path, the same on every rank). */
+    char folder[CONFIG_PATH_MAX];
+    snprintf(folder, sizeof folder, "%s", target.stan_library);
+    snprintf(run.stan_model, sizeof run.stan_model, "%s", basename(dirname(folder)));
   }
   if (status == DS_OK) {
     run.backend = backend;

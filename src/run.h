@@ -22,6 +22,8 @@ typedef struct run_ctx {
   const ckpt_meta_t *resume_meta;
   char run_id[64];              /* made at a fresh start, kept across resumes */
   int output_created;           /* rank 0: the output did not exist before this run */
+  char stan_model[64];          /* a Stan target's cache entry, model-<hash> ("" otherwise): the
+                                 * output records it, and a resume must find the same */
 } run_ctx_t;
 
 /* Runs the configured algorithm end to end, or continues it from a checkpoint (resume_path

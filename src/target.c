@@ -243,6 +243,7 @@ int target_open(const char *spec, const char *args, const char *data_path, int64
     char library[CONFIG_PATH_MAX];
     snprintf(library, sizeof library, "%s", spec + 7);
     status = target_is_stan(spec) ? stan_build_library(spec + 5, comm, 1, library, sizeof library) : DS_OK;
+    if (status == DS_OK && target_is_stan(spec)) snprintf(out->stan_library, sizeof out->stan_library, "%s", library);
     if (status == DS_OK) status = load_library(spec, library, out);
     if (status == DS_OK) status = create_from_plugin(spec, args, full_args, data_path, dim, seed, comm, out);
     if (status == DS_OK && (out->target.abi_version < TARGET_ABI_OLDEST ||

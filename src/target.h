@@ -5,6 +5,7 @@
 #ifndef DSAMPLER_TARGET_LOAD_H
 #define DSAMPLER_TARGET_LOAD_H
 
+#include "config.h"
 #include "dsampler_target.h"
 
 /* Output variables a version 2 target may report (each is a dataset of the output). */
@@ -14,6 +15,9 @@ typedef struct target_handle {
   dsampler_target target;
   void *library;  /* dlopen handle of a plugin, NULL for a built-in */
   char spec[512]; /* --target, for the messages a version 2 target reports */
+  /* A Stan model's compiled library in the cache, model-<hash>/<name>.so ("" otherwise): which
+   * model a run was made with. */
+  char stan_library[CONFIG_PATH_MAX];
 } target_handle_t;
 
 /* Collective over comm. data_path is --data ("" when not given): a version 2 plugin receives

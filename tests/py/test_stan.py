@@ -14,7 +14,8 @@ Run as `test_stan.py PART`, one CTest test per part:
   invariance 1 rank with 2 OpenMP threads (the target called from both at once), 2 and 3 ranks:
              every dataset bitwise equal; a data file whose path holds commas; SVGD's particles
              as the model's variables, bitwise equal on 1 and 3 ranks
-  restart    stopped by a signal on 2 ranks, resumed on 3: bitwise the uninterrupted run
+  restart    stopped by a signal on 2 ranks, resumed on 3: bitwise the uninterrupted run; a model
+             edited before the resume is refused
   errors     bad input gets one line naming it before sampling: a syntax error (stanc's line
              and column), a missing data variable, a wrong shape, a file that is not JSON, no
              toolchain, no compiler, an impossible start, --backend cuda
@@ -398,6 +399,19 @@ def part_restart():
                                "sample_stats/energy", "sample_stats/step_size", "sample_stats/n_steps",
                                "unconstrained_moments/chain_mean"]
     restart.case("stan_other", "stan", args, "--draws", 2, 3, signal.SIGTERM)
+    # A model edited between the start and the resume compiles to another library: refused.
+    edited = t.path("edited.stan")
+    with open(edited, "w") as f:
+        f.write("parameters { real a; }\nmodel { a ~ normal(0, 1); }\n")
+    out, ckpt = t.path("edited.h5"), t.path("edited.ckpt")
+    shutil.rmtree(ckpt, ignore_errors=True)
+    t.run(2, "hmc", "--target", f"stan:{edited}", "--chains", 4, "--warmup", 50, "--draws", 50, "--seed", 1,
+          "--checkpoint-every", 100, "--out", out, "--checkpoint-dir", ckpt, "--quiet", timeout=900)
+    with open(edited, "w") as f:
+        f.write("parameters { real a; }\nmodel { a ~ normal(1, 1); }\n")
+    rc, _, stderr = t.run(2, "resume", ckpt, "--draws", 80, "--quiet", expect_ok=False, timeout=900)
+    t.check(rc != 0 and "the model is not the one this run started with" in stderr,
+            f"resume with an edited model: refused ({stderr.strip().splitlines()[-1] if stderr.strip() else ''!r})")
 
 
 def part_errors():
