@@ -9,6 +9,11 @@ dsampler=$(realpath "$1")
 work=${2:-$(mktemp -d)}
 mkdir -p "$work"
 here=$(cd "$(dirname "$0")" && pwd)
+home=${DSAMPLER_STAN_HOME:-${XDG_DATA_HOME:-$HOME/.local/share}/dsampler/stan/httpstan}
+if [ ! -x "$home/stanc" ]; then
+  echo "skipped: no Stan toolchain at $home (bash src/stan/install-stan.sh installs it)"
+  exit 77
+fi
 stan=$here/../stan
 python3 - "$work/logistic.json" <<'PY'
 import json, random, sys, math
