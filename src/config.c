@@ -31,7 +31,8 @@ typedef struct option_spec {
 static const option_spec_t option_table[] = {
     {"target", STR(target), FOR_BOTH, "NAME",
      "target density: a built-in (dsampler targets lists them), plugin:path/to/lib.so or stan:path/to/model.stan"},
-    {"target-args", STR(target_args), FOR_BOTH, "K=V,...", "target parameters, e.g. mean=1,scale=2"},
+    {"target-args", STR(target_args), FOR_BOTH, "K=V,...",
+     "target parameters, e.g. mean=1,scale=2 (a Stan model's: init=FILE.json, init_radius=R)"},
     {"dim", NUM(OPT_INT, dim), FOR_BOTH, "D", "dimension of the target"},
     {"chains", NUM(OPT_INT, chains), FOR_HMC, "N", "number of chains (default 4)"},
     {"chains-per-start", NUM(OPT_INT, chains_per_start), FOR_HMC, "K",
