@@ -22,6 +22,7 @@
 typedef struct h5out_group {
   hid_t group, chain_scale, draw_scale, dim_scale;
   int64_t n_chains, dim, n_draws;
+  int64_t draw_first, draw_step; /* the draw coordinate's values: first + step * index */
   int n_vars;
   hid_t datasets[H5OUT_MAX_VARS];
   h5out_var_t vars[H5OUT_MAX_VARS];
@@ -150,12 +151,13 @@ int h5out_create(h5out_t **out, MPI_Comm comm, const char *path, const h5out_att
   return DS_OK;
 }
 
-/* Writes `count` int64 values start, start+1, ... at [offset, offset+count) of a 1-D dataset;
- * rank 0 writes, the others take part with empty selections. */
-static int write_index_range(h5out_t *f, hid_t dataset, int64_t offset, int64_t count) {
+/* Writes `count` int64 values first + step * i, i = offset, offset + 1, ... at [offset,
+ * offset+count) of a 1-D dataset; rank 0 writes, the others take part with empty selections. */
+static int write_coordinate_range(h5out_t *f, hid_t dataset, int64_t offset, int64_t count, int64_t first,
+                                  int64_t step) {
   int64_t *values = malloc((size_t)(count > 0 ? count : 1) * sizeof *values);
   if (!values) return DS_FAIL_ALLOC("coordinate values", (size_t)count * sizeof(int64_t));
-  for (int64_t i = 0; i < count; ++i) values[i] = offset + i;
+  for (int64_t i = 0; i < count; ++i) values[i] = first + step * (offset + i);
   hid_t file_space = H5Dget_space(dataset);
   hsize_t start = (hsize_t)offset, n = (hsize_t)(count > 0 ? count : 1);
   hid_t mem_space = H5Screate_simple(1, &n, NULL);
@@ -177,6 +179,10 @@ static int write_index_range(h5out_t *f, hid_t dataset, int64_t offset, int64_t 
   if (file_space >= 0) H5Sclose(file_space);
   free(values);
   return status;
+}
+
+static int write_index_range(h5out_t *f, hid_t dataset, int64_t offset, int64_t count) {
+  return write_coordinate_range(f, dataset, offset, count, 0, 1);
 }
 
 static hid_t create_coordinate(h5out_t *f, hid_t group, const char *name, int64_t size, int growable) {
@@ -206,8 +212,15 @@ static hid_t memory_type(const h5out_t *f, h5out_dtype_t dtype) {
   return dtype == H5OUT_FLOAT32 ? H5T_NATIVE_FLOAT : dtype == H5OUT_INT32 ? H5T_NATIVE_INT32 : f->bool_type;
 }
 
+const h5out_axes_t h5out_default_axes = {"chain", "draw", 0, 1};
+
 int h5out_add_group(h5out_t *f, const char *name, int64_t n_chains, int64_t dim, int64_t draws_per_write,
                     const h5out_var_t *vars, int n_vars, int *group_id) {
+  return h5out_add_group_axes(f, name, &h5out_default_axes, n_chains, dim, draws_per_write, vars, n_vars, group_id);
+}
+
+int h5out_add_group_axes(h5out_t *f, const char *name, const h5out_axes_t *axes, int64_t n_chains, int64_t dim,
+                         int64_t draws_per_write, const h5out_var_t *vars, int n_vars, int *group_id) {
   if (f->n_groups >= H5OUT_MAX_GROUPS || n_vars > H5OUT_MAX_VARS)
     return ds_fail(DS_ERR_INTERNAL, "h5out: too many groups or variables");
   h5out_group_t *g = &f->groups[f->n_groups];
@@ -215,12 +228,14 @@ int h5out_add_group(h5out_t *f, const char *name, int64_t n_chains, int64_t dim,
   g->n_chains = n_chains;
   g->dim = dim;
   g->n_vars = n_vars;
+  g->draw_first = axes->draw_first;
+  g->draw_step = axes->draw_step;
   g->group = H5Gcreate2(f->file, name, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
   H5_CHECK(g->group);
   DS_TRY(write_library_attrs(f, g->group));
-  g->chain_scale = create_coordinate(f, g->group, "chain", n_chains, 0);
+  g->chain_scale = create_coordinate(f, g->group, axes->chain, n_chains, 0);
   H5_CHECK(g->chain_scale);
-  g->draw_scale = create_coordinate(f, g->group, "draw", 0, 1);
+  g->draw_scale = create_coordinate(f, g->group, axes->draw, 0, 1);
   H5_CHECK(g->draw_scale);
   g->dim_scale = H5I_INVALID_HID;
   for (int v = 0; v < n_vars; ++v) {
@@ -319,7 +334,8 @@ int h5out_write_block(h5out_t *f, int group_id, int64_t total_draws, int64_t cha
     if (status == DS_OK && H5Dset_extent(g->draw_scale, &draws) < 0)
       status = output_fail(f, "growing the draw coordinate (H5Dset_extent)");
     DS_TRY(h5out_agree(f, status));
-    DS_TRY(h5out_agree(f, write_index_range(f, g->draw_scale, g->n_draws, total_draws - g->n_draws)));
+    DS_TRY(h5out_agree(f, write_coordinate_range(f, g->draw_scale, g->n_draws, total_draws - g->n_draws,
+                                                 g->draw_first, g->draw_step)));
     g->n_draws = total_draws;
   }
   const int empty = chain_count <= 0 || draw_count <= 0;
@@ -412,24 +428,32 @@ int h5out_read_attr(h5out_t *f, const char *key, char *value, size_t size) {
 
 int h5out_open_group(h5out_t *f, const char *name, int64_t n_chains, int64_t dim, const h5out_var_t *vars,
                      int n_vars, int64_t keep_draws, int *group_id) {
+  return h5out_open_group_axes(f, name, &h5out_default_axes, n_chains, dim, vars, n_vars, keep_draws, group_id);
+}
+
+int h5out_open_group_axes(h5out_t *f, const char *name, const h5out_axes_t *axes, int64_t n_chains, int64_t dim,
+                          const h5out_var_t *vars, int n_vars, int64_t keep_draws, int *group_id) {
   if (f->n_groups >= H5OUT_MAX_GROUPS || n_vars > H5OUT_MAX_VARS)
     return ds_fail(DS_ERR_INTERNAL, "h5out: too many groups or variables");
   h5out_group_t *g = &f->groups[f->n_groups];
   memset(g, 0, sizeof *g);
   g->n_chains = n_chains;
   g->dim = dim;
+  g->draw_first = axes->draw_first;
+  g->draw_step = axes->draw_step;
   g->dim_scale = g->chain_scale = g->draw_scale = H5I_INVALID_HID;
   H5E_BEGIN_TRY { g->group = H5Gopen2(f->file, name, H5P_DEFAULT); }
   H5E_END_TRY;
   if (g->group < 0) return ds_fail(DS_ERR_INPUT, "output %s: no group %s", f->path, name);
   f->n_groups++; /* closed by h5out_close from here on */
   H5E_BEGIN_TRY {
-    g->chain_scale = H5Dopen2(g->group, "chain", H5P_DEFAULT);
-    g->draw_scale = H5Dopen2(g->group, "draw", H5P_DEFAULT);
+    g->chain_scale = H5Dopen2(g->group, axes->chain, H5P_DEFAULT);
+    g->draw_scale = H5Dopen2(g->group, axes->draw, H5P_DEFAULT);
   }
   H5E_END_TRY;
   if (g->chain_scale < 0 || g->draw_scale < 0)
-    return ds_fail(DS_ERR_INPUT, "output %s: group %s lacks its chain or draw coordinate", f->path, name);
+    return ds_fail(DS_ERR_INPUT, "output %s: group %s lacks its %s or %s coordinate", f->path, name, axes->chain,
+                     axes->draw);
   for (int v = 0; v < n_vars; ++v) {
     g->vars[v] = vars[v];
     H5E_BEGIN_TRY { g->datasets[v] = H5Dopen2(g->group, vars[v].name, H5P_DEFAULT); }
@@ -577,6 +601,51 @@ int h5out_write_summary_group(h5out_t *f, const char *name, const char *dim_name
                                    global_data[v], 0);
   for (int axis = 0; axis < 2; ++axis)
     if (scales[axis] >= 0) H5Dclose(scales[axis]);
+  H5Gclose(group);
+  return status;
+}
+
+int h5out_remove_group(h5out_t *f, const char *name) {
+  htri_t exists;
+  H5E_BEGIN_TRY { exists = H5Lexists(f->file, name, H5P_DEFAULT); }
+  H5E_END_TRY;
+  if (exists > 0) H5_CHECK(H5Ldelete(f->file, name, H5P_DEFAULT));
+  return DS_OK;
+}
+
+int h5out_write_series(h5out_t *f, const char *name, const char *axis, int64_t count, const int64_t *coordinates,
+                       const char *const *vars, const double *const *data, int n_vars) {
+  DS_TRY(h5out_remove_group(f, name));
+  hid_t group = H5Gcreate2(f->file, name, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  H5_CHECK(group);
+  int status = write_library_attrs(f, group);
+  hid_t scale = H5I_INVALID_HID;
+  if (status == DS_OK) {
+    hsize_t dims = (hsize_t)count;
+    hid_t space = H5Screate_simple(1, &dims, NULL);
+    scale = space < 0 ? H5I_INVALID_HID : H5Dcreate2(group, axis, H5T_STD_I64LE, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    if (space >= 0) H5Sclose(space);
+    if (scale < 0 || H5DSset_scale(scale, axis) < 0) status = h5_fail(__FILE__, __LINE__, "H5Dcreate2/H5DSset_scale");
+  }
+  status = h5out_agree(f, status);
+  /* The coordinate's values, written as the variables are: by rank 0. */
+  if (status == DS_OK && count > 0) {
+    hsize_t dims = (hsize_t)count;
+    hid_t file_space = H5Dget_space(scale), mem_space = H5Screate_simple(1, &dims, NULL);
+    if (f->rank != 0) {
+      H5Sselect_none(file_space);
+      H5Sselect_none(mem_space);
+    }
+    if (H5Dwrite(scale, H5T_NATIVE_INT64, mem_space, file_space, f->xfer, coordinates) < 0)
+      status = output_fail(f, "writing a series coordinate");
+    H5Sclose(file_space);
+    H5Sclose(mem_space);
+    status = h5out_agree(f, status);
+  }
+  const hsize_t dims[1] = {(hsize_t)count};
+  for (int v = 0; v < n_vars && status == DS_OK && count > 0; ++v)
+    status = write_summary_dataset(f, group, vars[v], 1, dims, &scale, 0, f->rank == 0 ? 1 : 0, data[v], 0);
+  if (scale >= 0) H5Dclose(scale);
   H5Gclose(group);
   return status;
 }

@@ -19,7 +19,8 @@ struct draw_writer {
 static int run_job(h5out_t *file, const draw_writer_job_t *job) {
   const int64_t total = job->first_draw + job->count;
   for (int g = 0; g < 2; ++g)
-    DS_TRY(h5out_write_block(file, job->groups[g], total, job->chain_begin, job->rows, job->first_draw, job->count,
+    if (job->groups[g] >= 0)
+      DS_TRY(h5out_write_block(file, job->groups[g], total, job->chain_begin, job->rows, job->first_draw, job->count,
                              job->buffer_draws, job->data[g]));
   return DS_OK;
 }

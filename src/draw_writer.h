@@ -12,7 +12,8 @@
 enum { DRAW_WRITER_MAX_VARS = 8 };
 
 /* One block: draws [first_draw, first_draw + count) of chains [chain_begin, + rows), from
- * buffers holding buffer_draws draws per chain; each group's variables in its order. */
+ * buffers holding buffer_draws draws per chain; each group's variables in its order. A job
+ * of one group sets the other's id to -1. */
 typedef struct draw_writer_job {
   int groups[2];
   int n_vars[2];

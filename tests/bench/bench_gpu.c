@@ -115,7 +115,7 @@ static svgd_row_t bench_svgd(curandGenerator_t generator, const dsampler_target 
     memcpy(&median, &bits, sizeof median);
     if (median < 1e-5f) median = 1e-5f;
     const float h = median / fmaxf(logf((float)n), 1.0f);
-    BENCH_TRY(gpu->svgd_phi(gpu, x, score, n, bench_dim, 0, n, h, phi));
+    BENCH_TRY(gpu->svgd_phi(gpu, x, score, n, bench_dim, 0, n, &(svgd_kernel_t){SVGD_KERNEL_RBF, h, 0.0f, 0.0f}, phi));
     BENCH_TRY(record(4));
     BENCH_TRY(gpu->svgd_update(gpu, x, phi, NULL, (int64_t)count, SVGD_UPDATE_SGD, 0.01f, 1));
     BENCH_TRY(record(5));
@@ -196,7 +196,7 @@ static sequence_row_t bench_svgd_sequence(curandGenerator_t generator, const dsa
     BENCH_TRY(record(2));
     row.mismatches += memcmp(&median, &reference, sizeof median) != 0;
     const float h = fmaxf(median, 1e-5f) / fmaxf(logf((float)n), 1.0f);
-    BENCH_TRY(gpu->svgd_phi(gpu, x, score, n, bench_dim, 0, n, h, phi));
+    BENCH_TRY(gpu->svgd_phi(gpu, x, score, n, bench_dim, 0, n, &(svgd_kernel_t){SVGD_KERNEL_RBF, h, 0.0f, 0.0f}, phi));
     BENCH_TRY(gpu->svgd_update(gpu, x, phi, NULL, (int64_t)count, SVGD_UPDATE_SGD, step, 1));
     BENCH_TRY(record(3));
     if (t < 0) {
@@ -329,7 +329,7 @@ static double phi_accuracy(const dsampler_target *target, int64_t n) {
   BENCH_TRY(gpu->upload(gpu, x_dev, x, count * sizeof(float)));
   BENCH_TRY(gpu->upload(gpu, s_dev, s, count * sizeof(float)));
   const float h = 1.7f;
-  BENCH_TRY(gpu->svgd_phi(gpu, x_dev, s_dev, n, bench_dim, 0, n, h, phi_dev));
+  BENCH_TRY(gpu->svgd_phi(gpu, x_dev, s_dev, n, bench_dim, 0, n, &(svgd_kernel_t){SVGD_KERNEL_RBF, h, 0.0f, 0.0f}, phi_dev));
   BENCH_TRY(gpu->download(gpu, phi, phi_dev, count * sizeof(float)));
 #pragma omp parallel for schedule(dynamic, 8)
   for (int64_t i = 0; i < n; ++i) {

@@ -244,8 +244,8 @@ static void test_phi_case(int64_t n, int64_t dim, int64_t check_rows, int with_r
 
   float *phi_cpu = test_malloc((size_t)(rows * dim) * sizeof *phi_cpu);
   float *phi_gpu = test_malloc((size_t)count * sizeof *phi_gpu);
-  GPU_TRY(cpu->svgd_phi(cpu, x, s, n, dim, 0, rows, h, phi_cpu));
-  GPU_TRY(gpu->svgd_phi(gpu, x_dev, s_dev, n, dim, 0, n, h, phi_dev));
+  GPU_TRY(cpu->svgd_phi(cpu, x, s, n, dim, 0, rows, &(svgd_kernel_t){SVGD_KERNEL_RBF, h, 0.0f, 0.0f}, phi_cpu));
+  GPU_TRY(gpu->svgd_phi(gpu, x_dev, s_dev, n, dim, 0, n, &(svgd_kernel_t){SVGD_KERNEL_RBF, h, 0.0f, 0.0f}, phi_dev));
   GPU_TRY(gpu->download(gpu, phi_gpu, phi_dev, (size_t)count * sizeof(float)));
   double phi_err = test_rel_err(phi_gpu, phi_cpu, rows * dim);
   /* float32 sums over n terms in different orders and exp vs exp2: 1e-5 relative. */
@@ -271,7 +271,7 @@ static void test_phi_case(int64_t n, int64_t dim, int64_t check_rows, int with_r
   if (n >= 8) {
     const int64_t r0 = n / 3, r1 = n - n / 5;
     float *phi_part = test_malloc((size_t)((r1 - r0) * dim) * sizeof *phi_part);
-    GPU_TRY(gpu->svgd_phi(gpu, x_dev, s_dev, n, dim, r0, r1, h, phi_dev));
+    GPU_TRY(gpu->svgd_phi(gpu, x_dev, s_dev, n, dim, r0, r1, &(svgd_kernel_t){SVGD_KERNEL_RBF, h, 0.0f, 0.0f}, phi_dev));
     GPU_TRY(gpu->download(gpu, phi_part, phi_dev, (size_t)((r1 - r0) * dim) * sizeof(float)));
     GPU_EXPECT(memcmp(phi_part, phi_gpu + r0 * dim, (size_t)((r1 - r0) * dim) * sizeof(float)) == 0,
                "n=%lld d=%lld: phi of rows [%lld, %lld) differs from the full launch", (long long)n,
@@ -376,12 +376,12 @@ int main(void) {
     test_fill_normal(s, n * dim, 1.0, 4343);
     float *x_dev = device_copy(x, n * dim), *s_dev = device_copy(s, n * dim), *phi_dev = NULL;
     GPU_TRY(gpu->alloc(gpu, (void **)&phi_dev, (size_t)(n * dim) * sizeof(float)));
-    GPU_TRY(gpu->svgd_phi(gpu, x_dev, s_dev, n, dim, 100, n, 7.5f, phi_dev));
+    GPU_TRY(gpu->svgd_phi(gpu, x_dev, s_dev, n, dim, 100, n, &(svgd_kernel_t){SVGD_KERNEL_RBF, 7.5f, 0.0f, 0.0f}, phi_dev));
     GPU_TRY(gpu->download(gpu, phi_auto, phi_dev, (size_t)((n - 100) * dim) * sizeof(float)));
     svgd_cuda_tuning_t slabs = svgd_cuda_get_tuning();
     slabs.wide_slab = 256;
     svgd_cuda_set_tuning(slabs);
-    GPU_TRY(gpu->svgd_phi(gpu, x_dev, s_dev, n, dim, 100, n, 7.5f, phi_dev));
+    GPU_TRY(gpu->svgd_phi(gpu, x_dev, s_dev, n, dim, 100, n, &(svgd_kernel_t){SVGD_KERNEL_RBF, 7.5f, 0.0f, 0.0f}, phi_dev));
     GPU_TRY(gpu->download(gpu, phi_slab, phi_dev, (size_t)((n - 100) * dim) * sizeof(float)));
     slabs.wide_slab = 0;
     svgd_cuda_set_tuning(slabs);
