@@ -7,6 +7,7 @@
   bitwise equal on 1-4 ranks.
 - A run with --ksd-every 1 --save-every 1: each snapshot is the particles the series' value at
   that iteration was computed from (within 1e-6), and the last snapshot is the posterior.
+- `dsampler summary` of an SVGD output shows the last KSD and no chain diagnostics.
 - One SVGD step with --kernel imq equals float64 phi within 1e-5 relative.
 - KSD falls as SVGD converges on a shifted Gaussian; for particles stuck in one mode of
   mixture1d it stays well above that of exact draws from the mixture.
@@ -136,6 +137,11 @@ def check_series():
         t.check(err < 1e-6, f"series: KSD^2 after {e} iterations {ksd2[e]:.9g} vs float64 of the snapshot {ref:.9g} "
                             f"(rel err {err:.2e})")
     t.check(ksd2[4] < ksd2[0], f"series: KSD^2 falls over 4 steps ({ksd2[0]:.4g} -> {ksd2[4]:.4g})")
+    _, text, _ = t.run(1, "summary", out)
+    line = f"kernel Stein discrepancy: {ksd[4]:.4g} after 4 iterations"
+    header = text.splitlines()[1].split()
+    t.check(line in text and header == ["mean", "sd", "q5", "q50", "q95"],
+            f"summary of an SVGD output: columns {header}, and '{line}' in it")
 
 
 def imq_phi(x, h, c2, beta):
