@@ -311,7 +311,7 @@ struct pair_weight_t {
 __device__ __forceinline__ float pair_weight(const pair_weight_t &w, float dist) {
   if (w.mode == PHI_WEIGHT_RBF) return exp2f(__fmul_rn(dist, w.exp2_scale));
   const float q = w.c2 + dist / w.h;
-  const float k = powf(q, w.beta);
+  const float k = svgd_imq_power(q, w.beta);
   return w.mode == PHI_WEIGHT_IMQ_VALUE ? k : w.coef * (k / q);
 }
 
@@ -1129,7 +1129,7 @@ extern "C" int svgd_launch_phi(const float *x_all, const float *score_all, int64
   weight.partial_sums = scratch + set_floats;
   weight.partial_k = weight.partial_sums + (size_t)a.splits * (size_t)rows * (size_t)dim;
   DS_TRY(phi_pass(weight, k_slab, k_tile_sums, squares, row_blocks, stream));
-  svgd_phi_finish_imq_kernel<<<grid_for(rows * dim, 256), 256, 0, stream>>>(a, weight, powf(kernel->c2, kernel->beta),
+  svgd_phi_finish_imq_kernel<<<grid_for(rows * dim, 256), 256, 0, stream>>>(a, weight, svgd_kernel_diagonal(kernel),
                                                                            phi);
   CUDA_CHECK_LAUNCH("svgd_phi_finish_imq_kernel");
   return DS_OK;

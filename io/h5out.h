@@ -77,6 +77,12 @@ int h5out_write_series(h5out_t *f, const char *name, const char *axis, int64_t c
                        const char *const *vars, const double *const *data, int n_vars);
 /* Reads root attribute `key` (a string) into value; DS_ERR_INPUT when absent. Collective. */
 int h5out_read_attr(h5out_t *f, const char *key, char *value, size_t size);
+/* Starts the disk writing what this rank has written to the file so far, without waiting for
+ * it (Linux sync_file_range; elsewhere nothing). Otherwise the page cache holds gigabytes of a
+ * large output until the file is closed and only then writes them, after the run's work is
+ * done; started early, the disk writes while the run goes on. Local, no communication.
+ * DSAMPLER_H5_EARLY_WRITEBACK=0 turns it off (for comparison). */
+void h5out_start_writeback(h5out_t *f);
 /* Makes everything written so far durable. Collective. */
 int h5out_flush(h5out_t *f);
 /* Flushes and closes; f is freed whatever the result. */

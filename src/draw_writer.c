@@ -22,6 +22,7 @@ static int run_job(h5out_t *file, const draw_writer_job_t *job) {
     if (job->groups[g] >= 0)
       DS_TRY(h5out_write_block(file, job->groups[g], total, job->chain_begin, job->rows, job->first_draw, job->count,
                              job->buffer_draws, job->data[g]));
+  h5out_start_writeback(file);
   return DS_OK;
 }
 
