@@ -109,6 +109,18 @@ static inline float distance_one(const float *x_i, const float *columns_t, int64
   return acc;
 }
 
+/* Distances from x_i to the next block of columns from j (CPU_COLUMN_BLOCK, fewer at the end);
+ * returns how many. */
+static inline int distance_columns(const float *x_i, const float *columns_t, int64_t n, int64_t dim, int64_t j,
+                                   float *dist) {
+  const int width = n - j < CPU_COLUMN_BLOCK ? (int)(n - j) : CPU_COLUMN_BLOCK;
+  if (width == CPU_COLUMN_BLOCK)
+    distance_block(x_i, columns_t, n, dim, j, dist);
+  else
+    for (int c = 0; c < width; ++c) dist[c] = distance_one(x_i, columns_t, n, dim, j + c);
+  return width;
+}
+
 static inline uint32_t float_bits(float value) {
   uint32_t bits;
   memcpy(&bits, &value, sizeof bits);
@@ -209,11 +221,7 @@ static void imq_phi_row(const float *x_all, const float *score_all, const float 
   float sum_w = 0.0f, dist[CPU_COLUMN_BLOCK];
   for (int64_t k = 0; k < dim; ++k) sum_ks[k] = sum_wx[k] = 0.0f;
   for (int64_t j = 0; j < n; j += CPU_COLUMN_BLOCK) {
-    const int width = n - j < CPU_COLUMN_BLOCK ? (int)(n - j) : CPU_COLUMN_BLOCK;
-    if (width == CPU_COLUMN_BLOCK)
-      distance_block(x_i, columns_t, n, dim, j, dist);
-    else
-      for (int c = 0; c < width; ++c) dist[c] = distance_one(x_i, columns_t, n, dim, j + c);
+    const int width = distance_columns(x_i, columns_t, n, dim, j, dist);
     for (int c = 0; c < width; ++c) {
       if (j + c == i) continue;
       float value, weight;
@@ -269,13 +277,8 @@ static int cpu_svgd_phi(backend_t *b, const float *x_all, const float *score_all
       float sum_k = 0.0f;
       for (int64_t k = 0; k < dim; ++k) sum_kv[k] = 0.0f;
       float dist[CPU_COLUMN_BLOCK];
-      int64_t j = 0;
-      for (; j < n; j += CPU_COLUMN_BLOCK) {
-        int width = n - j < CPU_COLUMN_BLOCK ? (int)(n - j) : CPU_COLUMN_BLOCK;
-        if (width == CPU_COLUMN_BLOCK)
-          distance_block(x_i, columns_t, n, dim, j, dist);
-        else
-          for (int c = 0; c < width; ++c) dist[c] = distance_one(x_i, columns_t, n, dim, j + c);
+      for (int64_t j = 0; j < n; j += CPU_COLUMN_BLOCK) {
+        const int width = distance_columns(x_i, columns_t, n, dim, j, dist);
         for (int c = 0; c < width; ++c) {
           /* j = i adds s_i exactly, below; through v it would cancel x_i / h against itself. */
           if (j + c == i) continue;
