@@ -168,7 +168,7 @@ int cuda_svgd_pair_histogram(backend_t *b, const float *x_all, int64_t n, int64_
 }
 
 int cuda_svgd_phi(backend_t *b, const float *x_all, const float *score_all, int64_t n, int64_t dim,
-                  int64_t row_begin, int64_t row_end, float h, float *phi) {
+                  int64_t row_begin, int64_t row_end, const svgd_kernel_t *kernel, float *phi) {
   cuda_impl *impl = impl_of(b);
   if (row_end <= row_begin) return DS_OK;
   const size_t floats = svgd_phi_scratch_floats(n, dim, row_end - row_begin);
@@ -177,7 +177,7 @@ int cuda_svgd_phi(backend_t *b, const float *x_all, const float *score_all, int6
   DS_TRY(ensure_device(&scratch, &have_bytes, floats * sizeof(float), "SVGD phi scratch"));
   impl->phi_scratch = static_cast<float *>(scratch);
   impl->phi_scratch_floats = have_bytes / sizeof(float);
-  return svgd_launch_phi(x_all, score_all, n, dim, row_begin, row_end, h, phi, impl->phi_scratch,
+  return svgd_launch_phi(x_all, score_all, n, dim, row_begin, row_end, kernel, phi, impl->phi_scratch,
                          impl->stream);
 }
 
@@ -270,6 +270,30 @@ int cuda_column_sums(backend_t *b, const float *values, int64_t rows, int64_t co
   digits_to_sums(host, cols, rows, sums);
   if (host[(size_t)cols * EXACT_DIGITS])
     return ds_fail(DS_ERR_TARGET, "a chain's position or moment is out of range (not finite or > 1e111)");
+  return DS_OK;
+}
+
+int cuda_svgd_stein_sum(backend_t *b, const float *x_all, const float *score_all, int64_t n, int64_t dim,
+                        int64_t row_begin, int64_t row_end, const svgd_kernel_t *kernel, exact_sum_t *sum) {
+  cuda_impl *impl = impl_of(b);
+  const int64_t rows = row_end - row_begin;
+  /* The rows' sums take the phi scratch (grow-only), as doubles. */
+  const size_t floats = 2 * (size_t)(rows > 0 ? rows : 1);
+  size_t have_bytes = impl->phi_scratch_floats * sizeof(float);
+  void *scratch = impl->phi_scratch;
+  DS_TRY(ensure_device(&scratch, &have_bytes, floats * sizeof(float), "KSD row sums"));
+  impl->phi_scratch = static_cast<float *>(scratch);
+  impl->phi_scratch_floats = have_bytes / sizeof(float);
+  DS_TRY(ensure_sums(impl, EXACT_DIGITS + 1));
+  unsigned long long *totals = static_cast<unsigned long long *>(impl->sums_dev);
+  DS_TRY(svgd_launch_stein_sum(x_all, score_all, n, dim, row_begin, row_end, kernel,
+                               reinterpret_cast<double *>(impl->phi_scratch), totals, impl->stream));
+  unsigned long long *host = static_cast<unsigned long long *>(impl->sums_host);
+  DS_TRY(cuda_download(b, host, totals, (EXACT_DIGITS + 1) * sizeof *host));
+  digits_to_sums(host, 1, rows, sum);
+  if (host[EXACT_DIGITS])
+    return ds_fail(DS_ERR_TARGET, "kernel Stein discrepancy: a particle's Stein kernel sum is not finite "
+                                  "(particles or scores out of range)");
   return DS_OK;
 }
 
@@ -377,6 +401,7 @@ extern "C" int backend_cuda_create(int device, backend_t **out) {
   b->svgd_pair_histogram = cuda_svgd_pair_histogram;
   b->svgd_pair_counts = cuda_svgd_pair_counts;
   b->svgd_phi = cuda_svgd_phi;
+  b->svgd_stein_sum = cuda_svgd_stein_sum;
   b->svgd_update = cuda_svgd_update;
   b->hmc_transition = cuda_hmc_transition;
   b->hmc_stats = cuda_hmc_stats;

@@ -33,7 +33,9 @@
 
 #include "backend.h"
 #include "cuda_check.h"
+#include "exactsum_core.h"
 #include "model_math.h"
+#include "svgd_kernel_math.h"
 #include "svgd_kernels.h"
 
 namespace {
@@ -297,12 +299,29 @@ int phi_splits(long long n) {
   return splits < 1 ? 1 : (int)splits;
 }
 
+/* What a pass of the phi kernels weighs the columns' vectors with (backend.h's svgd_kernel_t):
+ * rbf K = exp2(D exp2_scale) against v_j = s_j - x_j / h; for imq two passes, k = q^beta
+ * against s_j and w = coef k / q against x_j, q = c2 + D / h, coef = -2 beta / h. */
+enum { PHI_WEIGHT_RBF = 0, PHI_WEIGHT_IMQ_VALUE = 1, PHI_WEIGHT_IMQ_WEIGHT = 2 };
+struct pair_weight_t {
+  int mode;
+  float exp2_scale, h, c2, beta, coef;
+};
+
+__device__ __forceinline__ float pair_weight(const pair_weight_t &w, float dist) {
+  if (w.mode == PHI_WEIGHT_RBF) return exp2f(__fmul_rn(dist, w.exp2_scale));
+  const float q = w.c2 + dist / w.h;
+  const float k = svgd_imq_power(q, w.beta);
+  return w.mode == PHI_WEIGHT_IMQ_VALUE ? k : w.coef * (k / q);
+}
+
 struct phi_args {
   const float *x, *score;
-  const float *v;       /* [n, dim] v_j = s_j - x_j / h */
+  const float *v;       /* [n, dim] the columns' vectors: v_j = s_j - x_j / h (rbf), s_j or x_j (imq) */
   long long n, row_begin, row_end;
   int dim, splits;
   float h, exp2_scale;  /* K = exp2(D * exp2_scale), exp2_scale = -log2(e) / (2h) */
+  pair_weight_t weight;
   float *partial_sums;  /* [splits][rows][dim] sum_{j != i} K_ij v_j */
   float *partial_k;     /* [splits][rows] sum_{j != i} K_ij */
 };
@@ -411,7 +430,7 @@ svgd_phi_kernel(const phi_args a) {
       float kv[8];
 #pragma unroll
       for (int r = 0; r < 8; ++r) {
-        kv[r] = exp2f(__fmul_rn(dist[r][c], a.exp2_scale));
+        kv[r] = pair_weight(a.weight, dist[r][c]);
         if (masked && (column >= a.n || column == r0 + ty * 8 + r)) kv[r] = 0.0f;
         sum_k[r] += kv[r];
       }
@@ -499,6 +518,7 @@ struct wide_args {
   long long n, row_begin, row_end;
   int dim;
   float exp2_scale;
+  pair_weight_t weight;
   long long slab0;     /* first column of the slab */
   int slab_cols;       /* a multiple of WIDE_BN */
   float *k_slab;       /* [rows][slab_cols] */
@@ -604,7 +624,7 @@ __global__ void __launch_bounds__(WIDE_THREADS, 2) svgd_wide_kernel_tile_kernel(
 #pragma unroll
     for (int c = 0; c < 8; ++c) {
       const long long column = column_of(c);
-      kv[c] = exp2f(__fmul_rn(dist[r][c], a.exp2_scale));
+      kv[c] = pair_weight(a.weight, dist[r][c]);
       if (column >= a.n || column == row) kv[c] = 0.0f;
     }
     float tile_sum = 0.0f;
@@ -715,6 +735,166 @@ __global__ void svgd_phi_finish_kernel(const phi_args a, float *phi) {
     const float x_ik = a.x[a.row_begin * a.dim + e], s_ik = a.score[a.row_begin * a.dim + e];
     phi[e] = __fmul_rn(__fadd_rn(__fadd_rn(s_ik, sum_kv), __fdiv_rn(__fmul_rn(x_ik, sum_k), a.h)), inv_n);
   }
+}
+
+/* imq: phi_i = (c2^beta s_i + sum_ks - sum_wx + x_i sum_w) / n, each sum over splits in order;
+ * value holds sum_ks and sum_k (unused), weight sum_wx and sum_w. */
+__global__ void svgd_phi_finish_imq_kernel(const phi_args value, const phi_args weight, float diagonal, float *phi) {
+  const long long rows = value.row_end - value.row_begin;
+  const long long count = rows * value.dim;
+  const float inv_n = 1.0f / (float)value.n;
+  for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < count;
+       e += (long long)gridDim.x * blockDim.x) {
+    const long long local = e / value.dim;
+    float sum_ks = value.partial_sums[e], sum_wx = weight.partial_sums[e], sum_w = weight.partial_k[local];
+    for (int s = 1; s < value.splits; ++s) {
+      sum_ks = __fadd_rn(sum_ks, value.partial_sums[(long long)s * count + e]);
+      sum_wx = __fadd_rn(sum_wx, weight.partial_sums[(long long)s * count + e]);
+      sum_w = __fadd_rn(sum_w, weight.partial_k[(long long)s * rows + local]);
+    }
+    const float x_ik = value.x[value.row_begin * value.dim + e], s_ik = value.score[value.row_begin * value.dim + e];
+    phi[e] = __fmul_rn(__fadd_rn(__fadd_rn(__fmul_rn(diagonal, s_ik), __fsub_rn(sum_ks, sum_wx)), __fmul_rn(x_ik, sum_w)),
+                       inv_n);
+  }
+}
+
+/* ---------------------------------------------------------------- kernel Stein discrepancy */
+
+constexpr int STEIN_THREADS = 256;
+constexpr int STEIN_BM = 64;  /* rows per block: 16 thread rows x 4 */
+constexpr int STEIN_BN = 64;  /* columns per tile: 16 thread columns x 4 */
+constexpr int STEIN_KC = 16;  /* coordinates per stage */
+constexpr int STEIN_STRIDE = 64 + 4;
+static_assert(STEIN_BM == STEIN_BN, "the stage loop loads a row and a column per index");
+
+struct stein_args {
+  const float *x, *s;
+  long long n, half, row_begin, row_end;
+  long long tile_row0;  /* the first block's first row: row_begin rounded down to STEIN_BM */
+  int dim, chunks, col_tiles;
+  svgd_kernel_t kernel;
+  double *row_sums;     /* [row_end - row_begin] */
+};
+
+/* One block per 64 rows, aligned on multiples of 64 in the global numbering, walks all of its
+ * rows' pairs (i, i + k mod n), k = 1 .. span(i), in 64-column tiles: D, A and S of a 4 x 4
+ * block of pairs per thread, coordinates streamed through shared memory (cp.async, double
+ * buffered), fma chains k ascending as the CPU's. u_p of each pair is added in double to its
+ * thread's row sum; at the end the 16 threads of a row add theirs in a fixed tree. A pair's
+ * thread and the order of its row's additions follow from i and n alone (the tiles are aligned
+ * globally and a block takes a row tile whole), so the sums are the same on any number of ranks. */
+__global__ void __launch_bounds__(STEIN_THREADS, 2) svgd_stein_sum_kernel(const stein_args a) {
+  __shared__ __align__(16) float rows_x[2][STEIN_KC][STEIN_STRIDE], rows_s[2][STEIN_KC][STEIN_STRIDE];
+  __shared__ __align__(16) float cols_x[2][STEIN_KC][STEIN_STRIDE], cols_s[2][STEIN_KC][STEIN_STRIDE];
+  const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
+  const long long r0 = a.tile_row0 + (long long)blockIdx.x * STEIN_BM;
+  const long long steps = (long long)a.col_tiles * a.chunks;
+  auto stage = [&](long long step, int buffer) {
+    const int col_tile = (int)(step / a.chunks), chunk = (int)(step % a.chunks);
+    const long long c0 = r0 + 1 + (long long)col_tile * STEIN_BN;
+    for (int f = tid; f < STEIN_BM * STEIN_KC; f += STEIN_THREADS) {
+      const int rr = f / STEIN_KC, kk = f % STEIN_KC, k = chunk * STEIN_KC + kk;
+      const long long row = r0 + rr;
+      const bool valid = row < a.n && k < a.dim;
+      const size_t at = valid ? (size_t)row * a.dim + k : 0;
+      cp_async_f32(&rows_x[buffer][kk][rr], a.x + at, valid);
+      cp_async_f32(&rows_s[buffer][kk][rr], a.s + at, valid);
+      long long column = c0 + rr;
+      if (column >= a.n) column -= a.n;
+      if (column >= a.n) column %= a.n;
+      const bool column_valid = k < a.dim;
+      const size_t column_at = column_valid ? (size_t)column * a.dim + k : 0;
+      cp_async_f32(&cols_x[buffer][kk][rr], a.x + column_at, column_valid);
+      cp_async_f32(&cols_s[buffer][kk][rr], a.s + column_at, column_valid);
+    }
+  };
+  float distance[4][4], along[4][4], scores[4][4];
+#pragma unroll
+  for (int r = 0; r < 4; ++r)
+#pragma unroll
+    for (int c = 0; c < 4; ++c) distance[r][c] = along[r][c] = scores[r][c] = 0.0f;
+  double row_sum[4] = {0.0, 0.0, 0.0, 0.0};
+  const double dim = (double)a.dim;
+
+  if (steps > 0) stage(0, 0);
+  cp_async_wait_all();
+  __syncthreads();
+  for (long long step = 0; step < steps; ++step) {
+    const int buffer = (int)(step & 1);
+    if (step + 1 < steps) stage(step + 1, buffer ^ 1);
+#pragma unroll
+    for (int kk = 0; kk < STEIN_KC; ++kk) {
+      const float4 xr4 = *reinterpret_cast<const float4 *>(&rows_x[buffer][kk][ty * 4]);
+      const float4 sr4 = *reinterpret_cast<const float4 *>(&rows_s[buffer][kk][ty * 4]);
+      const float4 xc4 = *reinterpret_cast<const float4 *>(&cols_x[buffer][kk][tx * 4]);
+      const float4 sc4 = *reinterpret_cast<const float4 *>(&cols_s[buffer][kk][tx * 4]);
+      const float xr[4] = {xr4.x, xr4.y, xr4.z, xr4.w}, sr[4] = {sr4.x, sr4.y, sr4.z, sr4.w};
+      const float xc[4] = {xc4.x, xc4.y, xc4.z, xc4.w}, sc[4] = {sc4.x, sc4.y, sc4.z, sc4.w};
+#pragma unroll
+      for (int r = 0; r < 4; ++r)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          const float rd = __fsub_rn(xr[r], xc[c]), td = __fsub_rn(sr[r], sc[c]);
+          distance[r][c] = __fmaf_rn(rd, rd, distance[r][c]);
+          along[r][c] = __fmaf_rn(td, rd, along[r][c]);
+          scores[r][c] = __fmaf_rn(sr[r], sc[c], scores[r][c]);
+        }
+    }
+    if ((int)(step % a.chunks) == a.chunks - 1) { /* the tile's sums are complete */
+      const long long first_offset = 1 + (step / a.chunks) * STEIN_BN + tx * 4 - ty * 4;
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const long long i = r0 + ty * 4 + r;
+        const long long span = (a.n % 2 == 0 && i >= a.half) ? a.half - 1 : a.half;
+        const bool row_valid = i >= a.row_begin && i < a.row_end;
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          const long long offset = first_offset + c - r;
+          if (row_valid && offset >= 1 && offset <= span)
+            row_sum[r] += svgd_stein_pair(&a.kernel, dim, distance[r][c], along[r][c], scores[r][c]);
+          distance[r][c] = along[r][c] = scores[r][c] = 0.0f;
+        }
+      }
+    }
+    cp_async_wait_all();
+    __syncthreads();
+  }
+#pragma unroll
+  for (int r = 0; r < 4; ++r)
+#pragma unroll
+    for (int width = 8; width >= 1; width /= 2) row_sum[r] += __shfl_xor_sync(0xffffffffu, row_sum[r], width);
+  if (tx == 0) {
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long i = r0 + ty * 4 + r;
+      if (i < a.row_begin || i >= a.row_end) continue;
+      const float *s_i = a.s + i * a.dim;
+      float square = 0.0f;
+      for (int k = 0; k < a.dim; ++k) square = __fmaf_rn(s_i[k], s_i[k], square);
+      a.row_sums[i - a.row_begin] = svgd_stein_diagonal(&a.kernel, dim, square) + 2.0 * row_sum[r];
+    }
+  }
+}
+
+/* totals[0 .. EXACT_DIGITS) += the exact digits of values[0 .. count), totals[EXACT_DIGITS] counts
+ * values out of the exact sums' range (values below 1e-300 count as 0). */
+__global__ void exact_sum_values_kernel(const double *values, long long count, unsigned long long *totals) {
+  int64_t digits[EXACT_DIGITS];
+  for (int d = 0; d < EXACT_DIGITS; ++d) digits[d] = 0;
+  unsigned long long failed = 0;
+  for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < count;
+       e += (long long)gridDim.x * blockDim.x) {
+    double v = values[e];
+    if (fabs(v) < 1e-300) v = 0.0;
+    failed += exact_digits_add(digits, v) != 0;
+  }
+  for (int d = 0; d < EXACT_DIGITS; ++d) {
+    long long value = digits[d];
+    for (int width = 16; width >= 1; width /= 2) value += __shfl_down_sync(0xffffffffu, value, width);
+    if (threadIdx.x % 32 == 0 && value) atomicAdd(totals + d, (unsigned long long)value);
+  }
+  for (int width = 16; width >= 1; width /= 2) failed += __shfl_down_sync(0xffffffffu, failed, width);
+  if (threadIdx.x % 32 == 0 && failed) atomicAdd(totals + EXACT_DIGITS, failed);
 }
 
 /* ---------------------------------------------------------------- update, gaussian */
@@ -830,9 +1010,11 @@ extern "C" int svgd_launch_pair_histogram(const float *x_all, int64_t n, int64_t
   return DS_OK;
 }
 
+/* Scratch: [2 sets of splits x rows x (dim + 1) partial sums] [v: n x dim] [dim > 128: slab, tile
+ * sums, squares]. The second set takes imq's second pass. */
 extern "C" size_t svgd_phi_scratch_floats(int64_t n, int64_t dim, int64_t rows) {
   const int splits = dim <= PHI_MAX_DIM ? phi_splits(n) : 1;
-  size_t floats = (size_t)splits * (size_t)rows * (size_t)(dim + 1) + (size_t)n * (size_t)dim;
+  size_t floats = 2 * (size_t)splits * (size_t)rows * (size_t)(dim + 1) + (size_t)n * (size_t)dim;
   if (dim > PHI_MAX_DIM) {
     const long long slab = wide_slab_columns(n, rows);
     floats += 4 + (size_t)rows * (size_t)(slab + slab / WIDE_BN) + (size_t)n;  /* 4: the slab's alignment */
@@ -840,12 +1022,58 @@ extern "C" size_t svgd_phi_scratch_floats(int64_t n, int64_t dim, int64_t rows) 
   return floats;
 }
 
+namespace {
+
+/* One pass of the phi kernels: a.partial_sums, a.partial_k = the weighted sums of a.v over the
+ * columns, by a.weight. wide: the slab buffer, its tile sums and |x_j|^2 (dim > 128). */
+int phi_pass(const phi_args &a, float *k_slab, float *k_tile_sums, const float *squares, long long row_blocks,
+             cudaStream_t stream) {
+  if (a.dim <= 16) return launch_phi_tiled<16>(a, row_blocks, stream);
+  if (a.dim <= 32) return launch_phi_tiled<32>(a, row_blocks, stream);
+  if (a.dim <= 64) return launch_phi_tiled<64>(a, row_blocks, stream);
+  if (a.dim <= PHI_MAX_DIM) return launch_phi_tiled<128>(a, row_blocks, stream);
+  const long long rows = a.row_end - a.row_begin;
+  wide_args w;
+  w.x = a.x;
+  w.v = a.v;
+  w.n = a.n;
+  w.row_begin = a.row_begin;
+  w.row_end = a.row_end;
+  w.dim = a.dim;
+  w.exp2_scale = a.exp2_scale;
+  w.weight = a.weight;
+  w.sum_kv = a.partial_sums;
+  w.sum_k = a.partial_k;
+  w.k_slab = k_slab;
+  w.k_tile_sums = k_tile_sums;
+  w.squares = squares;
+  const long long slab = wide_slab_columns(a.n, rows);
+  const unsigned coordinate_blocks = (unsigned)((a.dim + WIDE_BC - 1) / WIDE_BC);
+  if (row_blocks > 0x7FFFFFFF || coordinate_blocks > 65535)
+    return ds_fail(DS_ERR_INTERNAL, "svgd_launch_phi: %lld rows of %d coordinates exceed the grid", rows, a.dim);
+  for (long long slab0 = 0; slab0 < a.n; slab0 += slab) {
+    const long long left = (a.n - slab0 + WIDE_BN - 1) / WIDE_BN * WIDE_BN;
+    w.slab0 = slab0;
+    w.slab_cols = (int)(left < slab ? left : slab);
+    svgd_wide_kernel_tile_kernel<<<dim3((unsigned)row_blocks, (unsigned)(w.slab_cols / WIDE_BN)), WIDE_THREADS, 0,
+                                   stream>>>(w);
+    CUDA_CHECK_LAUNCH("svgd_wide_kernel_tile_kernel");
+    svgd_wide_accumulate_kernel<<<dim3((unsigned)row_blocks, coordinate_blocks), WIDE_THREADS, 0, stream>>>(
+        w, slab0 == 0);
+    CUDA_CHECK_LAUNCH("svgd_wide_accumulate_kernel");
+  }
+  return DS_OK;
+}
+
+} /* namespace */
+
 extern "C" int svgd_launch_phi(const float *x_all, const float *score_all, int64_t n, int64_t dim,
-                               int64_t row_begin, int64_t row_end, float h, float *phi,
+                               int64_t row_begin, int64_t row_end, const svgd_kernel_t *kernel, float *phi,
                                float *scratch, cudaStream_t stream) {
   if (dim < 1 || dim > INT32_MAX || n < 1 || row_begin < 0 || row_end > n || row_begin > row_end)
     return ds_fail(DS_ERR_INTERNAL, "svgd_launch_phi: bad sizes n=%lld dim=%lld rows [%lld, %lld)",
                    (long long)n, (long long)dim, (long long)row_begin, (long long)row_end);
+  const float h = kernel->h;
   if (!(h > 0.0f)) return ds_fail(DS_ERR_INTERNAL, "svgd_launch_phi: bandwidth h=%g is not positive", (double)h);
   const long long rows = row_end - row_begin;
   if (rows == 0) return DS_OK;
@@ -859,60 +1087,87 @@ extern "C" int svgd_launch_phi(const float *x_all, const float *score_all, int64
   a.splits = dim <= PHI_MAX_DIM ? phi_splits(n) : 1;
   a.h = h;
   a.exp2_scale = (float)(-1.4426950408889634 / (2.0 * (double)h));
+  a.weight.mode = PHI_WEIGHT_RBF;
+  a.weight.exp2_scale = a.exp2_scale;
+  a.weight.h = h;
+  a.weight.c2 = kernel->c2;
+  a.weight.beta = kernel->beta;
+  a.weight.coef = -2.0f * kernel->beta / h;
+  const size_t set_floats = (size_t)a.splits * (size_t)rows * (size_t)(dim + 1);
   a.partial_sums = scratch;
   a.partial_k = scratch + (size_t)a.splits * (size_t)rows * (size_t)dim;
-  float *v_all = a.partial_k + (size_t)a.splits * (size_t)rows;
-  a.v = v_all;
-  svgd_v_kernel<<<grid_for(n * dim, 256), 256, 0, stream>>>(x_all, score_all, n * dim, h, v_all);
-  CUDA_CHECK_LAUNCH("svgd_v_kernel");
+  float *v_all = scratch + 2 * set_floats;
   const long long row_blocks = (rows + PHI_BM - 1) / PHI_BM;
   if (row_blocks > 0x7FFFFFFF) return ds_fail(DS_ERR_INTERNAL, "svgd_launch_phi: too many rows (%lld)", rows);
-  if (dim <= 16) {
-    DS_TRY(launch_phi_tiled<16>(a, row_blocks, stream));
-  } else if (dim <= 32) {
-    DS_TRY(launch_phi_tiled<32>(a, row_blocks, stream));
-  } else if (dim <= 64) {
-    DS_TRY(launch_phi_tiled<64>(a, row_blocks, stream));
-  } else if (dim <= PHI_MAX_DIM) {
-    DS_TRY(launch_phi_tiled<128>(a, row_blocks, stream));
-  } else {
-    wide_args w;
-    w.x = x_all;
-    w.v = v_all;
-    w.n = n;
-    w.row_begin = row_begin;
-    w.row_end = row_end;
-    w.dim = (int)dim;
-    w.exp2_scale = a.exp2_scale;
-    w.sum_kv = a.partial_sums;
-    w.sum_k = a.partial_k;
+  float *k_slab = NULL, *k_tile_sums = NULL, *squares = NULL;
+  if (dim > PHI_MAX_DIM) {
     const long long slab = wide_slab_columns(n, rows);
     /* The slab is written as float4: start it on 16 bytes. */
     const uintptr_t after_v = reinterpret_cast<uintptr_t>(v_all + (size_t)n * (size_t)dim);
-    w.k_slab = reinterpret_cast<float *>((after_v + 15) & ~static_cast<uintptr_t>(15));
-    w.k_tile_sums = w.k_slab + (size_t)rows * (size_t)slab;
-    float *squares = w.k_tile_sums + (size_t)rows * (size_t)(slab / WIDE_BN);
-    w.squares = squares;
+    k_slab = reinterpret_cast<float *>((after_v + 15) & ~static_cast<uintptr_t>(15));
+    k_tile_sums = k_slab + (size_t)rows * (size_t)slab;
+    squares = k_tile_sums + (size_t)rows * (size_t)(slab / WIDE_BN);
     svgd_squares_kernel<<<grid_for(n, 256), 256, 0, stream>>>(x_all, n, (int)dim, squares);
     CUDA_CHECK_LAUNCH("svgd_squares_kernel");
-    const unsigned coordinate_blocks = (unsigned)((dim + WIDE_BC - 1) / WIDE_BC);
-    if (row_blocks > 0x7FFFFFFF || coordinate_blocks > 65535)
-      return ds_fail(DS_ERR_INTERNAL, "svgd_launch_phi: %lld rows of %lld coordinates exceed the grid", rows,
-                     (long long)dim);
-    for (long long slab0 = 0; slab0 < n; slab0 += slab) {
-      const long long left = (n - slab0 + WIDE_BN - 1) / WIDE_BN * WIDE_BN;
-      w.slab0 = slab0;
-      w.slab_cols = (int)(left < slab ? left : slab);
-      svgd_wide_kernel_tile_kernel<<<dim3((unsigned)row_blocks, (unsigned)(w.slab_cols / WIDE_BN)), WIDE_THREADS, 0,
-                                     stream>>>(w);
-      CUDA_CHECK_LAUNCH("svgd_wide_kernel_tile_kernel");
-      svgd_wide_accumulate_kernel<<<dim3((unsigned)row_blocks, coordinate_blocks), WIDE_THREADS, 0, stream>>>(
-          w, slab0 == 0);
-      CUDA_CHECK_LAUNCH("svgd_wide_accumulate_kernel");
-    }
   }
-  svgd_phi_finish_kernel<<<grid_for(rows * dim, 256), 256, 0, stream>>>(a, phi);
-  CUDA_CHECK_LAUNCH("svgd_phi_finish_kernel");
+  if (kernel->kind == SVGD_KERNEL_RBF) {
+    a.v = v_all;
+    svgd_v_kernel<<<grid_for(n * dim, 256), 256, 0, stream>>>(x_all, score_all, n * dim, h, v_all);
+    CUDA_CHECK_LAUNCH("svgd_v_kernel");
+    DS_TRY(phi_pass(a, k_slab, k_tile_sums, squares, row_blocks, stream));
+    svgd_phi_finish_kernel<<<grid_for(rows * dim, 256), 256, 0, stream>>>(a, phi);
+    CUDA_CHECK_LAUNCH("svgd_phi_finish_kernel");
+    return DS_OK;
+  }
+  /* imq: sum_j k_ij s_j, then sum_j w_ij x_j and sum_j w_ij into the second set. */
+  phi_args weight = a;
+  a.v = score_all;
+  a.weight.mode = PHI_WEIGHT_IMQ_VALUE;
+  DS_TRY(phi_pass(a, k_slab, k_tile_sums, squares, row_blocks, stream));
+  weight.v = x_all;
+  weight.weight.mode = PHI_WEIGHT_IMQ_WEIGHT;
+  weight.partial_sums = scratch + set_floats;
+  weight.partial_k = weight.partial_sums + (size_t)a.splits * (size_t)rows * (size_t)dim;
+  DS_TRY(phi_pass(weight, k_slab, k_tile_sums, squares, row_blocks, stream));
+  svgd_phi_finish_imq_kernel<<<grid_for(rows * dim, 256), 256, 0, stream>>>(a, weight, svgd_kernel_diagonal(kernel),
+                                                                           phi);
+  CUDA_CHECK_LAUNCH("svgd_phi_finish_imq_kernel");
+  return DS_OK;
+}
+
+extern "C" int svgd_launch_stein_sum(const float *x_all, const float *score_all, int64_t n, int64_t dim,
+                                     int64_t row_begin, int64_t row_end, const svgd_kernel_t *kernel,
+                                     double *row_sums, unsigned long long *totals, cudaStream_t stream) {
+  if (dim < 1 || dim > INT32_MAX || n < 1 || row_begin < 0 || row_end > n || row_begin > row_end)
+    return ds_fail(DS_ERR_INTERNAL, "svgd_launch_stein_sum: bad sizes n=%lld dim=%lld rows [%lld, %lld)",
+                   (long long)n, (long long)dim, (long long)row_begin, (long long)row_end);
+  if (!(kernel->h > 0.0f))
+    return ds_fail(DS_ERR_INTERNAL, "svgd_launch_stein_sum: bandwidth h=%g is not positive", (double)kernel->h);
+  CUDA_CHECK(cudaMemsetAsync(totals, 0, (EXACT_DIGITS + 1) * sizeof *totals, stream));
+  const long long rows = row_end - row_begin;
+  if (rows == 0) return DS_OK;
+  stein_args a;
+  a.x = x_all;
+  a.s = score_all;
+  a.n = n;
+  a.half = n / 2;
+  a.row_begin = row_begin;
+  a.row_end = row_end;
+  a.tile_row0 = row_begin / STEIN_BM * STEIN_BM;
+  a.dim = (int)dim;
+  a.chunks = (int)((dim + STEIN_KC - 1) / STEIN_KC);
+  /* Offsets up to half for rows up to 63 below a tile's first: columns r0 + 1 .. r0 + 63 + half. */
+  a.col_tiles = n >= 2 ? (int)((STEIN_BM - 1 + a.half + STEIN_BN - 1) / STEIN_BN) : 0;
+  a.kernel = *kernel;
+  a.row_sums = row_sums;
+  const long long blocks = (row_end - a.tile_row0 + STEIN_BM - 1) / STEIN_BM;
+  if (blocks > 0x7FFFFFFF) return ds_fail(DS_ERR_INTERNAL, "svgd_launch_stein_sum: too many rows (%lld)", rows);
+  svgd_stein_sum_kernel<<<(unsigned)blocks, STEIN_THREADS, 0, stream>>>(a);
+  CUDA_CHECK_LAUNCH("svgd_stein_sum_kernel");
+  long long sum_blocks = (rows + 255) / 256;
+  if (sum_blocks > 264) sum_blocks = 264;
+  exact_sum_values_kernel<<<(unsigned)sum_blocks, 256, 0, stream>>>(row_sums, rows, totals);
+  CUDA_CHECK_LAUNCH("exact_sum_values_kernel");
   return DS_OK;
 }
 

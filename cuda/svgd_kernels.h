@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "backend.h"
 #include "targets_builtin.h"
 
 #ifdef __cplusplus
@@ -34,10 +35,16 @@ int svgd_launch_pair_histogram(const float *x_all, int64_t n, int64_t dim, int64
 
 /* Floats of device scratch svgd_launch_phi needs for these sizes. */
 size_t svgd_phi_scratch_floats(int64_t n, int64_t dim, int64_t rows);
-/* phi [row_end - row_begin, dim]; scratch of svgd_phi_scratch_floats() floats. */
+/* phi [row_end - row_begin, dim] with the kernel; scratch of svgd_phi_scratch_floats() floats. */
 int svgd_launch_phi(const float *x_all, const float *score_all, int64_t n, int64_t dim,
-                    int64_t row_begin, int64_t row_end, float h, float *phi, float *scratch,
+                    int64_t row_begin, int64_t row_end, const svgd_kernel_t *kernel, float *phi, float *scratch,
                     cudaStream_t stream);
+/* backend.h's svgd_stein_sum: row_sums [row_end - row_begin] doubles of scratch; totals
+ * (EXACT_DIGITS + 1) receive the exact digits of the sum and, last, how many rows fell outside
+ * the exact sums' range. */
+int svgd_launch_stein_sum(const float *x_all, const float *score_all, int64_t n, int64_t dim,
+                          int64_t row_begin, int64_t row_end, const svgd_kernel_t *kernel,
+                          double *row_sums, unsigned long long *totals, cudaStream_t stream);
 
 /* kind: 0 sgd, 1 adagrad, 2 adam (svgd_update_t); correction1, correction2: adam's bias
  * corrections (svgd_adam_bias). */

@@ -2,14 +2,19 @@
  * dimension scales and attributes are created identically on every rank with collective
  * metadata writes; each rank then writes its (chain, draw) box in one collective transfer,
  * as in HDF5's ph5_hyperslab_by_row example. */
+#ifdef __linux__
+#define _GNU_SOURCE /* sync_file_range */
+#endif
 #include "h5out.h"
 
+#include <fcntl.h>
 #include <hdf5.h>
 #include <hdf5_hl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "h5util.h"
 #include "status.h"
@@ -23,6 +28,7 @@
 typedef struct h5out_group {
   hid_t group, chain_scale, draw_scale, dim_scale;
   int64_t n_chains, dim, n_draws;
+  int64_t draw_first, draw_step; /* the draw coordinate's values: first + step * index */
   int n_vars;
   hid_t datasets[H5OUT_MAX_VARS];
   h5out_var_t vars[H5OUT_MAX_VARS];
@@ -33,6 +39,7 @@ struct h5out {
   MPI_Comm comm;
   int rank;
   int serial;  /* one rank: the POSIX driver, no MPI-IO (output_driver_serial) */
+  int writeback_fd; /* h5out_start_writeback's descriptor: -1 not yet opened, -2 not used */
   char path[4096];
   hid_t file, xfer, bool_type;
   char created_at[64];
@@ -110,6 +117,7 @@ static hid_t output_fapl(MPI_Comm comm, int serial) {
 int h5out_create(h5out_t **out, MPI_Comm comm, const char *path, const h5out_attr_t *attrs, int n_attrs) {
   *out = NULL;
   h5out_t *f = calloc(1, sizeof *f);
+  if (f) f->writeback_fd = -1;
   if (!f) return DS_FAIL_ALLOC("the output writer", sizeof *f);
   f->file = f->xfer = f->bool_type = H5I_INVALID_HID;
   /* The file's own communicator: its collectives may run on a writer thread while the
@@ -152,12 +160,13 @@ int h5out_create(h5out_t **out, MPI_Comm comm, const char *path, const h5out_att
   return DS_OK;
 }
 
-/* Writes `count` int64 values start, start+1, ... at [offset, offset+count) of a 1-D dataset;
- * rank 0 writes, the others take part with empty selections. */
-static int write_index_range(h5out_t *f, hid_t dataset, int64_t offset, int64_t count) {
+/* Writes `count` int64 values first + step * i, i = offset, offset + 1, ... at [offset,
+ * offset+count) of a 1-D dataset; rank 0 writes, the others take part with empty selections. */
+static int write_coordinate_range(h5out_t *f, hid_t dataset, int64_t offset, int64_t count, int64_t first,
+                                  int64_t step) {
   int64_t *values = malloc((size_t)(count > 0 ? count : 1) * sizeof *values);
   if (!values) return DS_FAIL_ALLOC("coordinate values", (size_t)count * sizeof(int64_t));
-  for (int64_t i = 0; i < count; ++i) values[i] = offset + i;
+  for (int64_t i = 0; i < count; ++i) values[i] = first + step * (offset + i);
   hid_t file_space = H5Dget_space(dataset);
   hsize_t start = (hsize_t)offset, n = (hsize_t)(count > 0 ? count : 1);
   hid_t mem_space = H5Screate_simple(1, &n, NULL);
@@ -179,6 +188,10 @@ static int write_index_range(h5out_t *f, hid_t dataset, int64_t offset, int64_t 
   if (file_space >= 0) H5Sclose(file_space);
   free(values);
   return status;
+}
+
+static int write_index_range(h5out_t *f, hid_t dataset, int64_t offset, int64_t count) {
+  return write_coordinate_range(f, dataset, offset, count, 0, 1);
 }
 
 static hid_t create_coordinate(h5out_t *f, hid_t group, const char *name, int64_t size, int growable) {
@@ -235,13 +248,30 @@ static int var_trailing(const h5out_group_t *g, int v, hsize_t *trailing) {
   return g->shapes[v].n_axes;
 }
 
+const h5out_axes_t h5out_default_axes = {"chain", "draw", 0, 1};
+
+static int add_group(h5out_t *f, const char *name, const h5out_axes_t *axes, int64_t n_chains, int64_t dim,
+                     int64_t draws_per_write, const h5out_var_t *vars, const h5out_shape_t *shapes, int n_vars,
+                     int *group_id);
+
 int h5out_add_group(h5out_t *f, const char *name, int64_t n_chains, int64_t dim, int64_t draws_per_write,
                     const h5out_var_t *vars, int n_vars, int *group_id) {
-  return h5out_add_group_shaped(f, name, n_chains, dim, draws_per_write, vars, NULL, n_vars, group_id);
+  return add_group(f, name, &h5out_default_axes, n_chains, dim, draws_per_write, vars, NULL, n_vars, group_id);
+}
+
+int h5out_add_group_axes(h5out_t *f, const char *name, const h5out_axes_t *axes, int64_t n_chains, int64_t dim,
+                         int64_t draws_per_write, const h5out_var_t *vars, int n_vars, int *group_id) {
+  return add_group(f, name, axes, n_chains, dim, draws_per_write, vars, NULL, n_vars, group_id);
 }
 
 int h5out_add_group_shaped(h5out_t *f, const char *name, int64_t n_chains, int64_t dim, int64_t draws_per_write,
                            const h5out_var_t *vars, const h5out_shape_t *shapes, int n_vars, int *group_id) {
+  return add_group(f, name, &h5out_default_axes, n_chains, dim, draws_per_write, vars, shapes, n_vars, group_id);
+}
+
+static int add_group(h5out_t *f, const char *name, const h5out_axes_t *axes, int64_t n_chains, int64_t dim,
+                     int64_t draws_per_write, const h5out_var_t *vars, const h5out_shape_t *shapes, int n_vars,
+                     int *group_id) {
   if (f->n_groups >= H5OUT_MAX_GROUPS || n_vars > H5OUT_MAX_VARS)
     return ds_fail(DS_ERR_INTERNAL, "h5out: too many groups or variables");
   h5out_group_t *g = &f->groups[f->n_groups];
@@ -249,6 +279,8 @@ int h5out_add_group_shaped(h5out_t *f, const char *name, int64_t n_chains, int64
   g->n_chains = n_chains;
   g->dim = dim;
   g->n_vars = n_vars;
+  g->draw_first = axes->draw_first;
+  g->draw_step = axes->draw_step;
   /* Links in creation order, so that readers (dsampler summary) list a model's variables in
    * the order it declares them, not by name. */
   hid_t gcpl = H5Pcreate(H5P_GROUP_CREATE);
@@ -261,9 +293,9 @@ int h5out_add_group_shaped(h5out_t *f, const char *name, int64_t n_chains, int64
   H5Pclose(gcpl);
   H5_CHECK(g->group);
   DS_TRY(write_library_attrs(f, g->group));
-  g->chain_scale = create_coordinate(f, g->group, "chain", n_chains, 0);
+  g->chain_scale = create_coordinate(f, g->group, axes->chain, n_chains, 0);
   H5_CHECK(g->chain_scale);
-  g->draw_scale = create_coordinate(f, g->group, "draw", 0, 1);
+  g->draw_scale = create_coordinate(f, g->group, axes->draw, 0, 1);
   H5_CHECK(g->draw_scale);
   g->dim_scale = H5I_INVALID_HID;
   for (int v = 0; v < n_vars; ++v) {
@@ -274,15 +306,15 @@ int h5out_add_group_shaped(h5out_t *f, const char *name, int64_t n_chains, int64
       g->dim_scale = create_coordinate(f, g->group, dim_name, dim, 0);
       H5_CHECK(g->dim_scale);
     }
-    hsize_t axes[H5OUT_MAX_AXES];
-    const int n_axes = var_trailing(g, v, axes);
+    hsize_t extent[H5OUT_MAX_AXES];
+    const int n_axes = var_trailing(g, v, extent);
     const int rank = 2 + n_axes;
     hsize_t dims[2 + H5OUT_MAX_AXES] = {(hsize_t)n_chains, 0};
     hsize_t max_dims[2 + H5OUT_MAX_AXES] = {(hsize_t)n_chains, H5S_UNLIMITED};
     hsize_t trailing = 1;
     for (int axis = 0; axis < n_axes; ++axis) {
-      dims[2 + axis] = max_dims[2 + axis] = axes[axis];
-      trailing *= axes[axis];
+      dims[2 + axis] = max_dims[2 + axis] = extent[axis];
+      trailing *= extent[axis];
     }
     /* Chunks span exactly the draws of one write, so each write fills whole chunks (no
      * read-modify-write of partly written chunks) and no space is allocated for draws never
@@ -295,7 +327,7 @@ int h5out_add_group_shaped(h5out_t *f, const char *name, int64_t n_chains, int64
     if (chunk_chains < 1) chunk_chains = 1;
     if (chunk_chains > (hsize_t)n_chains) chunk_chains = (hsize_t)n_chains;
     hsize_t chunk[2 + H5OUT_MAX_AXES] = {chunk_chains, chunk_draws};
-    for (int axis = 0; axis < n_axes; ++axis) chunk[2 + axis] = axes[axis];
+    for (int axis = 0; axis < n_axes; ++axis) chunk[2 + axis] = extent[axis];
     hid_t space = H5Screate_simple(rank, dims, max_dims);
     H5_CHECK(space);
     hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
@@ -313,7 +345,7 @@ int h5out_add_group_shaped(h5out_t *f, const char *name, int64_t n_chains, int64
     for (int axis = 0; axis < g->shapes[v].n_axes; ++axis) {
       char dim_name[300];
       snprintf(dim_name, sizeof dim_name, "%s_dim_%d", vars[v].name, axis);
-      hid_t scale = create_coordinate(f, g->group, dim_name, (int64_t)axes[axis], 0);
+      hid_t scale = create_coordinate(f, g->group, dim_name, (int64_t)extent[axis], 0);
       H5_CHECK(scale);
       herr_t attached = H5DSattach_scale(g->datasets[v], scale, (unsigned)(2 + axis));
       H5Dclose(scale);
@@ -386,7 +418,8 @@ int h5out_write_block(h5out_t *f, int group_id, int64_t total_draws, int64_t cha
     if (status == DS_OK && H5Dset_extent(g->draw_scale, &draws) < 0)
       status = output_fail(f, "growing the draw coordinate (H5Dset_extent)");
     DS_TRY(h5out_agree(f, status));
-    DS_TRY(h5out_agree(f, write_index_range(f, g->draw_scale, g->n_draws, total_draws - g->n_draws)));
+    DS_TRY(h5out_agree(f, write_coordinate_range(f, g->draw_scale, g->n_draws, total_draws - g->n_draws,
+                                                 g->draw_first, g->draw_step)));
     g->n_draws = total_draws;
   }
   const int empty = chain_count <= 0 || draw_count <= 0;
@@ -439,6 +472,7 @@ static int writer_setup(h5out_t *f) {
 int h5out_open(h5out_t **out, MPI_Comm comm, const char *path) {
   *out = NULL;
   h5out_t *f = calloc(1, sizeof *f);
+  if (f) f->writeback_fd = -1;
   if (!f) return DS_FAIL_ALLOC("the output writer", sizeof *f);
   f->xfer = f->bool_type = H5I_INVALID_HID;
   if (MPI_Comm_dup(comm, &f->comm) != MPI_SUCCESS) {
@@ -477,31 +511,49 @@ int h5out_read_attr(h5out_t *f, const char *key, char *value, size_t size) {
   return DS_OK;
 }
 
+static int open_group(h5out_t *f, const char *name, const h5out_axes_t *axes, int64_t n_chains, int64_t dim,
+                      const h5out_var_t *vars, const h5out_shape_t *shapes, int n_vars, int64_t keep_draws,
+                      int *group_id);
+
 int h5out_open_group(h5out_t *f, const char *name, int64_t n_chains, int64_t dim, const h5out_var_t *vars,
                      int n_vars, int64_t keep_draws, int *group_id) {
-  return h5out_open_group_shaped(f, name, n_chains, dim, vars, NULL, n_vars, keep_draws, group_id);
+  return open_group(f, name, &h5out_default_axes, n_chains, dim, vars, NULL, n_vars, keep_draws, group_id);
+}
+
+int h5out_open_group_axes(h5out_t *f, const char *name, const h5out_axes_t *axes, int64_t n_chains, int64_t dim,
+                          const h5out_var_t *vars, int n_vars, int64_t keep_draws, int *group_id) {
+  return open_group(f, name, axes, n_chains, dim, vars, NULL, n_vars, keep_draws, group_id);
 }
 
 int h5out_open_group_shaped(h5out_t *f, const char *name, int64_t n_chains, int64_t dim, const h5out_var_t *vars,
                             const h5out_shape_t *shapes, int n_vars, int64_t keep_draws, int *group_id) {
+  return open_group(f, name, &h5out_default_axes, n_chains, dim, vars, shapes, n_vars, keep_draws, group_id);
+}
+
+static int open_group(h5out_t *f, const char *name, const h5out_axes_t *axes, int64_t n_chains, int64_t dim,
+                      const h5out_var_t *vars, const h5out_shape_t *shapes, int n_vars, int64_t keep_draws,
+                      int *group_id) {
   if (f->n_groups >= H5OUT_MAX_GROUPS || n_vars > H5OUT_MAX_VARS)
     return ds_fail(DS_ERR_INTERNAL, "h5out: too many groups or variables");
   h5out_group_t *g = &f->groups[f->n_groups];
   memset(g, 0, sizeof *g);
   g->n_chains = n_chains;
   g->dim = dim;
+  g->draw_first = axes->draw_first;
+  g->draw_step = axes->draw_step;
   g->dim_scale = g->chain_scale = g->draw_scale = H5I_INVALID_HID;
   H5E_BEGIN_TRY { g->group = H5Gopen2(f->file, name, H5P_DEFAULT); }
   H5E_END_TRY;
   if (g->group < 0) return ds_fail(DS_ERR_INPUT, "output %s: no group %s", f->path, name);
   f->n_groups++; /* closed by h5out_close from here on */
   H5E_BEGIN_TRY {
-    g->chain_scale = H5Dopen2(g->group, "chain", H5P_DEFAULT);
-    g->draw_scale = H5Dopen2(g->group, "draw", H5P_DEFAULT);
+    g->chain_scale = H5Dopen2(g->group, axes->chain, H5P_DEFAULT);
+    g->draw_scale = H5Dopen2(g->group, axes->draw, H5P_DEFAULT);
   }
   H5E_END_TRY;
   if (g->chain_scale < 0 || g->draw_scale < 0)
-    return ds_fail(DS_ERR_INPUT, "output %s: group %s lacks its chain or draw coordinate", f->path, name);
+    return ds_fail(DS_ERR_INPUT, "output %s: group %s lacks its %s or %s coordinate", f->path, name, axes->chain,
+                     axes->draw);
   for (int v = 0; v < n_vars; ++v) {
     g->datasets[v] = H5I_INVALID_HID;
     g->n_vars = v + 1;
@@ -510,13 +562,13 @@ int h5out_open_group_shaped(h5out_t *f, const char *name, int64_t n_chains, int6
     H5E_END_TRY;
     if (g->datasets[v] < 0) return ds_fail(DS_ERR_INPUT, "output %s: no variable %s/%s", f->path, name, vars[v].name);
     hid_t space = H5Dget_space(g->datasets[v]);
-    hsize_t dims[2 + H5OUT_MAX_AXES] = {0}, axes[H5OUT_MAX_AXES];
+    hsize_t dims[2 + H5OUT_MAX_AXES] = {0}, extent[H5OUT_MAX_AXES];
     int rank = H5Sget_simple_extent_ndims(space);
     if (rank >= 1 && rank <= 2 + H5OUT_MAX_AXES) H5Sget_simple_extent_dims(space, dims, NULL);
     H5Sclose(space);
-    const int n_axes = var_trailing(g, v, axes), want_rank = 2 + n_axes;
+    const int n_axes = var_trailing(g, v, extent), want_rank = 2 + n_axes;
     int same_shape = rank == want_rank && dims[0] == (hsize_t)n_chains;
-    for (int axis = 0; same_shape && axis < n_axes; ++axis) same_shape = dims[2 + axis] == axes[axis];
+    for (int axis = 0; same_shape && axis < n_axes; ++axis) same_shape = dims[2 + axis] == extent[axis];
     if (!same_shape)
       return ds_fail(DS_ERR_INPUT, "output %s: %s/%s does not have %lld chains%s of this run: another run's file?",
                      f->path, name, vars[v].name, (long long)n_chains, n_axes > 0 ? " and its shape" : "");
@@ -541,6 +593,23 @@ int h5out_open_group_shaped(h5out_t *f, const char *name, int64_t n_chains, int6
   H5_CHECK(H5Fflush(f->file, H5F_SCOPE_GLOBAL));
   *group_id = f->n_groups - 1;
   return DS_OK;
+}
+
+void h5out_start_writeback(h5out_t *f) {
+#ifdef SYNC_FILE_RANGE_WRITE
+  if (f->writeback_fd == -2) return;
+  if (f->writeback_fd == -1) {
+    const char *flag = getenv("DSAMPLER_H5_EARLY_WRITEBACK");
+    f->writeback_fd = flag && strcmp(flag, "0") == 0 ? -2 : open(f->path, O_WRONLY | O_CLOEXEC);
+    if (f->writeback_fd < 0) {
+      f->writeback_fd = -2; /* only a help to the page cache: without it the run is as before */
+      return;
+    }
+  }
+  (void)sync_file_range(f->writeback_fd, 0, 0, SYNC_FILE_RANGE_WRITE);
+#else
+  (void)f;
+#endif
 }
 
 int h5out_flush(h5out_t *f) {
@@ -573,6 +642,7 @@ int h5out_close_as(h5out_t *f, int failed) {
     status = output_fail(f, "flushing (H5Fflush)");
   if (f->bool_type >= 0) H5Tclose(f->bool_type);
   if (f->xfer >= 0) H5Pclose(f->xfer);
+  if (f->writeback_fd >= 0) close(f->writeback_fd);
   int closed = f->file < 0 || (!failed && H5Fclose(f->file) >= 0);
   if (!closed && status == DS_OK) status = ds_fail(DS_ERR_IO, "--out %s: closing the file failed", f->path);
   /* After a failed write HDF5 cannot close the file cleanly, and its own clean-up in
@@ -652,6 +722,51 @@ int h5out_write_summary_group(h5out_t *f, const char *name, const char *dim_name
                                    global_data[v], 0);
   for (int axis = 0; axis < 2; ++axis)
     if (scales[axis] >= 0) H5Dclose(scales[axis]);
+  H5Gclose(group);
+  return status;
+}
+
+int h5out_remove_group(h5out_t *f, const char *name) {
+  htri_t exists;
+  H5E_BEGIN_TRY { exists = H5Lexists(f->file, name, H5P_DEFAULT); }
+  H5E_END_TRY;
+  if (exists > 0) H5_CHECK(H5Ldelete(f->file, name, H5P_DEFAULT));
+  return DS_OK;
+}
+
+int h5out_write_series(h5out_t *f, const char *name, const char *axis, int64_t count, const int64_t *coordinates,
+                       const char *const *vars, const double *const *data, int n_vars) {
+  DS_TRY(h5out_remove_group(f, name));
+  hid_t group = H5Gcreate2(f->file, name, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  H5_CHECK(group);
+  int status = write_library_attrs(f, group);
+  hid_t scale = H5I_INVALID_HID;
+  if (status == DS_OK) {
+    hsize_t dims = (hsize_t)count;
+    hid_t space = H5Screate_simple(1, &dims, NULL);
+    scale = space < 0 ? H5I_INVALID_HID : H5Dcreate2(group, axis, H5T_STD_I64LE, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    if (space >= 0) H5Sclose(space);
+    if (scale < 0 || H5DSset_scale(scale, axis) < 0) status = h5_fail(__FILE__, __LINE__, "H5Dcreate2/H5DSset_scale");
+  }
+  status = h5out_agree(f, status);
+  /* The coordinate's values, written as the variables are: by rank 0. */
+  if (status == DS_OK && count > 0) {
+    hsize_t dims = (hsize_t)count;
+    hid_t file_space = H5Dget_space(scale), mem_space = H5Screate_simple(1, &dims, NULL);
+    if (f->rank != 0) {
+      H5Sselect_none(file_space);
+      H5Sselect_none(mem_space);
+    }
+    if (H5Dwrite(scale, H5T_NATIVE_INT64, mem_space, file_space, f->xfer, coordinates) < 0)
+      status = output_fail(f, "writing a series coordinate");
+    H5Sclose(file_space);
+    H5Sclose(mem_space);
+    status = h5out_agree(f, status);
+  }
+  const hsize_t dims[1] = {(hsize_t)count};
+  for (int v = 0; v < n_vars && status == DS_OK && count > 0; ++v)
+    status = write_summary_dataset(f, group, vars[v], 1, dims, &scale, 0, f->rank == 0 ? 1 : 0, data[v], 0);
+  if (scale >= 0) H5Dclose(scale);
   H5Gclose(group);
   return status;
 }

@@ -33,6 +33,15 @@ typedef struct h5out_attr {
 
 typedef struct h5out h5out_t;
 
+/* A group's axis names and its draw coordinate's values, draw_first + draw_step * index (the
+ * usual chain, draw, 0, 1 is h5out_default_axes; SVGD's snapshots are particle, iteration,
+ * 0, K). */
+typedef struct h5out_axes {
+  const char *chain, *draw;
+  int64_t draw_first, draw_step;
+} h5out_axes_t;
+extern const h5out_axes_t h5out_default_axes;
+
 /* Creates (truncates) path; attrs go on the root group as strings, beside created_at,
  * inference_library and inference_library_version. */
 int h5out_create(h5out_t **out, MPI_Comm comm, const char *path, const h5out_attr_t *attrs, int n_attrs);
@@ -41,6 +50,9 @@ int h5out_create(h5out_t **out, MPI_Comm comm, const char *path, const h5out_att
  * write will add (the same on every rank); the chunks are shaped for it. */
 int h5out_add_group(h5out_t *f, const char *name, int64_t n_chains, int64_t dim, int64_t draws_per_write,
                     const h5out_var_t *vars, int n_vars, int *group_id);
+/* As h5out_add_group, with the given axes. */
+int h5out_add_group_axes(h5out_t *f, const char *name, const h5out_axes_t *axes, int64_t n_chains, int64_t dim,
+                         int64_t draws_per_write, const h5out_var_t *vars, int n_vars, int *group_id);
 /* As h5out_add_group, where shapes[v].n_axes > 0 gives variable v (has_dim 0) axes of its own
  * (shapes may be NULL: none has). */
 int h5out_add_group_shaped(h5out_t *f, const char *name, int64_t n_chains, int64_t dim, int64_t draws_per_write,
@@ -71,8 +83,23 @@ int h5out_open_group(h5out_t *f, const char *name, int64_t n_chains, int64_t dim
 /* As h5out_open_group, for a group made by h5out_add_group_shaped with these shapes. */
 int h5out_open_group_shaped(h5out_t *f, const char *name, int64_t n_chains, int64_t dim, const h5out_var_t *vars,
                             const h5out_shape_t *shapes, int n_vars, int64_t keep_draws, int *group_id);
+/* As h5out_open_group, with the given axes. */
+int h5out_open_group_axes(h5out_t *f, const char *name, const h5out_axes_t *axes, int64_t n_chains, int64_t dim,
+                          const h5out_var_t *vars, int n_vars, int64_t keep_draws, int *group_id);
+/* Removes group `name` (and everything in it) when it exists. Collective. */
+int h5out_remove_group(h5out_t *f, const char *name);
+/* Writes (or rewrites) group `name` of n_vars float64 series [count] along axis `axis`, whose
+ * coordinate takes the int64 values `coordinates`; rank 0's data are written. Collective. */
+int h5out_write_series(h5out_t *f, const char *name, const char *axis, int64_t count, const int64_t *coordinates,
+                       const char *const *vars, const double *const *data, int n_vars);
 /* Reads root attribute `key` (a string) into value; DS_ERR_INPUT when absent. Collective. */
 int h5out_read_attr(h5out_t *f, const char *key, char *value, size_t size);
+/* Starts the disk writing what this rank has written to the file so far, without waiting for
+ * it (Linux sync_file_range; elsewhere nothing). Otherwise the page cache holds gigabytes of a
+ * large output until the file is closed and only then writes them, after the run's work is
+ * done; started early, the disk writes while the run goes on. Local, no communication.
+ * DSAMPLER_H5_EARLY_WRITEBACK=0 turns it off (for comparison). */
+void h5out_start_writeback(h5out_t *f);
 /* Makes everything written so far durable. Collective. */
 int h5out_flush(h5out_t *f);
 /* Flushes and closes; f is freed whatever the result. */

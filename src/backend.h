@@ -41,6 +41,15 @@ enum {
   SVGD_WINDOW_ABOVE = 65537,
   SVGD_WINDOW_COUNTS = 65538
 };
+/* The SVGD kernel of squared distance D, bandwidth h: rbf k = exp(-D / 2h); imq
+ * k = (c2 + D / h)^beta (c2 = c^2, beta in (-1, 0)). The weight of phi's repulsive term, with
+ * grad_{x_j} k(x_j, x_i) = w (x_i - x_j): rbf w = k / h, imq w = -2 beta (c2 + D / h)^(beta - 1) / h. */
+typedef enum { SVGD_KERNEL_RBF = 0, SVGD_KERNEL_IMQ = 1 } svgd_kernel_kind_t;
+typedef struct svgd_kernel {
+  svgd_kernel_kind_t kind;
+  float h, c2, beta;
+} svgd_kernel_t;
+
 typedef enum { SVGD_UPDATE_SGD = 0, SVGD_UPDATE_ADAGRAD = 1, SVGD_UPDATE_ADAM = 2 } svgd_update_t;
 
 /* Floats of optimiser state per particle coordinate: adagrad's g, adam's m and v. */
@@ -163,13 +172,21 @@ struct backend {
    * backend and valid until its next pass. */
   int (*svgd_pair_counts)(backend_t *b, const float *x_all, int64_t n, int64_t dim, int64_t row_begin,
                           int64_t row_end, int pass, uint32_t select_bits, uint64_t **counts);
-  /* phi [row_end - row_begin, dim] for local rows against all n columns:
-   * phi_i = (s_i + sum_{j != i} K_ij v_j + x_i sum_{j != i} K_ij / h) / n,
-   * K_ij = exp(-D_ij / (2h)), v_j = s_j - x_j / h. This is DESIGN.md's phi with the j = i term
-   * (K_ii = 1, x_i - x_i = 0) added exactly: through v it would cancel x_i / h against itself,
-   * which loses all precision when h is small (N <= 2, or collapsed particles). No n x n array. */
+  /* phi [row_end - row_begin, dim] for local rows against all n columns, DESIGN.md's
+   * phi_i = (1/n) sum_j (k_ij s_j + w_ij (x_i - x_j)) with w_ij the kernel's weight
+   * (svgd_kernel_t), computed as (k_ii s_i + sum_{j != i} k_ij s_j - w_ij x_j + x_i sum_{j != i} w_ij) / n:
+   * for rbf, (s_i + sum_{j != i} K_ij v_j + x_i sum_{j != i} K_ij / h) / n with v_j = s_j - x_j / h.
+   * The j = i term is added exactly: through v it would cancel x_i / h against itself, which
+   * loses all precision when h is small (N <= 2, or collapsed particles). No n x n array. */
   int (*svgd_phi)(backend_t *b, const float *x_all, const float *score_all, int64_t n,
-                  int64_t dim, int64_t row_begin, int64_t row_end, float h, float *phi);
+                  int64_t dim, int64_t row_begin, int64_t row_end, const svgd_kernel_t *kernel, float *phi);
+  /* The Stein kernel's sum for the kernel Stein discrepancy: *sum (host, cleared first) = the
+   * exact sum over local rows i of u_ii + 2 sum_{k=1..span(i)} u(i, (i + k) mod n), the pairs of
+   * svgd_pair_histogram (each unordered pair once), so the ranks' sums add up to
+   * sum_ij u_p(x_i, x_j) (svgd_stein_pair). Each row's pairs are summed in double in an order
+   * that depends on i and n alone, so the total is the same on any number of ranks. */
+  int (*svgd_stein_sum)(backend_t *b, const float *x_all, const float *score_all, int64_t n, int64_t dim,
+                        int64_t row_begin, int64_t row_end, const svgd_kernel_t *kernel, exact_sum_t *sum);
   /* x += step * phi (sgd); adagrad with history g [count]: g = phi^2 on iteration 0, else
    * 0.9 g + 0.1 phi^2, x += step * phi / (1e-6 + sqrt(g)); adam with g = [m | v], [2 count]:
    * m = 0.9 m + 0.1 phi, v = 0.999 v + 0.001 phi^2 (m = v = 0 before iteration 0),

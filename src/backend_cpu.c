@@ -7,8 +7,10 @@
 #include <string.h>
 
 #include "backend.h"
+#include "exactsum.h"
 #include "rng.h"
 #include "status.h"
+#include "svgd_kernel_math.h"
 
 /* Columns processed together: their distances vectorise across lanes, each lane summing
  * over k in the fixed order, so the rounding is that of the scalar loop. */
@@ -107,6 +109,18 @@ static inline float distance_one(const float *x_i, const float *columns_t, int64
   return acc;
 }
 
+/* Distances from x_i to the next block of columns from j (CPU_COLUMN_BLOCK, fewer at the end);
+ * returns how many. */
+static inline int distance_columns(const float *x_i, const float *columns_t, int64_t n, int64_t dim, int64_t j,
+                                   float *dist) {
+  const int width = n - j < CPU_COLUMN_BLOCK ? (int)(n - j) : CPU_COLUMN_BLOCK;
+  if (width == CPU_COLUMN_BLOCK)
+    distance_block(x_i, columns_t, n, dim, j, dist);
+  else
+    for (int c = 0; c < width; ++c) dist[c] = distance_one(x_i, columns_t, n, dim, j + c);
+  return width;
+}
+
 static inline uint32_t float_bits(float value) {
   uint32_t bits;
   memcpy(&bits, &value, sizeof bits);
@@ -200,23 +214,53 @@ static int cpu_svgd_pair_counts(backend_t *b, const float *x_all, int64_t n, int
   return DS_OK;
 }
 
+/* IMQ phi of row i into phi_i: k_ii s_i + sum_{j != i} (k_ij s_j - w_ij x_j) + x_i sum_{j != i} w_ij, over n. */
+static void imq_phi_row(const float *x_all, const float *score_all, const float *columns_t, int64_t n, int64_t dim,
+                        int64_t i, const svgd_kernel_t *kernel, float *sum_ks, float *sum_wx, float *phi_i) {
+  const float *x_i = x_all + i * dim;
+  float sum_w = 0.0f, dist[CPU_COLUMN_BLOCK];
+  for (int64_t k = 0; k < dim; ++k) sum_ks[k] = sum_wx[k] = 0.0f;
+  for (int64_t j = 0; j < n; j += CPU_COLUMN_BLOCK) {
+    const int width = distance_columns(x_i, columns_t, n, dim, j, dist);
+    for (int c = 0; c < width; ++c) {
+      if (j + c == i) continue;
+      float value, weight;
+      svgd_kernel_pair(kernel, dist[c], &value, &weight);
+      const float *s_j = score_all + (j + c) * dim, *x_j = x_all + (j + c) * dim;
+      sum_w += weight;
+      for (int64_t k = 0; k < dim; ++k) {
+        sum_ks[k] = fmaf(value, s_j[k], sum_ks[k]);
+        sum_wx[k] = fmaf(weight, x_j[k], sum_wx[k]);
+      }
+    }
+  }
+  const float diagonal = svgd_kernel_diagonal(kernel), inv_n = 1.0f / (float)n;
+  const float *s_i = score_all + i * dim;
+  for (int64_t k = 0; k < dim; ++k)
+    phi_i[k] = (diagonal * s_i[k] + (sum_ks[k] - sum_wx[k]) + x_i[k] * sum_w) * inv_n;
+}
+
 static int cpu_svgd_phi(backend_t *b, const float *x_all, const float *score_all, int64_t n,
-                        int64_t dim, int64_t row_begin, int64_t row_end, float h, float *phi) {
+                        int64_t dim, int64_t row_begin, int64_t row_end, const svgd_kernel_t *kernel, float *phi) {
   cpu_impl_t *impl = b->impl;
   if (row_end <= row_begin) return DS_OK;
+  const float h = kernel->h;
   DS_TRY(ensure_scratch(&impl->columns_t, &impl->columns_t_floats, (size_t)(n * dim)));
   DS_TRY(ensure_scratch(&impl->v_all, &impl->v_all_floats, (size_t)(n * dim)));
   transpose_columns(x_all, n, dim, impl->columns_t);
   const float *columns_t = impl->columns_t;
   float *v_all = impl->v_all;
+  const int rbf = kernel->kind == SVGD_KERNEL_RBF;
+  if (rbf) {
 #pragma omp parallel for schedule(static)
-  for (int64_t e = 0; e < n * dim; ++e) v_all[e] = score_all[e] - x_all[e] / h;
+    for (int64_t e = 0; e < n * dim; ++e) v_all[e] = score_all[e] - x_all[e] / h;
+  }
 
   const float neg_half_inv_h = -0.5f / h;
   int failed = 0;
 #pragma omp parallel
   {
-    float *sum_kv = malloc((size_t)dim * sizeof *sum_kv);
+    float *sum_kv = malloc((size_t)(2 * dim) * sizeof *sum_kv);
     if (!sum_kv) {
 #pragma omp atomic write
       failed = 1;
@@ -224,27 +268,26 @@ static int cpu_svgd_phi(backend_t *b, const float *x_all, const float *score_all
 #pragma omp for schedule(dynamic, 4)
     for (int64_t i = row_begin; i < row_end; ++i) {
       if (!sum_kv) continue;
+      float *phi_i = phi + (i - row_begin) * dim;
+      if (!rbf) {
+        imq_phi_row(x_all, score_all, columns_t, n, dim, i, kernel, sum_kv, sum_kv + dim, phi_i);
+        continue;
+      }
       const float *x_i = x_all + i * dim;
       float sum_k = 0.0f;
       for (int64_t k = 0; k < dim; ++k) sum_kv[k] = 0.0f;
       float dist[CPU_COLUMN_BLOCK];
-      int64_t j = 0;
-      for (; j < n; j += CPU_COLUMN_BLOCK) {
-        int width = n - j < CPU_COLUMN_BLOCK ? (int)(n - j) : CPU_COLUMN_BLOCK;
-        if (width == CPU_COLUMN_BLOCK)
-          distance_block(x_i, columns_t, n, dim, j, dist);
-        else
-          for (int c = 0; c < width; ++c) dist[c] = distance_one(x_i, columns_t, n, dim, j + c);
+      for (int64_t j = 0; j < n; j += CPU_COLUMN_BLOCK) {
+        const int width = distance_columns(x_i, columns_t, n, dim, j, dist);
         for (int c = 0; c < width; ++c) {
           /* j = i adds s_i exactly, below; through v it would cancel x_i / h against itself. */
           if (j + c == i) continue;
-          float kernel = expf(dist[c] * neg_half_inv_h);
+          float kernel_value = expf(dist[c] * neg_half_inv_h);
           const float *v_j = v_all + (j + c) * dim;
-          sum_k += kernel;
-          for (int64_t k = 0; k < dim; ++k) sum_kv[k] = fmaf(kernel, v_j[k], sum_kv[k]);
+          sum_k += kernel_value;
+          for (int64_t k = 0; k < dim; ++k) sum_kv[k] = fmaf(kernel_value, v_j[k], sum_kv[k]);
         }
       }
-      float *phi_i = phi + (i - row_begin) * dim;
       const float inv_n = 1.0f / (float)n;
       const float *s_i = score_all + i * dim;
       for (int64_t k = 0; k < dim; ++k) phi_i[k] = (s_i[k] + sum_kv[k] + x_i[k] * sum_k / h) * inv_n;
@@ -252,6 +295,57 @@ static int cpu_svgd_phi(backend_t *b, const float *x_all, const float *score_all
     free(sum_kv);
   }
   if (failed) return DS_FAIL_ALLOC("phi accumulators", (size_t)dim * sizeof(float));
+  return DS_OK;
+}
+
+/* Row i's Stein sum (backend.h's svgd_stein_sum): u_ii + 2 sum over its pairs, k ascending,
+ * each pair's D, A and S summed over coordinates in order with fmaf, the pairs in double. */
+static double stein_row(const float *x_all, const float *score_all, int64_t n, int64_t dim, int64_t i,
+                        const svgd_kernel_t *kernel) {
+  const int64_t half = n / 2;
+  const int64_t span = (n % 2 == 0 && i >= half) ? half - 1 : half;
+  const float *x_i = x_all + i * dim, *s_i = score_all + i * dim;
+  double row = 0.0;
+  for (int64_t offset = 1; offset <= span; ++offset) {
+    int64_t j = i + offset;
+    if (j >= n) j -= n;
+    const float *x_j = x_all + j * dim, *s_j = score_all + j * dim;
+    float distance = 0.0f, along = 0.0f, scores = 0.0f;
+    for (int64_t k = 0; k < dim; ++k) {
+      const float r = x_i[k] - x_j[k], t = s_i[k] - s_j[k];
+      distance = fmaf(r, r, distance);
+      along = fmaf(t, r, along);
+      scores = fmaf(s_i[k], s_j[k], scores);
+    }
+    row += svgd_stein_pair(kernel, (double)dim, distance, along, scores);
+  }
+  float square = 0.0f;
+  for (int64_t k = 0; k < dim; ++k) square = fmaf(s_i[k], s_i[k], square);
+  return svgd_stein_diagonal(kernel, (double)dim, square) + 2.0 * row;
+}
+
+static int cpu_svgd_stein_sum(backend_t *b, const float *x_all, const float *score_all, int64_t n, int64_t dim,
+                              int64_t row_begin, int64_t row_end, const svgd_kernel_t *kernel, exact_sum_t *sum) {
+  (void)b;
+  exact_sum_clear(sum);
+  int failed = 0;
+#pragma omp parallel
+  {
+    exact_sum_t mine;
+    exact_sum_clear(&mine);
+#pragma omp for schedule(dynamic, 4) reduction(| : failed)
+    for (int64_t i = row_begin; i < row_end; ++i)
+    {
+      double row = stein_row(x_all, score_all, n, dim, i, kernel);
+      if (fabs(row) < 1e-300) row = 0.0; /* below the exact sum's range, and of no weight */
+      failed |= exact_sum_add(&mine, row) != 0;
+    }
+#pragma omp critical
+    exact_sum_merge(sum, &mine);
+  }
+  if (failed)
+    return ds_fail(DS_ERR_TARGET, "kernel Stein discrepancy: a particle's Stein kernel sum is not finite "
+                                  "(particles or scores out of range)");
   return DS_OK;
 }
 
@@ -611,6 +705,7 @@ int backend_cpu_create(backend_t **out) {
   b->svgd_pair_histogram = cpu_svgd_pair_histogram;
   b->svgd_pair_counts = cpu_svgd_pair_counts;
   b->svgd_phi = cpu_svgd_phi;
+  b->svgd_stein_sum = cpu_svgd_stein_sum;
   b->svgd_update = cpu_svgd_update;
   b->hmc_transition = cpu_hmc_transition;
   b->hmc_stats = cpu_hmc_stats;

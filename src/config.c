@@ -58,6 +58,18 @@ static const option_spec_t option_table[] = {
      "write draws of chains 0..M-1 only (default: all); moments cover every chain"},
     {"update", STR(update), FOR_SVGD, "KIND", "SVGD update: sgd (default), adagrad or adam (0.9, 0.999, 1e-8)"},
     {"bandwidth", STR(bandwidth), FOR_SVGD, "H", "median (default) or a fixed positive bandwidth"},
+    {"kernel", STR(kernel), FOR_SVGD, "K",
+     "SVGD kernel: rbf (default), exp(-D / 2h), or imq, (c^2 + D / h)^beta; D the squared distance, h the bandwidth"},
+    {"imq-c", NUM(OPT_DOUBLE, imq_c), FOR_SVGD, "C", "the IMQ kernel's c > 0 (default 1)"},
+    {"imq-beta", NUM(OPT_DOUBLE, imq_beta), FOR_SVGD, "BETA", "the IMQ kernel's exponent, in (-1, 0) (default -0.5)"},
+    {"ksd-every", NUM(OPT_INT, ksd_every), FOR_SVGD, "K",
+     "kernel Stein discrepancy of the particles every K iterations (default 0: only after the last)"},
+    {"ksd-kernel", STR(ksd_kernel), FOR_SVGD, "K",
+     "the KSD's kernel: run (default: the update's kernel and bandwidth) or imq ((c^2 + D)^beta with --imq-c, "
+     "--imq-beta: Gorham and Mackey's)"},
+    {"save-every", NUM(OPT_INT, save_every), FOR_SVGD, "K",
+     "write the particles every K iterations (iteration 0 included) to the output's snapshots group (default 0: "
+     "never)"},
     {"batch-size", NUM(OPT_INT, batch_size), FOR_SVGD, "B",
      "minibatch gradients: B data rows per iteration, drawn with replacement, keyed by (seed, iteration) "
      "(logistic; default 0: all rows)"},
@@ -102,6 +114,10 @@ static void config_defaults(config_t *cfg, algorithm_t algorithm) {
   cfg->step_size = 0.1;
   strcpy(cfg->update, "sgd");
   strcpy(cfg->bandwidth, "median");
+  strcpy(cfg->kernel, "rbf");
+  cfg->imq_c = 1.0;
+  cfg->imq_beta = -0.5;
+  strcpy(cfg->ksd_kernel, "run");
   strcpy(cfg->out, "run.h5");
   strcpy(cfg->backend, "auto");
   strcpy(cfg->comm, "auto");
@@ -250,7 +266,8 @@ static int config_validate(config_t *cfg) {
   const struct { const char *name; int64_t value; } counts[] = {
       {"dim", cfg->dim},     {"chains", cfg->chains}, {"particles", cfg->particles}, {"warmup", cfg->warmup},
       {"draws", cfg->draws}, {"iters", cfg->iters},   {"thin", cfg->thin},           {"checkpoint-every", cfg->checkpoint_every},
-      {"output-chains", cfg->output_chains}, {"batch-size", cfg->batch_size}};
+      {"output-chains", cfg->output_chains}, {"batch-size", cfg->batch_size},
+      {"ksd-every", cfg->ksd_every}, {"save-every", cfg->save_every}};
   for (size_t i = 0; i < sizeof counts / sizeof counts[0]; ++i)
     if (counts[i].value > CONFIG_COUNT_MAX)
       return ds_fail(DS_ERR_INPUT, "--%s: %lld is more than this dsampler handles (at most 2^40)", counts[i].name,
@@ -306,6 +323,19 @@ static int config_validate(config_t *cfg) {
       return ds_fail(DS_ERR_INPUT, "--bandwidth: expected median or a positive number, got '%s'", cfg->bandwidth);
     cfg->bandwidth_value = h;
   }
+  if (strcmp(cfg->kernel, "rbf") != 0 && strcmp(cfg->kernel, "imq") != 0)
+    return ds_fail(DS_ERR_INPUT, "--kernel: expected rbf or imq, got '%s'", cfg->kernel);
+  if (strcmp(cfg->ksd_kernel, "run") != 0 && strcmp(cfg->ksd_kernel, "imq") != 0)
+    return ds_fail(DS_ERR_INPUT, "--ksd-kernel: expected run or imq, got '%s'", cfg->ksd_kernel);
+  if (!(cfg->imq_c > 0) || !isfinite(cfg->imq_c))
+    return ds_fail(DS_ERR_INPUT, "--imq-c: expected a positive number, got %g", cfg->imq_c);
+  /* Gorham and Mackey: KSD with the IMQ kernel detects non-convergence for beta in (-1, 0). */
+  if (!(cfg->imq_beta > -1 && cfg->imq_beta < 0))
+    return ds_fail(DS_ERR_INPUT, "--imq-beta: expected a number in (-1, 0), got %g", cfg->imq_beta);
+  if (cfg->ksd_every < 0)
+    return ds_fail(DS_ERR_INPUT, "--ksd-every: expected >= 0 iterations, got %lld", (long long)cfg->ksd_every);
+  if (cfg->save_every < 0)
+    return ds_fail(DS_ERR_INPUT, "--save-every: expected >= 0 iterations, got %lld", (long long)cfg->save_every);
   if (strcmp(cfg->backend, "auto") != 0 && strcmp(cfg->backend, "cpu") != 0 && strcmp(cfg->backend, "cuda") != 0)
     return ds_fail(DS_ERR_INPUT, "--backend: expected auto, cpu or cuda, got '%s'", cfg->backend);
   if (strcmp(cfg->comm, "auto") != 0 && strcmp(cfg->comm, "mpi") != 0 && strcmp(cfg->comm, "nccl") != 0)

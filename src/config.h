@@ -37,6 +37,11 @@ typedef struct config {
   char bandwidth[64];  /* SVGD: median | a positive number */
   int64_t batch_size;  /* SVGD: data rows per gradient (logistic), drawn each iteration; 0: all */
   double bandwidth_value; /* > 0 when fixed */
+  char kernel[16];     /* SVGD: rbf | imq */
+  double imq_c, imq_beta; /* SVGD: the IMQ kernel (c^2 + D / h)^beta */
+  int64_t ksd_every;   /* SVGD: kernel Stein discrepancy every K iterations; 0: after the last only */
+  char ksd_kernel[16]; /* SVGD: run (the update's kernel) | imq (bandwidth 1) */
+  int64_t save_every;  /* SVGD: particle snapshots every K iterations; 0: none */
   char init[CONFIG_PATH_MAX];
   char data[CONFIG_PATH_MAX]; /* the target's dataset (--data), passed to it as data=FILE */
   char out[CONFIG_PATH_MAX];

@@ -26,7 +26,15 @@ typedef struct diag_stats {
 
 /* diag_stats_t as an array of doubles; r_hat_nested is the last, so a table without
  * superchains is the first DIAG_N_STATS - 1 columns. */
-enum { DIAG_N_STATS = 11, DIAG_STAT_R_HAT_NESTED = 10 };
+enum {
+  DIAG_N_STATS = 11,
+  DIAG_STAT_MEAN = 0,
+  DIAG_STAT_SD = 1,
+  DIAG_STAT_Q5 = 4,
+  DIAG_STAT_Q50 = 5,
+  DIAG_STAT_Q95 = 6,
+  DIAG_STAT_R_HAT_NESTED = 10
+};
 extern const char *const diag_stat_names[DIAG_N_STATS];
 
 /* Scratch memory and FFT plans for parameters of one shape; reused across parameters. */

@@ -28,6 +28,14 @@ int exact_sum_add(exact_sum_t *s, double v) {
   return 0;
 }
 
+void exact_sum_merge(exact_sum_t *into, const exact_sum_t *from) {
+  exact_sum_t addend = *from;
+  exact_sum_normalize(&addend);
+  exact_sum_normalize(into);
+  for (int i = 0; i < EXACT_DIGITS; ++i) into->digit[i] += addend.digit[i];
+  into->pending = 1;
+}
+
 double exact_sum_value(exact_sum_t *s) {
   exact_sum_normalize(s);
   /* From the most significant digit down; the canonical digits make this deterministic. */

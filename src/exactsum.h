@@ -13,6 +13,8 @@
 void exact_sum_clear(exact_sum_t *s);
 /* Adds v exactly; v must be finite and 0 or within the range above (returns -1 if not). */
 int exact_sum_add(exact_sum_t *s, double v);
+/* into += from, exactly (from is left as it was). */
+void exact_sum_merge(exact_sum_t *into, const exact_sum_t *from);
 /* Brings every digit into [0, 2^32) (the top one keeps the sign): a canonical form. */
 void exact_sum_normalize(exact_sum_t *s);
 /* The sum rounded to a double (deterministic: computed from the canonical form). */

@@ -113,6 +113,8 @@ int run_write_particles(run_ctx_t *run, h5out_t *out, int64_t n, const float *x_
     DS_TRY(h5out_add_group(out, "posterior", 1, dim, n, particles, 1, &group));
     return h5out_write(out, group, n, 0, chains, run->item_begin, rows, x_data);
   }
+  /* A resumed run that was extended writes the group again (svgd.c removes posterior). */
+  DS_TRY(comm_agree(run->comm, h5out_remove_group(out, "unconstrained_posterior")));
   const int64_t width = t->constrained_dim, cells = rows > 0 ? rows : 1;
   h5out_var_t *vars = calloc((size_t)t->n_vars, sizeof *vars);
   h5out_shape_t *shapes = calloc((size_t)t->n_vars, sizeof *shapes);
@@ -428,7 +430,10 @@ int run_main(comm_ctx_t *comm, const config_t *cfg, const char *resume_path, con
     return status;
   }
   comm->device = backend->device;
-  status = comm_agree(comm, comm_select_transport(comm, cfg->comm, backend->on_device, backend->stream));
+  /* HMC's collectives are a few sums on the host per iteration: NCCL would add its start-up
+   * (0.7 s on one H200) and nothing else, so `auto` takes MPI for HMC. */
+  const char *transport = cfg->algorithm == ALGO_HMC && strcmp(cfg->comm, "auto") == 0 ? "mpi" : cfg->comm;
+  status = comm_agree(comm, comm_select_transport(comm, transport, backend->on_device, backend->stream));
 
   target_handle_t target;
   memset(&target, 0, sizeof target);

@@ -69,6 +69,11 @@ typedef struct summary_result {
   int64_t superchain_size;   /* chains per superchain; 0: none, and no r_hat_nested column */
   const char *superchain_source; /* what set it: the file's attribute or the option */
   int64_t file_chains_per_start; /* config_chains_per_start > 1 that does not fit the posterior */
+  /* SVGD output (a `ksd` group): its particles are no Markov chain; the table then shows their
+   * moments and quantiles, and the kernel Stein discrepancy's first and last values. */
+  int svgd;
+  int64_t ksd_count, ksd_first_iteration, ksd_last_iteration;
+  double ksd_first, ksd_last, ksd_last_bandwidth;
 } summary_result_t;
 
 typedef struct summary_options {
@@ -587,6 +592,51 @@ static int summarize_moments(comm_ctx_t *comm, hid_t file, summary_result_t *res
   return comm_agree(comm, status);
 }
 
+/* The `ksd` group of an SVGD output, when there is one (every rank reads it: it is small). */
+static int read_ksd(hid_t file, const char *path, summary_result_t *result) {
+  htri_t exists;
+  H5E_BEGIN_TRY { exists = H5Lexists(file, "ksd", H5P_DEFAULT) > 0 && H5Lexists(file, "ksd/ksd", H5P_DEFAULT) > 0; }
+  H5E_END_TRY;
+  if (exists <= 0) return DS_OK;
+  result->svgd = 1;
+  const char *names[] = {"ksd/ksd", "ksd/iteration", "ksd/bandwidth"};
+  hid_t types[] = {H5T_NATIVE_DOUBLE, H5T_NATIVE_INT64, H5T_NATIVE_DOUBLE};
+  double *ksd = NULL, *bandwidth = NULL;
+  int64_t *iteration = NULL;
+  void **targets[] = {(void **)&ksd, (void **)&iteration, (void **)&bandwidth};
+  int status = DS_OK;
+  for (int v = 0; v < 3 && status == DS_OK; ++v) {
+    hid_t dataset = H5Dopen2(file, names[v], H5P_DEFAULT);
+    hid_t space = dataset < 0 ? H5I_INVALID_HID : H5Dget_space(dataset);
+    hsize_t count = 0;
+    if (space < 0 || H5Sget_simple_extent_ndims(space) != 1 || H5Sget_simple_extent_dims(space, &count, NULL) < 0 ||
+        (result->ksd_count && (int64_t)count != result->ksd_count) || count == 0)
+      status = ds_fail(DS_ERR_INPUT, "summary %s: %s is not a series of the other ksd variables' length", path,
+                       names[v]);
+    result->ksd_count = (int64_t)count;
+    if (status == DS_OK) {
+      *targets[v] = malloc((size_t)count * 8);
+      if (!*targets[v]) status = DS_FAIL_ALLOC("the KSD series", (size_t)count * 8);
+    }
+    if (status == DS_OK && H5Dread(dataset, types[v], H5S_ALL, H5S_ALL, H5P_DEFAULT, *targets[v]) < 0)
+      status = h5_fail(__FILE__, __LINE__, "H5Dread(ksd)");
+    if (space >= 0) H5Sclose(space);
+    if (dataset >= 0) H5Dclose(dataset);
+  }
+  if (status == DS_OK) {
+    const int64_t last = result->ksd_count - 1;
+    result->ksd_first = ksd[0];
+    result->ksd_first_iteration = iteration[0];
+    result->ksd_last = ksd[last];
+    result->ksd_last_iteration = iteration[last];
+    result->ksd_last_bandwidth = bandwidth[last];
+  }
+  free(ksd);
+  free(iteration);
+  free(bandwidth);
+  return status;
+}
+
 static int summary_compute(comm_ctx_t *comm, const summary_options_t *options, summary_result_t *result) {
   memset(result, 0, sizeof *result);
   result->divergent = -1;
@@ -595,6 +645,7 @@ static int summary_compute(comm_ctx_t *comm, const summary_options_t *options, s
   if (status != DS_OK) return status;
   status = comm_agree(comm, inspect_posterior(file, options, result));
   if (status == DS_OK) status = comm_agree(comm, choose_superchains(file, options, result));
+  if (status == DS_OK) status = comm_agree(comm, read_ksd(file, options->path, result));
   diag_workspace_t *ws = NULL;
   if (status == DS_OK)
     status = comm_agree(comm, diag_workspace_create(&ws, result->chains, result->draws, result->superchain_size));
@@ -737,12 +788,24 @@ static void print_moments(const summary_result_t *result, FILE *out, int max_row
   }
 }
 
+/* The columns of an SVGD table: mean, sd and the quantiles (no MCSE, ESS or R-hat: particles
+ * are not a Markov chain). */
+static int column_shown(const summary_result_t *result, int c) {
+  return !result->svgd || c == DIAG_STAT_MEAN || c == DIAG_STAT_SD || c == DIAG_STAT_Q5 || c == DIAG_STAT_Q50 ||
+         c == DIAG_STAT_Q95;
+}
+
 static void print_table(const summary_result_t *result, const char *path, FILE *out, int max_rows) {
   int64_t shown = max_rows > 0 && result->n_rows > max_rows ? max_rows : result->n_rows;
   int64_t total_draws = result->chains * result->draws;
-  fprintf(out, "%s: %lld chains x %lld draws (%lld draws)", path, (long long)result->chains,
-          (long long)result->draws, (long long)total_draws);
-  if (result->divergent >= 0)
+  if (result->svgd)
+    fprintf(out, "%s: SVGD, %lld particles\n", path, (long long)total_draws);
+  else
+    fprintf(out, "%s: %lld chains x %lld draws (%lld draws)", path, (long long)result->chains,
+            (long long)result->draws, (long long)total_draws);
+  if (result->svgd)
+    ;
+  else if (result->divergent >= 0)
     fprintf(out, ", %lld divergent (%.2f%%)\n", (long long)result->divergent,
             100.0 * (double)result->divergent / (double)total_draws);
   else
@@ -768,12 +831,14 @@ static void print_table(const summary_result_t *result, const char *path, FILE *
     }
   }
   fprintf(out, "%-*s", width[0], "");
-  for (int c = 0; c < columns; ++c) fprintf(out, "  %*s", width[c + 1], diag_stat_names[c]);
+  for (int c = 0; c < columns; ++c)
+    if (column_shown(result, c)) fprintf(out, "  %*s", width[c + 1], diag_stat_names[c]);
   fputc('\n', out);
   for (int64_t row = 0; row < shown; ++row) {
     row_name(result, row, cell, sizeof cell);
     fprintf(out, "%-*s", width[0], cell);
     for (int c = 0; c < columns; ++c) {
+      if (!column_shown(result, c)) continue;
       format_number(cell, sizeof cell, table_formats[c], result->stats[row * DIAG_N_STATS + c]);
       fprintf(out, "  %*s", width[c + 1], cell);
     }
@@ -782,6 +847,15 @@ static void print_table(const summary_result_t *result, const char *path, FILE *
   if (shown < result->n_rows)
     fprintf(out, "... %lld more; dsampler summary %s for all\n", (long long)(result->n_rows - shown), path);
 
+  if (result->svgd) {
+    fprintf(out, "kernel Stein discrepancy: %.4g after %lld iterations (bandwidth %.4g)", result->ksd_last,
+            (long long)result->ksd_last_iteration, result->ksd_last_bandwidth);
+    if (result->ksd_count > 1)
+      fprintf(out, "; %.4g after %lld (%lld values in ksd/ksd)", result->ksd_first,
+              (long long)result->ksd_first_iteration, (long long)result->ksd_count);
+    fprintf(out, "\nnote: SVGD particles are not a Markov chain: no MCSE, ESS or R-hat\n");
+    return;
+  }
   /* Over every row, also those not shown. NaN (too few draws or chains) warns of nothing. */
   int64_t high_rhat = 0, high_nested = 0, low_ess = 0;
   for (int64_t row = 0; row < result->n_rows; ++row) {

@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "draw_writer.h"
+#include "exactsum.h"
 #include "median.h"
 #include "run.h"
 #include "status.h"
@@ -19,10 +21,49 @@ typedef struct svgd_state {
   float *logp;       /* [rows] */
 } svgd_state_t;
 
+/* The kernel Stein discrepancy's values so far: evaluation e took place after iteration
+ * e * --ksd-every (before that iteration's update); the last one of a finished run after the
+ * last iteration. Identical on every rank. */
+typedef struct svgd_ksd_series {
+  int64_t count, capacity;
+  int64_t *iteration;
+  double *ksd_squared, *bandwidth;
+} svgd_ksd_series_t;
+
+/* Particle snapshots (--save-every K): written to the output's `snapshots` group by the writer
+ * thread from two host buffers in turn, while the iterations go on. */
+typedef struct svgd_snapshots {
+  draw_writer_t *writer;
+  int group;
+  float *buffer[2]; /* [rows, dim] host memory the backend copies to fastest */
+  int64_t written;  /* snapshots started: iterations 0, K, 2K, ... */
+} svgd_snapshots_t;
+
 static svgd_update_t svgd_update_kind(const config_t *cfg) {
   return strcmp(cfg->update, "adam") == 0      ? SVGD_UPDATE_ADAM
          : strcmp(cfg->update, "adagrad") == 0 ? SVGD_UPDATE_ADAGRAD
                                                : SVGD_UPDATE_SGD;
+}
+
+/* The update's kernel at bandwidth h. */
+static svgd_kernel_t svgd_update_kernel(const config_t *cfg, float h) {
+  svgd_kernel_t kernel = {strcmp(cfg->kernel, "imq") == 0 ? SVGD_KERNEL_IMQ : SVGD_KERNEL_RBF, h,
+                          (float)(cfg->imq_c * cfg->imq_c), (float)cfg->imq_beta};
+  return kernel;
+}
+
+/* The KSD's kernel: the update's at bandwidth h, or IMQ at bandwidth 1 (--ksd-kernel imq). */
+static svgd_kernel_t svgd_ksd_kernel(const config_t *cfg, float h) {
+  svgd_kernel_t kernel = svgd_update_kernel(cfg, h);
+  if (strcmp(cfg->ksd_kernel, "imq") == 0) {
+    kernel.kind = SVGD_KERNEL_IMQ;
+    kernel.h = 1.0f;
+  }
+  return kernel;
+}
+
+static const char *svgd_kernel_name(const svgd_kernel_t *kernel) {
+  return kernel->kind == SVGD_KERNEL_IMQ ? "imq" : "rbf";
 }
 
 static void svgd_state_free(backend_t *b, svgd_state_t *s) {
@@ -44,6 +85,46 @@ static int svgd_state_alloc(backend_t *b, svgd_state_t *s, int64_t n, int64_t ro
   return DS_OK;
 }
 
+/* KSD evaluations before iteration `completed`: after iterations 0, K, 2K, ... < completed. */
+static int64_t svgd_ksd_count(const config_t *cfg, int64_t completed) {
+  return cfg->ksd_every > 0 ? (completed + cfg->ksd_every - 1) / cfg->ksd_every : 0;
+}
+
+/* Snapshots written once `completed` iterations are done: iterations 0, K, 2K, ... <= completed. */
+static int64_t svgd_snapshot_count(const config_t *cfg, int64_t completed) {
+  return cfg->save_every > 0 ? completed / cfg->save_every + 1 : 0;
+}
+
+static int svgd_ksd_reserve(svgd_ksd_series_t *series, int64_t count) {
+  if (count <= series->capacity) return DS_OK;
+  int64_t capacity = series->capacity > 0 ? series->capacity : 16;
+  while (capacity < count) capacity *= 2;
+  int64_t *iteration = realloc(series->iteration, (size_t)capacity * sizeof *iteration);
+  if (iteration) series->iteration = iteration;
+  double *ksd_squared = realloc(series->ksd_squared, (size_t)capacity * sizeof *ksd_squared);
+  if (ksd_squared) series->ksd_squared = ksd_squared;
+  double *bandwidth = realloc(series->bandwidth, (size_t)capacity * sizeof *bandwidth);
+  if (bandwidth) series->bandwidth = bandwidth;
+  if (!iteration || !ksd_squared || !bandwidth) return DS_FAIL_ALLOC("the KSD series", (size_t)capacity * 24);
+  series->capacity = capacity;
+  return DS_OK;
+}
+
+static int svgd_ksd_append(svgd_ksd_series_t *series, int64_t iteration, double ksd_squared, double bandwidth) {
+  DS_TRY(svgd_ksd_reserve(series, series->count + 1));
+  series->iteration[series->count] = iteration;
+  series->ksd_squared[series->count] = ksd_squared;
+  series->bandwidth[series->count] = bandwidth;
+  series->count++;
+  return DS_OK;
+}
+
+static void svgd_ksd_free(svgd_ksd_series_t *series) {
+  free(series->iteration);
+  free(series->ksd_squared);
+  free(series->bandwidth);
+}
+
 /* The bandwidth h: fixed, or m / max(log n, 1) with m the exact lower median (>= 1e-5). The
  * median state carries the last medians from step to step (median.h). */
 static int svgd_bandwidth(run_ctx_t *run, svgd_state_t *s, svgd_median_state_t *median_state, int64_t n,
@@ -63,54 +144,154 @@ static int svgd_bandwidth(run_ctx_t *run, svgd_state_t *s, svgd_median_state_t *
   return DS_OK;
 }
 
-/* One SVGD iteration; `iteration` counts from 0. Collective. */
-static int svgd_step(run_ctx_t *run, svgd_state_t *s, svgd_median_state_t *median_state, int64_t iteration,
-                     float *h) {
+/* Scores and log densities of the local particles, from the minibatch of `iteration` (batch_size
+ * > 0) or from all the data; then x and the scores of all particles on every rank, and the
+ * bandwidth. Collective. */
+static int svgd_gather(run_ctx_t *run, svgd_state_t *s, svgd_median_state_t *median_state, int64_t batch_size,
+                       int64_t iteration, float *h) {
   backend_t *b = run->backend;
   const int64_t n = config_items(run->cfg), dim = run->target->dim;
   const int64_t rows = run->item_end - run->item_begin;
-  float *x_local = s->x_all + run->item_begin * dim;
-  float *score_local = s->score_all + run->item_begin * dim;
-
-  /* --batch-size: the scores from this iteration's minibatch of the data (every rank the same). */
-  int status = target_set_minibatch(run->target, run->cfg->batch_size, run->cfg->seed, iteration);
-  if (status == DS_OK) status = b->logp_grad(b, run->target, x_local, rows, s->logp, score_local);
+  int status = target_set_minibatch(run->target, batch_size, run->cfg->seed, iteration);
+  if (status == DS_OK)
+    status = b->logp_grad(b, run->target, s->x_all + run->item_begin * dim, rows, s->logp,
+                          s->score_all + run->item_begin * dim);
   DS_TRY(comm_agree(run->comm, status));
   DS_TRY(comm_allgather_rows(run->comm, s->x_all, n, dim, b->on_device));
   DS_TRY(comm_allgather_rows(run->comm, s->score_all, n, dim, b->on_device));
   float median;
-  DS_TRY(svgd_bandwidth(run, s, median_state, n, h, &median));
-  status = b->svgd_phi(b, s->x_all, s->score_all, n, dim, run->item_begin, run->item_end, *h, s->phi);
+  return svgd_bandwidth(run, s, median_state, n, h, &median);
+}
+
+/* KSD^2 = (1/n^2) sum_ij u_p(x_i, x_j) of the gathered particles and scores, appended to the
+ * series as evaluated after `iteration` iterations. Exact sums: the same bits on any number of
+ * ranks. Collective. */
+static int svgd_ksd(run_ctx_t *run, svgd_state_t *s, float h, int64_t iteration, svgd_ksd_series_t *series) {
+  backend_t *b = run->backend;
+  const int64_t n = config_items(run->cfg), dim = run->target->dim;
+  const svgd_kernel_t kernel = svgd_ksd_kernel(run->cfg, h);
+  exact_sum_t sum;
+  int status = b->svgd_stein_sum(b, s->x_all, s->score_all, n, dim, run->item_begin, run->item_end, &kernel, &sum);
+  DS_TRY(comm_agree(run->comm, status));
+  DS_TRY(exact_sum_allreduce(run->comm, &sum, 1));
+  const double ksd_squared = exact_sum_value(&sum) / ((double)n * (double)n);
+  return comm_agree(run->comm, svgd_ksd_append(series, iteration, ksd_squared, (double)kernel.h));
+}
+
+/* One SVGD iteration; `iteration` counts from 0. With `evaluate`, the KSD of the particles
+ * before the update goes to the series (from the scores of all the data). Collective. */
+static int svgd_step(run_ctx_t *run, svgd_state_t *s, svgd_median_state_t *median_state, int64_t iteration,
+                     int evaluate, svgd_ksd_series_t *series, float *h) {
+  backend_t *b = run->backend;
+  const int64_t n = config_items(run->cfg), dim = run->target->dim, batch_size = run->cfg->batch_size;
+  const int64_t rows = run->item_end - run->item_begin;
+  /* A minibatch's scores are not the target's: the KSD takes a gather of its own. */
+  if (evaluate && batch_size > 0) {
+    DS_TRY(svgd_gather(run, s, median_state, 0, iteration, h));
+    DS_TRY(svgd_ksd(run, s, *h, iteration, series));
+  }
+  DS_TRY(svgd_gather(run, s, median_state, batch_size, iteration, h));
+  if (evaluate && batch_size == 0) DS_TRY(svgd_ksd(run, s, *h, iteration, series));
+  const svgd_kernel_t kernel = svgd_update_kernel(run->cfg, *h);
+  int status = b->svgd_phi(b, s->x_all, s->score_all, n, dim, run->item_begin, run->item_end, &kernel, s->phi);
   if (status == DS_OK) {
-    status = b->svgd_update(b, x_local, s->phi, s->history, rows * dim, svgd_update_kind(run->cfg),
-                            (float)run->cfg->step_size, iteration);
+    status = b->svgd_update(b, s->x_all + run->item_begin * dim, s->phi, s->history, rows * dim,
+                            svgd_update_kind(run->cfg), (float)run->cfg->step_size, iteration);
   }
   return comm_agree(run->comm, status);
 }
 
-static int svgd_write_output(run_ctx_t *run, svgd_state_t *s) {
+/* The output at the start: created, or reopened by a resumed run with its snapshots cut back to
+ * the checkpoint's. Collective. */
+static int svgd_open_output(run_ctx_t *run, int64_t completed, svgd_snapshots_t *snapshots, h5out_t **out) {
+  const config_t *cfg = run->cfg;
+  const int64_t n = config_items(cfg), dim = run->target->dim, rows = run->item_end - run->item_begin;
+  int status = run->resume_path ? run_reopen_output(run, out) : run_open_output(run, out);
+  if (status != DS_OK) {
+    if (*out) h5out_close(*out); /* opened, then failed: close it before MPI ends */
+    *out = NULL;
+    return status;
+  }
+  if (cfg->save_every == 0) return DS_OK;
+  const h5out_var_t vars[] = {{run->target->var_name, H5OUT_FLOAT32, 1}};
+  const h5out_axes_t axes = {"particle", "iteration", 0, cfg->save_every};
+  if (run->resume_path)
+    status = h5out_open_group_axes(*out, "snapshots", &axes, n, dim, vars, 1, svgd_snapshot_count(cfg, completed),
+                                   &snapshots->group);
+  else
+    status = h5out_add_group_axes(*out, "snapshots", &axes, n, dim, 1, vars, 1, &snapshots->group);
+  status = comm_agree(run->comm, status);
+  snapshots->written = svgd_snapshot_count(cfg, completed);
+  if (status == DS_OK) status = draw_writer_create(&snapshots->writer, *out);
+  for (int k = 0; k < 2 && status == DS_OK; ++k)
+    status = run->backend->alloc_host(run->backend, (void **)&snapshots->buffer[k],
+                                      (size_t)(rows * dim + 1) * sizeof(float));
+  return comm_agree(run->comm, status);
+}
+
+/* Starts writing the particles as snapshot `snapshots->written` (after that many times K
+ * iterations); the write runs while the next iterations do. Collective. */
+static int svgd_snapshot(run_ctx_t *run, svgd_state_t *s, svgd_snapshots_t *snapshots) {
+  backend_t *b = run->backend;
+  const int64_t dim = run->target->dim, rows = run->item_end - run->item_begin;
+  /* The buffer written two snapshots ago: its write is over once the writer takes a new job,
+   * which waits for the one in flight first; so wait before overwriting it. */
+  float *buffer = snapshots->buffer[snapshots->written & 1];
+  int status = draw_writer_wait(snapshots->writer);
+  if (status == DS_OK)
+    status = b->download(b, buffer, s->x_all + run->item_begin * dim, (size_t)(rows * dim) * sizeof(float));
+  DS_TRY(comm_agree(run->comm, status));
+  draw_writer_job_t job;
+  memset(&job, 0, sizeof job);
+  job.groups[0] = snapshots->group;
+  job.groups[1] = -1;
+  job.n_vars[0] = 1;
+  job.data[0][0] = buffer;
+  job.chain_begin = run->item_begin;
+  job.rows = rows;
+  job.first_draw = snapshots->written;
+  job.count = 1;
+  job.buffer_draws = 1;
+  DS_TRY(draw_writer_start(snapshots->writer, &job));
+  snapshots->written++;
+  return DS_OK;
+}
+
+/* Waits for the writes in flight and frees the snapshots' resources; the status of the last
+ * write. */
+static int svgd_snapshots_finish(backend_t *b, svgd_snapshots_t *snapshots) {
+  int status = draw_writer_free(snapshots->writer);
+  snapshots->writer = NULL;
+  for (int k = 0; k < 2; ++k) b->release_host(b, snapshots->buffer[k]);
+  memset(snapshots->buffer, 0, sizeof snapshots->buffer);
+  return status;
+}
+
+/* The end of a run: scores of the final particles from all the data, their KSD, then
+ * posterior (the particles as one chain of n draws), sample_stats (lp) and the ksd series. */
+static int svgd_write_output(run_ctx_t *run, svgd_state_t *s, svgd_median_state_t *median_state, h5out_t *out,
+                             svgd_ksd_series_t *series) {
   backend_t *b = run->backend;
   const int64_t n = config_items(run->cfg), dim = run->target->dim;
   const int64_t rows = run->item_end - run->item_begin;
-  float *x_local = s->x_all + run->item_begin * dim;
-  /* lp of the final particles: one more target call, over all the data. */
-  int status = target_set_minibatch(run->target, 0, 0, 0);
-  if (status == DS_OK) status = b->logp_grad(b, run->target, x_local, rows, s->logp, s->score_all + run->item_begin * dim);
-  DS_TRY(comm_agree(run->comm, status));
+  float h;
+  DS_TRY(svgd_gather(run, s, median_state, 0, 0, &h));
+  DS_TRY(svgd_ksd(run, s, h, run->cfg->iters, series));
 
   float *x_host = malloc((size_t)(rows * dim + 1) * sizeof *x_host);
   float *lp_host = malloc((size_t)(rows + 1) * sizeof *lp_host);
-  status = x_host && lp_host ? DS_OK : DS_FAIL_ALLOC("output rows", (size_t)(rows * dim) * sizeof(float));
-  if (status == DS_OK) status = b->download(b, x_host, x_local, (size_t)(rows * dim) * sizeof(float));
+  int status = x_host && lp_host ? DS_OK : DS_FAIL_ALLOC("output rows", (size_t)(rows * dim) * sizeof(float));
+  if (status == DS_OK) status = b->download(b, x_host, s->x_all + run->item_begin * dim, (size_t)(rows * dim) * sizeof(float));
   if (status == DS_OK) status = b->download(b, lp_host, s->logp, (size_t)rows * sizeof(float));
   int64_t non_finite = 0;
   for (int64_t e = 0; status == DS_OK && e < rows * dim; ++e) non_finite += !isfinite(x_host[e]);
   status = comm_agree(run->comm, status);
 
-  h5out_t *out = NULL;
   if (status == DS_OK) {
-    status = run_open_output(run, &out);
-    if (status != DS_OK && out) h5out_close(out); /* created, then failed: close it before MPI ends */
+    /* A resumed run that was extended writes these groups again. */
+    status = h5out_remove_group(out, "posterior");
+    if (status == DS_OK) status = h5out_remove_group(out, "sample_stats");
+    status = comm_agree(run->comm, status);
   }
   if (status == DS_OK) {
     /* Particles are one chain of n draws: this rank's particles are draws [begin, end). */
@@ -122,8 +303,16 @@ static int svgd_write_output(run_ctx_t *run, svgd_state_t *s) {
     const int64_t chains = rows > 0 ? 1 : 0;
     const void *lp_data[] = {lp_host};
     if (status == DS_OK) status = h5out_write(out, g_stats, n, 0, chains, run->item_begin, rows, lp_data);
-    int close_status = h5out_close(out);
-    if (status == DS_OK) status = close_status;
+  }
+  if (status == DS_OK) {
+    double *ksd = malloc((size_t)series->count * sizeof *ksd + 1);
+    status = ksd ? DS_OK : DS_FAIL_ALLOC("the KSD series", (size_t)series->count * sizeof(double));
+    for (int64_t e = 0; ksd && e < series->count; ++e) ksd[e] = sqrt(fmax(series->ksd_squared[e], 0.0));
+    status = comm_agree(run->comm, status);
+    const char *names[] = {"ksd", "ksd_squared", "bandwidth"};
+    const double *data[] = {ksd, series->ksd_squared, series->bandwidth};
+    if (status == DS_OK) status = h5out_write_series(out, "ksd", "iteration", series->count, series->iteration, names, data, 3);
+    free(ksd);
   }
   status = comm_agree(run->comm, status);
   double bad = (double)non_finite;
@@ -154,23 +343,84 @@ static int svgd_checkpoint_arrays(const config_t *cfg, int64_t rows, int64_t dim
   return 1;
 }
 
-/* A checkpoint holds this rank's particles and the update's state for them. */
+/* The checkpoint's global arrays: the KSD series so far (none when empty). */
+static int svgd_checkpoint_globals(svgd_ksd_series_t *series, ckpt_global_t globals[2]) {
+  if (series->count == 0) return 0;
+  globals[0] = (ckpt_global_t){"ksd_squared", series->count, series->ksd_squared};
+  globals[1] = (ckpt_global_t){"ksd_bandwidth", series->count, series->bandwidth};
+  return 2;
+}
+
+/* A checkpoint holds this rank's particles, the update's state for them and the KSD series;
+ * the snapshots written so far are made durable first. */
 static int svgd_checkpoint(run_ctx_t *run, svgd_state_t *s, int64_t completed, int stopping, float *x_host,
-                           float *state_host) {
+                           float *state_host, svgd_snapshots_t *snapshots, h5out_t *out, svgd_ksd_series_t *series) {
   backend_t *b = run->backend;
   const int64_t dim = run->target->dim, rows = run->item_end - run->item_begin;
   const size_t bytes = (size_t)(rows * dim) * sizeof(float);
   const int state_floats = svgd_update_state_floats(svgd_update_kind(run->cfg));
-  int status = b->download(b, x_host, s->x_all + run->item_begin * dim, bytes);
+  int status = DS_OK;
+  if (snapshots->writer) {
+    status = comm_agree(run->comm, draw_writer_wait(snapshots->writer));
+    if (status == DS_OK) status = comm_agree(run->comm, h5out_flush(out));
+    DS_TRY(status);
+  }
+  status = b->download(b, x_host, s->x_all + run->item_begin * dim, bytes);
   if (status == DS_OK && state_floats > 0)
     status = b->download(b, state_host, s->history, bytes * (size_t)state_floats);
   status = comm_agree(run->comm, status);
   ckpt_meta_t meta;
-  if (status == DS_OK) status = run_checkpoint_meta(run, completed, 0, &meta);
+  if (status == DS_OK) status = run_checkpoint_meta(run, completed, snapshots->written, &meta);
   ckpt_array_t arrays[3];
   const int count = svgd_checkpoint_arrays(run->cfg, rows, dim, x_host, state_host, arrays);
-  if (status == DS_OK) status = run_write_checkpoint(run, &meta, arrays, count, NULL, 0, stopping);
+  ckpt_global_t globals[2];
+  const int n_globals = svgd_checkpoint_globals(series, globals);
+  if (status == DS_OK) status = run_write_checkpoint(run, &meta, arrays, count, globals, n_globals, stopping);
   return status;
+}
+
+/* The starting state on the backend: the checkpoint's (particles, the update's state, the KSD
+ * series) or fresh particles. Sets *first_iteration. Collective. */
+static int svgd_start(run_ctx_t *run, svgd_state_t *s, float *x_host, float *history_host, svgd_ksd_series_t *series,
+                      int64_t *first_iteration) {
+  backend_t *b = run->backend;
+  const config_t *cfg = run->cfg;
+  const int64_t n = config_items(cfg), dim = run->target->dim, rows = run->item_end - run->item_begin;
+  const size_t bytes = (size_t)(rows * dim) * sizeof(float);
+  const size_t state_bytes = bytes * (size_t)svgd_update_state_floats(svgd_update_kind(cfg));
+  *first_iteration = 0;
+  if (!run->resume_path) {
+    DS_TRY(run_initial_positions(run, n, x_host));
+    return comm_agree(run->comm, b->upload(b, s->x_all + run->item_begin * dim, x_host, bytes));
+  }
+  DS_TRY(comm_agree(run->comm, run_check_resume_meta(run)));
+  const int64_t completed = run->resume_meta->iteration;
+  const int64_t evaluations = svgd_ksd_count(cfg, completed);
+  DS_TRY(comm_agree(run->comm, svgd_ksd_reserve(series, evaluations)));
+  series->count = evaluations;
+  for (int64_t e = 0; e < evaluations; ++e) series->iteration[e] = e * cfg->ksd_every;
+  ckpt_array_t arrays[3];
+  const int count = svgd_checkpoint_arrays(cfg, rows, dim, x_host, history_host, arrays);
+  ckpt_global_t globals[2];
+  const int n_globals = svgd_checkpoint_globals(series, globals);
+  int status = ckpt_read(run->comm->world, run->resume_path, arrays, count, globals, n_globals, run->item_begin,
+                         run->item_end, n);
+  DS_TRY(comm_agree(run->comm, status == DS_OK ? DS_OK : DS_ERR_CHECKPOINT));
+  if (state_bytes > 0) DS_TRY(comm_agree(run->comm, b->upload(b, s->history, history_host, state_bytes)));
+  *first_iteration = completed;
+  return comm_agree(run->comm, b->upload(b, s->x_all + run->item_begin * dim, x_host, bytes));
+}
+
+/* The progress line's detail: bandwidth, the last KSD, how often the median's window held. */
+static void svgd_progress_detail(const svgd_median_state_t *median_state, const svgd_ksd_series_t *series, float h,
+                                 char *detail, size_t size) {
+  int used = snprintf(detail, size, "h %.4g", (double)h);
+  if (series->count > 0 && used > 0 && (size_t)used < size)
+    used += snprintf(detail + used, size - (size_t)used, ", ksd %.4g",
+                     sqrt(fmax(series->ksd_squared[series->count - 1], 0.0)));
+  if (median_state->window_hits + median_state->window_misses > 0 && used > 0 && (size_t)used < size)
+    snprintf(detail + used, size - (size_t)used, ", median window %lld/%lld", (long long)median_state->window_hits,
+             (long long)(median_state->window_hits + median_state->window_misses));
 }
 
 int svgd_run(run_ctx_t *run) {
@@ -186,30 +436,24 @@ int svgd_run(run_ctx_t *run) {
   DS_TRY(comm_agree(run->comm, target_set_minibatch(run->target, cfg->batch_size, cfg->seed, 0)));
 
   svgd_state_t s;
+  svgd_ksd_series_t series;
+  svgd_snapshots_t snapshots;
+  memset(&series, 0, sizeof series);
+  memset(&snapshots, 0, sizeof snapshots);
   int status = svgd_state_alloc(b, &s, n, rows, dim, state_floats);
   const size_t bytes = (size_t)(rows * dim) * sizeof(float), state_bytes = bytes * (size_t)state_floats;
   float *x_host = malloc(bytes + sizeof(float)), *history_host = malloc(state_bytes + sizeof(float));
   if (status == DS_OK && (!x_host || !history_host)) status = DS_FAIL_ALLOC("particle buffers", bytes + state_bytes);
   status = comm_agree(run->comm, status);
   if (status == DS_OK) status = comm_agree(run->comm, run_check_checkpoint_dir(run));
-
   int64_t first_iteration = 0;
-  if (status == DS_OK && run->resume_path) {
-    status = comm_agree(run->comm, run_check_resume_meta(run));
-    ckpt_array_t arrays[3];
-    const int count = svgd_checkpoint_arrays(cfg, rows, dim, x_host, history_host, arrays);
-    if (status == DS_OK) {
-      status = ckpt_read(run->comm->world, run->resume_path, arrays, count, NULL, 0, run->item_begin, run->item_end, n);
-      status = comm_agree(run->comm, status == DS_OK ? DS_OK : DS_ERR_CHECKPOINT);
-    }
-    if (status == DS_OK && state_floats > 0)
-      status = comm_agree(run->comm, b->upload(b, s.history, history_host, state_bytes));
-    first_iteration = run->resume_meta->iteration;
-  } else if (status == DS_OK) {
-    status = run_initial_positions(run, n, x_host);
+  if (status == DS_OK) status = svgd_start(run, &s, x_host, history_host, &series, &first_iteration);
+  h5out_t *out = NULL;
+  if (status == DS_OK) status = svgd_open_output(run, first_iteration, &snapshots, &out);
+  if (status == DS_OK && snapshots.writer && !run->resume_path) {
+    snapshots.written = 0;
+    status = svgd_snapshot(run, &s, &snapshots); /* the starting particles, iteration 0 */
   }
-  if (status == DS_OK)
-    status = comm_agree(run->comm, b->upload(b, s.x_all + run->item_begin * dim, x_host, bytes));
 
   progress_init(&run->progress, run->comm->rank == 0 && !cfg->quiet, cfg->iters);
   run->progress.phase_first = first_iteration;
@@ -220,36 +464,47 @@ int svgd_run(run_ctx_t *run) {
   svgd_median_state_init(&median_state);
   for (int64_t it = first_iteration; it < cfg->iters && status == DS_OK; ++it) {
     float h = 0.0f;
-    status = svgd_step(run, &s, &median_state, it, &h);
+    const int evaluate = cfg->ksd_every > 0 && it % cfg->ksd_every == 0;
+    status = svgd_step(run, &s, &median_state, it, evaluate, &series, &h);
+    const int64_t completed = it + 1;
+    if (status == DS_OK && snapshots.writer && completed % cfg->save_every == 0)
+      status = svgd_snapshot(run, &s, &snapshots);
     int stop = 0;
     if (status == DS_OK) status = run_stop_requested(run, &stop);
     if (status != DS_OK) break;
-    char detail[96];
-    if (median_state.window_hits + median_state.window_misses > 0)
-      snprintf(detail, sizeof detail, "h %.4g, median window %lld/%lld", (double)h,
-               (long long)median_state.window_hits,
-               (long long)(median_state.window_hits + median_state.window_misses));
-    else
-      snprintf(detail, sizeof detail, "h %.4g", (double)h);
-    progress_update(&run->progress, "svgd", it + 1, detail);
-    const int64_t completed = it + 1;
+    char detail[160];
+    svgd_progress_detail(&median_state, &series, h, detail, sizeof detail);
+    progress_update(&run->progress, "svgd", completed, detail);
     stop = stop && completed < cfg->iters;
     const int scheduled = cfg->checkpoint_every > 0 && (completed % cfg->checkpoint_every == 0 || completed == cfg->iters);
-    if (stop || scheduled) status = svgd_checkpoint(run, &s, completed, stop, x_host, history_host);
+    if (stop || scheduled)
+      status = svgd_checkpoint(run, &s, completed, stop, x_host, history_host, &snapshots, out, &series);
     if (status == DS_OK && stop) {
       stopped = 1;
       break;
     }
   }
-  if (status == DS_OK && !stopped) status = svgd_write_output(run, &s);
+  if (snapshots.writer) {
+    const int written = svgd_snapshots_finish(b, &snapshots);
+    if (status == DS_OK) status = written;
+    status = comm_agree(run->comm, status);
+  }
+  if (status == DS_OK && !stopped) status = svgd_write_output(run, &s, &median_state, out, &series);
+  if (out) {
+    const int close_status = h5out_close_as(out, status != DS_OK && status != DS_INTERRUPTED);
+    if (status == DS_OK) status = comm_agree(run->comm, close_status);
+  }
   if (status == DS_OK && stopped) status = DS_INTERRUPTED;
   if (status == DS_OK) {
     char what[CONFIG_PATH_MAX + 256];
-    snprintf(what, sizeof what, "svgd: %lld iterations of %lld particles written to %s",
-             (long long)cfg->iters, (long long)n, cfg->out);
+    const svgd_kernel_t kernel = svgd_ksd_kernel(cfg, (float)series.bandwidth[series.count - 1]);
+    snprintf(what, sizeof what, "svgd: %lld iterations of %lld particles written to %s; KSD %.4g (%s kernel, h %.4g)",
+             (long long)cfg->iters, (long long)n, cfg->out, sqrt(fmax(series.ksd_squared[series.count - 1], 0.0)),
+             svgd_kernel_name(&kernel), series.bandwidth[series.count - 1]);
     progress_finish(&run->progress, what);
   }
   svgd_state_free(b, &s);
+  svgd_ksd_free(&series);
   free(x_host);
   free(history_host);
   return status;

@@ -64,20 +64,28 @@ per_iteration "2^20 chains d=64 banana sampling, --output-chains 1024 --thin 10"
 fi
 fi  # DSAMPLER_BENCH_ONLY_FULL: only the full-output rows below
 
-# Full output: every draw of 65536 chains, against the disk's raw speed (dd, fdatasync), and
-# the same run writing one chain's draws (start-up and sampling without the output).
+# Full output: every draw of 65536 chains, against the disk's raw speed (dd, fdatasync) measured
+# just before each run, and the same run writing one chain's draws (start-up and sampling
+# without the output).
 draws=${DSAMPLER_BENCH_FULL_DRAWS:-600}
 bytes=$(( draws * 65536 * (64 * 4 + 21) ))
-sync
-dd_start=$(now)
-dd if=/dev/zero of="$work/dd.bin" bs=16M count=$(( bytes / 16777216 + 1 )) conv=fdatasync status=none
-dd_end=$(now)
-rm -f "$work/dd.bin"
-dd_rate=$(calc "($bytes) / ($dd_end - $dd_start)")
+# dd_rate: the disk's raw write speed now (the same bytes, 16 MiB blocks, fdatasync).
+measure_dd() {
+  sync
+  local start end
+  start=$(now)
+  dd if=/dev/zero of="$work/dd.bin" bs=16M count=$(( bytes / 16777216 + 1 )) conv=fdatasync status=none
+  end=$(now)
+  rm -f "$work/dd.bin"
+  sync
+  dd_rate=$(calc "($bytes) / ($end - $start)")
+}
 full_args=(--dim 64 --chains 65536 --warmup 0 --adapt none --draws "$draws" --steps 10)
 base=$(wall "${full_args[@]}" --output-chains 1)
 printf '%-58s %8.2f s wall (start-up and sampling, no output)\n' "65536 chains d=64, $draws draws, 1 chain written" "$base"
+# The disk's speed moves by a third between minutes: each run is paired with a dd just before it.
 for variant in ${DSAMPLER_BENCH_IO_VARIANTS:-default}; do
+  measure_dd
   case $variant in
     default) env_args=() ;;
     *) env_args=("$variant") ;;

@@ -4,7 +4,8 @@
  * of several repeats reported. Then SVGD steps in sequence as a run makes them, the median
  * through svgd_exact_median with the last medians kept (the window pass, median.h): its hit
  * rate and per-step times, each median checked equal to the radix select's. Also phi's
- * accuracy against a float64 direct sum. Prints tables. Exits 77 without a GPU. */
+ * accuracy against a float64 direct sum. Prints tables. Exits 77 without a GPU.
+ * Modes: --logistic FILE CHAINS, --svgd-dim D N,N,..., --ksd D N,N,... (the KSD pass beside phi). */
 #include <cuda_runtime_api.h>
 #include <curand.h>
 #include <math.h>
@@ -115,7 +116,7 @@ static svgd_row_t bench_svgd(curandGenerator_t generator, const dsampler_target 
     memcpy(&median, &bits, sizeof median);
     if (median < 1e-5f) median = 1e-5f;
     const float h = median / fmaxf(logf((float)n), 1.0f);
-    BENCH_TRY(gpu->svgd_phi(gpu, x, score, n, bench_dim, 0, n, h, phi));
+    BENCH_TRY(gpu->svgd_phi(gpu, x, score, n, bench_dim, 0, n, &(svgd_kernel_t){SVGD_KERNEL_RBF, h, 0.0f, 0.0f}, phi));
     BENCH_TRY(record(4));
     BENCH_TRY(gpu->svgd_update(gpu, x, phi, NULL, (int64_t)count, SVGD_UPDATE_SGD, 0.01f, 1));
     BENCH_TRY(record(5));
@@ -196,7 +197,7 @@ static sequence_row_t bench_svgd_sequence(curandGenerator_t generator, const dsa
     BENCH_TRY(record(2));
     row.mismatches += memcmp(&median, &reference, sizeof median) != 0;
     const float h = fmaxf(median, 1e-5f) / fmaxf(logf((float)n), 1.0f);
-    BENCH_TRY(gpu->svgd_phi(gpu, x, score, n, bench_dim, 0, n, h, phi));
+    BENCH_TRY(gpu->svgd_phi(gpu, x, score, n, bench_dim, 0, n, &(svgd_kernel_t){SVGD_KERNEL_RBF, h, 0.0f, 0.0f}, phi));
     BENCH_TRY(gpu->svgd_update(gpu, x, phi, NULL, (int64_t)count, SVGD_UPDATE_SGD, step, 1));
     BENCH_TRY(record(3));
     if (t < 0) {
@@ -329,7 +330,7 @@ static double phi_accuracy(const dsampler_target *target, int64_t n) {
   BENCH_TRY(gpu->upload(gpu, x_dev, x, count * sizeof(float)));
   BENCH_TRY(gpu->upload(gpu, s_dev, s, count * sizeof(float)));
   const float h = 1.7f;
-  BENCH_TRY(gpu->svgd_phi(gpu, x_dev, s_dev, n, bench_dim, 0, n, h, phi_dev));
+  BENCH_TRY(gpu->svgd_phi(gpu, x_dev, s_dev, n, bench_dim, 0, n, &(svgd_kernel_t){SVGD_KERNEL_RBF, h, 0.0f, 0.0f}, phi_dev));
   BENCH_TRY(gpu->download(gpu, phi, phi_dev, count * sizeof(float)));
 #pragma omp parallel for schedule(dynamic, 8)
   for (int64_t i = 0; i < n; ++i) {
@@ -448,6 +449,55 @@ static int run_svgd_dim(int64_t dim, const char *sizes, const char *gpu_name) {
   return DS_OK;
 }
 
+/* The KSD's cost beside phi's, at bandwidth h = median-like 2 dim / log N: phi (rbf), the Stein
+ * sum (rbf and imq) and phi with the imq kernel, CUDA events, median of 5 after a warm-up. */
+static int run_ksd(int64_t dim, const char *sizes, const char *gpu_name) {
+  bench_dim = dim;
+  curandGenerator_t generator;
+  CURAND_CHECK(curandCreateGenerator(&generator, CURAND_RNG_PSEUDO_PHILOX4_32_10));
+  CURAND_CHECK(curandSetPseudoRandomGeneratorSeed(generator, 20261201ull));
+  CURAND_CHECK(curandSetStream(generator, stream));
+  printf("%s: KSD pass vs phi pass, d=%lld, fp32, CUDA events, median of 5\n", gpu_name, (long long)dim);
+  printf("| N | phi rbf ms | KSD rbf ms | KSD / phi | KSD imq ms | phi imq ms |\n|---|---|---|---|---|---|\n");
+  for (const char *item = sizes; item && *item;) {
+    const int64_t n = atoll(item);
+    float *x = NULL, *score = NULL, *phi = NULL;
+    BENCH_TRY(gpu->alloc(gpu, (void **)&x, (size_t)(n * dim) * sizeof(float)));
+    BENCH_TRY(gpu->alloc(gpu, (void **)&score, (size_t)(n * dim) * sizeof(float)));
+    BENCH_TRY(gpu->alloc(gpu, (void **)&phi, (size_t)(n * dim) * sizeof(float)));
+    BENCH_TRY(fill_normal(generator, x, (size_t)(n * dim), 1.0f));
+    BENCH_TRY(fill_normal(generator, score, (size_t)(n * dim), 1.0f));
+    const float h = (float)(2.0 * (double)dim / log((double)n));
+    const svgd_kernel_t rbf = {SVGD_KERNEL_RBF, h, 1.0f, -0.5f}, imq = {SVGD_KERNEL_IMQ, h, 1.0f, -0.5f};
+    float times[4][5];
+    exact_sum_t sum;
+    for (int rep = -1; rep < 5; ++rep) {
+      BENCH_TRY(record(0));
+      BENCH_TRY(gpu->svgd_phi(gpu, x, score, n, dim, 0, n, &rbf, phi));
+      BENCH_TRY(record(1));
+      BENCH_TRY(gpu->svgd_stein_sum(gpu, x, score, n, dim, 0, n, &rbf, &sum));
+      BENCH_TRY(record(2));
+      BENCH_TRY(gpu->svgd_stein_sum(gpu, x, score, n, dim, 0, n, &imq, &sum));
+      BENCH_TRY(record(3));
+      BENCH_TRY(gpu->svgd_phi(gpu, x, score, n, dim, 0, n, &imq, phi));
+      BENCH_TRY(record(4));
+      if (rep < 0) continue;
+      for (int k = 0; k < 4; ++k) times[k][rep] = between(k, k + 1);
+    }
+    float med[4];
+    for (int k = 0; k < 4; ++k) med[k] = median_of(times[k], 5);
+    printf("| %lld | %.3f | %.3f | %.2f | %.3f | %.3f |\n", (long long)n, med[0], med[1], med[1] / med[0], med[2],
+           med[3]);
+    gpu->release(gpu, x);
+    gpu->release(gpu, score);
+    gpu->release(gpu, phi);
+    item = strchr(item, ',');
+    if (item) ++item;
+  }
+  CURAND_CHECK(curandDestroyGenerator(generator));
+  return DS_OK;
+}
+
 /* mode: 0 everything, 1 one SVGD step and one HMC iteration (for a profiler), 2 HMC alone. */
 static int run(int mode) {
   struct cudaDeviceProp prop;
@@ -556,7 +606,7 @@ int main(int argc, char **argv) {
   /* One rank: svgd_exact_median's collectives are then local. */
   BENCH_TRY(comm_init(&comm, &argc, &argv));
   const char *mode = argc > 1 ? argv[1] : "";
-  if ((strcmp(mode, "--logistic") == 0 || strcmp(mode, "--svgd-dim") == 0) && argc > 3) {
+  if ((strcmp(mode, "--logistic") == 0 || strcmp(mode, "--svgd-dim") == 0 || strcmp(mode, "--ksd") == 0) && argc > 3) {
     struct cudaDeviceProp prop;
     CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
     BENCH_TRY(backend_cuda_create(0, &gpu));
@@ -564,6 +614,8 @@ int main(int argc, char **argv) {
     for (int m = 0; m < 8; ++m) CUDA_CHECK(cudaEventCreate(&marks[m]));
     if (strcmp(mode, "--logistic") == 0)
       BENCH_TRY(run_logistic(argv[2], atoll(argv[3]), prop.name));
+    else if (strcmp(mode, "--ksd") == 0)
+      BENCH_TRY(run_ksd(atoll(argv[2]), argv[3], prop.name));
     else
       BENCH_TRY(run_svgd_dim(atoll(argv[2]), argv[3], prop.name));
     backend_destroy(gpu);

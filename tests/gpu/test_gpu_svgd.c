@@ -2,7 +2,8 @@
  * implementation) through backend.h: median histograms bin for bin (so the medians agree
  * bitwise; the window pass's fine and high bins and its below/above counts too), phi and one update step within stated tolerances, phi against a float64 direct
  * sum, and phi of a row range equal bitwise to the same rows of a full launch (what makes
- * results independent of the rank count). Exits 77 without a GPU. */
+ * results independent of the rank count); the KSD's Stein sums against the CPU and float64, and
+ * phi with the IMQ kernel against the CPU. Exits 77 without a GPU. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,6 +11,7 @@
 
 #include "backend.h"
 #include "backend_cuda.h"
+#include "exactsum.h"
 #include "comm_cuda.h"
 #include "gpu_test.h"
 #include "median.h"
@@ -244,8 +246,8 @@ static void test_phi_case(int64_t n, int64_t dim, int64_t check_rows, int with_r
 
   float *phi_cpu = test_malloc((size_t)(rows * dim) * sizeof *phi_cpu);
   float *phi_gpu = test_malloc((size_t)count * sizeof *phi_gpu);
-  GPU_TRY(cpu->svgd_phi(cpu, x, s, n, dim, 0, rows, h, phi_cpu));
-  GPU_TRY(gpu->svgd_phi(gpu, x_dev, s_dev, n, dim, 0, n, h, phi_dev));
+  GPU_TRY(cpu->svgd_phi(cpu, x, s, n, dim, 0, rows, &(svgd_kernel_t){SVGD_KERNEL_RBF, h, 0.0f, 0.0f}, phi_cpu));
+  GPU_TRY(gpu->svgd_phi(gpu, x_dev, s_dev, n, dim, 0, n, &(svgd_kernel_t){SVGD_KERNEL_RBF, h, 0.0f, 0.0f}, phi_dev));
   GPU_TRY(gpu->download(gpu, phi_gpu, phi_dev, (size_t)count * sizeof(float)));
   double phi_err = test_rel_err(phi_gpu, phi_cpu, rows * dim);
   /* float32 sums over n terms in different orders and exp vs exp2: 1e-5 relative. */
@@ -271,7 +273,7 @@ static void test_phi_case(int64_t n, int64_t dim, int64_t check_rows, int with_r
   if (n >= 8) {
     const int64_t r0 = n / 3, r1 = n - n / 5;
     float *phi_part = test_malloc((size_t)((r1 - r0) * dim) * sizeof *phi_part);
-    GPU_TRY(gpu->svgd_phi(gpu, x_dev, s_dev, n, dim, r0, r1, h, phi_dev));
+    GPU_TRY(gpu->svgd_phi(gpu, x_dev, s_dev, n, dim, r0, r1, &(svgd_kernel_t){SVGD_KERNEL_RBF, h, 0.0f, 0.0f}, phi_dev));
     GPU_TRY(gpu->download(gpu, phi_part, phi_dev, (size_t)((r1 - r0) * dim) * sizeof(float)));
     GPU_EXPECT(memcmp(phi_part, phi_gpu + r0 * dim, (size_t)((r1 - r0) * dim) * sizeof(float)) == 0,
                "n=%lld d=%lld: phi of rows [%lld, %lld) differs from the full launch", (long long)n,
@@ -338,6 +340,95 @@ static void test_phi_case(int64_t n, int64_t dim, int64_t check_rows, int with_r
   if (target.destroy) target.destroy(target.self);
 }
 
+/* sum_ij u_p(x_i, x_j) in float64 over all ordered pairs (svgd_kernel_math.h's closed forms),
+ * rows [row_begin, row_end) against every column. */
+static double stein_reference(const float *x, const float *s, int64_t n, int64_t dim, int64_t row_begin, int64_t row_end,
+                              const svgd_kernel_t *kernel) {
+  const double h = kernel->h, c2 = kernel->c2, beta = kernel->beta;
+  double total = 0.0;
+#pragma omp parallel for schedule(dynamic, 4) reduction(+ : total)
+  for (int64_t i = row_begin; i < row_end; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      double D = 0.0, A = 0.0, S = 0.0;
+      for (int64_t k = 0; k < dim; ++k) {
+        const double r = (double)x[i * dim + k] - (double)x[j * dim + k];
+        D += r * r;
+        A += ((double)s[i * dim + k] - (double)s[j * dim + k]) * r;
+        S += (double)s[i * dim + k] * (double)s[j * dim + k];
+      }
+      if (kernel->kind == SVGD_KERNEL_RBF) {
+        total += exp(-D / (2 * h)) * (S + A / h + (double)dim / h - D / (h * h));
+      } else {
+        const double q = c2 + D / h;
+        total += pow(q, beta) * S - 2 * beta / h * pow(q, beta - 1) * (A + (double)dim) -
+                 4 * beta * (beta - 1) * D / (h * h) * pow(q, beta - 2);
+      }
+    }
+  return total;
+}
+
+/* The KSD's Stein sum: GPU vs CPU and float64 (1e-6 relative); rows split in two give the same
+ * exact sum bitwise (what makes it rank-count independent). */
+static void test_stein_case(int64_t n, int64_t dim, int64_t rows, const svgd_kernel_t *kernel) {
+  const int64_t count = n * dim;
+  rows = rows < n ? rows : n;
+  float *x = test_malloc((size_t)count * sizeof *x), *s = test_malloc((size_t)count * sizeof *s);
+  test_fill_normal(x, count, 1.0, 7000 + (uint64_t)n * 17 + (uint64_t)dim);
+  test_fill_normal(s, count, 0.8, 9000 + (uint64_t)n * 17 + (uint64_t)dim);
+  float *x_dev = device_copy(x, count), *s_dev = device_copy(s, count);
+  exact_sum_t cpu_sum, gpu_sum, first, second;
+  GPU_TRY(cpu->svgd_stein_sum(cpu, x, s, n, dim, 0, rows, kernel, &cpu_sum));
+  GPU_TRY(gpu->svgd_stein_sum(gpu, x_dev, s_dev, n, dim, 0, rows, kernel, &gpu_sum));
+  const int64_t split = rows / 3 + 1 < rows ? rows / 3 + 1 : rows;
+  GPU_TRY(gpu->svgd_stein_sum(gpu, x_dev, s_dev, n, dim, 0, split, kernel, &first));
+  GPU_TRY(gpu->svgd_stein_sum(gpu, x_dev, s_dev, n, dim, split, rows, kernel, &second));
+  exact_sum_merge(&first, &second);
+  exact_sum_normalize(&first);
+  exact_sum_normalize(&gpu_sum);
+  const int split_equal = memcmp(first.digit, gpu_sum.digit, sizeof first.digit) == 0;
+  GPU_EXPECT(split_equal, "stein n=%lld d=%lld: rows [0, %lld) + [%lld, %lld) differ from one launch", (long long)n,
+             (long long)dim, (long long)split, (long long)split, (long long)rows);
+  const double got_gpu = exact_sum_value(&gpu_sum), got_cpu = exact_sum_value(&cpu_sum);
+  const double err_cpu = fabs(got_gpu - got_cpu) / fabs(got_cpu);
+  GPU_EXPECT(err_cpu <= 1e-6, "stein n=%lld d=%lld: GPU %.12g vs CPU %.12g (rel %.3g > 1e-6)", (long long)n,
+             (long long)dim, got_gpu, got_cpu, err_cpu);
+  double err_ref = -1.0;
+  if (rows == n) { /* all rows: the unordered pairs sum to the full double sum */
+    const double ref = stein_reference(x, s, n, dim, 0, n, kernel);
+    err_ref = fabs(got_gpu - ref) / fabs(ref);
+    GPU_EXPECT(err_ref <= 1e-6, "stein n=%lld d=%lld: GPU %.12g vs float64 %.12g (rel %.3g > 1e-6)", (long long)n,
+               (long long)dim, got_gpu, ref, err_ref);
+  }
+  printf("  %s n=%-6lld d=%-4lld rows %-6lld GPU vs CPU %.2e, vs float64 %.2e, split rows bitwise %s\n",
+         kernel->kind == SVGD_KERNEL_RBF ? "rbf" : "imq", (long long)n, (long long)dim, (long long)rows, err_cpu,
+         err_ref, split_equal ? "yes" : "NO");
+  gpu->release(gpu, x_dev);
+  gpu->release(gpu, s_dev);
+  free(x);
+  free(s);
+}
+
+/* phi with the IMQ kernel: GPU vs CPU within 1e-5 relative (two weighted sums per row). */
+static void test_imq_phi_case(int64_t n, int64_t dim, int64_t rows) {
+  const int64_t count = n * dim;
+  rows = rows < n ? rows : n;
+  float *x = test_malloc((size_t)count * sizeof *x), *s = test_malloc((size_t)count * sizeof *s);
+  float *phi_cpu = test_malloc((size_t)(rows * dim) * sizeof *phi_cpu), *phi_gpu = test_malloc((size_t)(rows * dim) * sizeof *phi_gpu);
+  test_fill_normal(x, count, 1.5, 3100 + (uint64_t)n + (uint64_t)dim);
+  test_fill_normal(s, count, 1.0, 3200 + (uint64_t)n + (uint64_t)dim);
+  float *x_dev = device_copy(x, count), *s_dev = device_copy(s, count), *phi_dev = NULL;
+  GPU_TRY(gpu->alloc(gpu, (void **)&phi_dev, (size_t)(rows * dim) * sizeof(float)));
+  const svgd_kernel_t kernel = {SVGD_KERNEL_IMQ, 0.37f * (float)dim, 0.64f, -0.6f};
+  GPU_TRY(cpu->svgd_phi(cpu, x, s, n, dim, 0, rows, &kernel, phi_cpu));
+  GPU_TRY(gpu->svgd_phi(gpu, x_dev, s_dev, n, dim, 0, rows, &kernel, phi_dev));
+  GPU_TRY(gpu->download(gpu, phi_gpu, phi_dev, (size_t)(rows * dim) * sizeof(float)));
+  const double err = test_rel_err(phi_gpu, phi_cpu, rows * dim);
+  GPU_EXPECT(err <= 1e-5, "imq phi n=%lld d=%lld: rel err vs CPU %.3g > 1e-5", (long long)n, (long long)dim, err);
+  printf("  imq phi n=%-6lld d=%-4lld GPU vs CPU %.2e\n", (long long)n, (long long)dim, err);
+  gpu->release(gpu, x_dev); gpu->release(gpu, s_dev); gpu->release(gpu, phi_dev);
+  free(x); free(s); free(phi_cpu); free(phi_gpu);
+}
+
 int main(void) {
   if (comm_cuda_device_count() == 0) {
     printf("no CUDA device: skipped\n");
@@ -376,12 +467,12 @@ int main(void) {
     test_fill_normal(s, n * dim, 1.0, 4343);
     float *x_dev = device_copy(x, n * dim), *s_dev = device_copy(s, n * dim), *phi_dev = NULL;
     GPU_TRY(gpu->alloc(gpu, (void **)&phi_dev, (size_t)(n * dim) * sizeof(float)));
-    GPU_TRY(gpu->svgd_phi(gpu, x_dev, s_dev, n, dim, 100, n, 7.5f, phi_dev));
+    GPU_TRY(gpu->svgd_phi(gpu, x_dev, s_dev, n, dim, 100, n, &(svgd_kernel_t){SVGD_KERNEL_RBF, 7.5f, 0.0f, 0.0f}, phi_dev));
     GPU_TRY(gpu->download(gpu, phi_auto, phi_dev, (size_t)((n - 100) * dim) * sizeof(float)));
     svgd_cuda_tuning_t slabs = svgd_cuda_get_tuning();
     slabs.wide_slab = 256;
     svgd_cuda_set_tuning(slabs);
-    GPU_TRY(gpu->svgd_phi(gpu, x_dev, s_dev, n, dim, 100, n, 7.5f, phi_dev));
+    GPU_TRY(gpu->svgd_phi(gpu, x_dev, s_dev, n, dim, 100, n, &(svgd_kernel_t){SVGD_KERNEL_RBF, 7.5f, 0.0f, 0.0f}, phi_dev));
     GPU_TRY(gpu->download(gpu, phi_slab, phi_dev, (size_t)((n - 100) * dim) * sizeof(float)));
     slabs.wide_slab = 0;
     svgd_cuda_set_tuning(slabs);
@@ -392,6 +483,19 @@ int main(void) {
     gpu->release(gpu, x_dev); gpu->release(gpu, s_dev); gpu->release(gpu, phi_dev);
     free(x); free(s); free(phi_auto); free(phi_slab);
   }
+  printf("kernel Stein discrepancy sums, GPU vs CPU and float64 (1e-6 relative):\n");
+  const svgd_kernel_t rbf = {SVGD_KERNEL_RBF, 2.5f, 1.0f, -0.5f}, imq = {SVGD_KERNEL_IMQ, 1.0f, 1.0f, -0.5f};
+  const svgd_kernel_t imq_wide = {SVGD_KERNEL_IMQ, 40.0f, 2.25f, -0.3f};
+  const int64_t stein_cases[][2] = {{1, 3}, {2, 5}, {3, 1}, {64, 7}, {65, 16}, {1000, 17}, {4097, 64}, {2048, 130}};
+  for (size_t c = 0; c < sizeof stein_cases / sizeof stein_cases[0]; ++c) {
+    test_stein_case(stein_cases[c][0], stein_cases[c][1], stein_cases[c][0], &rbf);
+    test_stein_case(stein_cases[c][0], stein_cases[c][1], stein_cases[c][0], stein_cases[c][1] > 100 ? &imq_wide : &imq);
+  }
+  test_stein_case(65536, 64, 300, &rbf);
+  printf("phi with the IMQ kernel, GPU vs CPU:\n");
+  test_imq_phi_case(7, 5, 7);
+  test_imq_phi_case(3000, 64, 3000);
+  test_imq_phi_case(1200, 300, 400);
   backend_destroy(gpu);
   backend_destroy(cpu);
   printf("%s: %d failure(s)\n", gpu_test_failures ? "FAILED" : "passed", gpu_test_failures);

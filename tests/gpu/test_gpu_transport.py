@@ -102,15 +102,17 @@ def two_gpus():
         t.check(bitwise_equal(nccl, mpi), f"{name}: 2 ranks over NCCL bitwise equal to 2 ranks over MPI")
 
     # Every rank sees both GPUs and takes local rank % 2; then each rank sees its own GPU only,
-    # as device 0, as under Slurm's per-task binding: both are distinct GPUs, so auto is NCCL.
+    # as device 0, as under Slurm's per-task binding: both are distinct GPUs, so auto is NCCL
+    # for SVGD (HMC has no collective on the GPU: auto takes MPI for it).
     for name in BOUND_RUNS:
+        expected = "mpi" if name.startswith("hmc") else "nccl"
         one = t.path(f"{name}_np1.h5")
         for label, wrapper in (("all GPUs visible", None), ("per-task binding", BIND_ONE_GPU)):
             out = t.path(f"{name}_np2_auto_{'bound' if wrapper else 'all'}.h5")
             _, stdout, stderr = run(2, [*RUNS[name], "--backend", "cuda", "--comm", "auto", "--out", out],
                                     wrapper=wrapper)
-            t.check("transport nccl" in stdout and transport_attr(out) == "nccl" and "share GPU" not in stderr,
-                    f"{name}, {label}: --comm auto takes NCCL ({transport_attr(out)})")
+            t.check(f"transport {expected}" in stdout and transport_attr(out) == expected and "share GPU" not in stderr,
+                    f"{name}, {label}: --comm auto takes {expected} ({transport_attr(out)})")
             t.check(bitwise_equal(one, out), f"{name}, {label}: bitwise equal to 1 rank")
 
 

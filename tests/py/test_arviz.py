@@ -25,10 +25,19 @@ def main():
     t.check(summary.shape[0] == 3 and np.all(np.isfinite(summary["r_hat"])), "hmc: az.summary runs")
 
     svgd = t.path("arviz_svgd.h5")
-    t.run(2, "svgd", "--dim", 2, "--particles", 30, "--iters", 5, "--out", svgd, "--quiet")
+    t.run(2, "svgd", "--dim", 2, "--particles", 30, "--iters", 5, "--ksd-every", 2, "--save-every", 2, "--out", svgd,
+          "--quiet")
     idata = az.from_netcdf(svgd, engine="h5netcdf")
     t.check(dict(idata.posterior["x"].sizes) == {"chain": 1, "draw": 30, "x_dim_0": 2},
             f"svgd: particles as chain 1, draw 30: {dict(idata.posterior['x'].sizes)}")
+    ksd, snapshots = idata["ksd"], idata["snapshots"]
+    t.check(list(ksd["iteration"].values) == [0, 2, 4, 5] and dict(ksd["ksd"].sizes) == {"iteration": 4},
+            f"svgd: ksd series over iterations {list(ksd['iteration'].values)}")
+    t.check(dict(snapshots["x"].sizes) == {"particle": 30, "iteration": 3, "x_dim_0": 2} and
+            list(snapshots["iteration"].values) == [0, 2, 4],
+            f"svgd: snapshots {dict(snapshots['x'].sizes)} at iterations {list(snapshots['iteration'].values)}")
+    last = snapshots["x"].sel(iteration=4).values
+    t.check(last.shape == (30, 2) and np.all(np.isfinite(last)), "svgd: a snapshot selected by its iteration")
     t.finish("arviz")
 
 

@@ -1,6 +1,6 @@
 """Restart equivalence: a run of T iterations equals a run stopped by a signal part-way and
 resumed, bitwise, for HMC and SVGD (sgd, adagrad and adam), resumed on the same and on a different
-rank count; SVGD on minibatches of a dataset (--batch-size) too; a scheduled-checkpoint run
+rank count; SVGD with the IMQ kernel, a KSD series and snapshots; SVGD on minibatches of a dataset (--batch-size) too; a scheduled-checkpoint run
 resumed with more draws equals a longer run."""
 import glob
 import os
@@ -19,6 +19,8 @@ COMPARE = {
             "sample_stats/diverging", "sample_stats/n_steps", "sample_stats/step_size"],
     "svgd": ["posterior/x", "sample_stats/lp"],
     "svgd_logistic": ["posterior/w", "sample_stats/lp"],
+    "svgd_ksd": ["posterior/x", "sample_stats/lp", "ksd/iteration", "ksd/ksd_squared", "ksd/bandwidth", "snapshots/x",
+                 "snapshots/iteration"],
 }
 
 
@@ -92,6 +94,10 @@ def main():
     case("svgd_same", "svgd", svgd, "--iters", 2, 2, signal.SIGTERM)
     case("svgd_adagrad_other", "svgd", [*svgd, "--update", "adagrad"], "--iters", 3, 1, signal.SIGINT)
     case("svgd_adam_other", "svgd", [*svgd, "--update", "adam"], "--iters", 2, 3, signal.SIGTERM)
+    # The KSD series and the snapshots written before the stop carry over; snapshots written
+    # after the checkpoint are cut and written again.
+    case("svgd_ksd_imq_other", "svgd_ksd", [*svgd, "--kernel", "imq", "--ksd-every", 7, "--save-every", 9], "--iters", 3,
+         2, signal.SIGTERM)
     # Minibatches are keyed by (seed, iteration): a resumed run draws the batches it would have.
     rng = np.random.default_rng(4)
     X = rng.normal(size=(3000, 4)).astype(np.float32)
