@@ -10,6 +10,11 @@
  * reported. logp_grad is called on host memory in float32; logp_grad_cuda, if not NULL, on
  * device memory in the given cudaStream_t; logp_grad_f64 (version 2) on host memory in float64.
  *
+ * Versions: a plugin built against this header clears and fills the whole struct below, so it
+ * runs on a dsampler of this version or later (one speaking version 1 only would refuse it, or,
+ * by its version 1 entry, see the struct overrun); a version 1 plugin, built against that
+ * header, runs here unchanged.
+ *
  * Threads (the contract every entry below keeps): the CPU backend calls logp_grad,
  * logp_grad_f64, constrain and initial_point from several OpenMP threads at once, with the
  * same self and distinct rows. Keep no scratch space in self without a lock (use the stack,
