@@ -20,7 +20,8 @@
 #include "status.h"
 
 #define H5OUT_MAX_GROUPS 8
-#define H5OUT_MAX_VARS 16
+/* Variables per group: a Stan model's outputs are one each (target.h allows 240). */
+#define H5OUT_MAX_VARS 256
 /* Elements per chunk: about 1 MiB of float32. */
 #define H5OUT_CHUNK_ELEMENTS ((hsize_t)1 << 18)
 
@@ -31,6 +32,7 @@ typedef struct h5out_group {
   int n_vars;
   hid_t datasets[H5OUT_MAX_VARS];
   h5out_var_t vars[H5OUT_MAX_VARS];
+  h5out_shape_t shapes[H5OUT_MAX_VARS]; /* the vars' own axes (h5out_add_group_shaped), n_axes 0: none */
 } h5out_group_t;
 
 struct h5out {
@@ -212,22 +214,64 @@ static hid_t create_coordinate(h5out_t *f, hid_t group, const char *name, int64_
 }
 
 static hid_t file_type(const h5out_t *f, h5out_dtype_t dtype) {
-  return dtype == H5OUT_FLOAT32 ? H5T_IEEE_F32LE : dtype == H5OUT_INT32 ? H5T_STD_I32LE : f->bool_type;
+  return dtype == H5OUT_FLOAT32 ? H5T_IEEE_F32LE
+         : dtype == H5OUT_FLOAT64 ? H5T_IEEE_F64LE
+         : dtype == H5OUT_INT32   ? H5T_STD_I32LE
+                                  : f->bool_type;
 }
 
 static hid_t memory_type(const h5out_t *f, h5out_dtype_t dtype) {
-  return dtype == H5OUT_FLOAT32 ? H5T_NATIVE_FLOAT : dtype == H5OUT_INT32 ? H5T_NATIVE_INT32 : f->bool_type;
+  return dtype == H5OUT_FLOAT32 ? H5T_NATIVE_FLOAT
+         : dtype == H5OUT_FLOAT64 ? H5T_NATIVE_DOUBLE
+         : dtype == H5OUT_INT32   ? H5T_NATIVE_INT32
+                                  : f->bool_type;
+}
+
+/* Copies var (and its own axes, when shapes is not NULL) into the group's slot v. */
+static int store_var(h5out_group_t *g, int v, const h5out_var_t *var, const h5out_shape_t *shapes) {
+  memset(&g->shapes[v], 0, sizeof g->shapes[v]);
+  if (shapes) g->shapes[v] = shapes[v];
+  const int n_axes = g->shapes[v].n_axes;
+  if (n_axes < 0 || n_axes > H5OUT_MAX_AXES || (n_axes > 0 && var->has_dim))
+    return ds_fail(DS_ERR_INTERNAL, "h5out: variable %s has a bad shape", var->name);
+  g->vars[v] = *var;
+  return DS_OK;
+}
+
+/* Variable v's trailing axes (after chain and draw) into trailing; returns how many. */
+static int var_trailing(const h5out_group_t *g, int v, hsize_t *trailing) {
+  if (g->vars[v].has_dim) {
+    trailing[0] = (hsize_t)g->dim;
+    return 1;
+  }
+  for (int axis = 0; axis < g->shapes[v].n_axes; ++axis) trailing[axis] = (hsize_t)g->shapes[v].extent[axis];
+  return g->shapes[v].n_axes;
 }
 
 const h5out_axes_t h5out_default_axes = {"chain", "draw", 0, 1};
 
+static int add_group(h5out_t *f, const char *name, const h5out_axes_t *axes, int64_t n_chains, int64_t dim,
+                     int64_t draws_per_write, const h5out_var_t *vars, const h5out_shape_t *shapes, int n_vars,
+                     int *group_id);
+
 int h5out_add_group(h5out_t *f, const char *name, int64_t n_chains, int64_t dim, int64_t draws_per_write,
                     const h5out_var_t *vars, int n_vars, int *group_id) {
-  return h5out_add_group_axes(f, name, &h5out_default_axes, n_chains, dim, draws_per_write, vars, n_vars, group_id);
+  return add_group(f, name, &h5out_default_axes, n_chains, dim, draws_per_write, vars, NULL, n_vars, group_id);
 }
 
 int h5out_add_group_axes(h5out_t *f, const char *name, const h5out_axes_t *axes, int64_t n_chains, int64_t dim,
                          int64_t draws_per_write, const h5out_var_t *vars, int n_vars, int *group_id) {
+  return add_group(f, name, axes, n_chains, dim, draws_per_write, vars, NULL, n_vars, group_id);
+}
+
+int h5out_add_group_shaped(h5out_t *f, const char *name, int64_t n_chains, int64_t dim, int64_t draws_per_write,
+                           const h5out_var_t *vars, const h5out_shape_t *shapes, int n_vars, int *group_id) {
+  return add_group(f, name, &h5out_default_axes, n_chains, dim, draws_per_write, vars, shapes, n_vars, group_id);
+}
+
+static int add_group(h5out_t *f, const char *name, const h5out_axes_t *axes, int64_t n_chains, int64_t dim,
+                     int64_t draws_per_write, const h5out_var_t *vars, const h5out_shape_t *shapes, int n_vars,
+                     int *group_id) {
   if (f->n_groups >= H5OUT_MAX_GROUPS || n_vars > H5OUT_MAX_VARS)
     return ds_fail(DS_ERR_INTERNAL, "h5out: too many groups or variables");
   h5out_group_t *g = &f->groups[f->n_groups];
@@ -237,7 +281,16 @@ int h5out_add_group_axes(h5out_t *f, const char *name, const h5out_axes_t *axes,
   g->n_vars = n_vars;
   g->draw_first = axes->draw_first;
   g->draw_step = axes->draw_step;
-  g->group = H5Gcreate2(f->file, name, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  /* Links in creation order, so that readers (dsampler summary) list a model's variables in
+   * the order it declares them, not by name. */
+  hid_t gcpl = H5Pcreate(H5P_GROUP_CREATE);
+  H5_CHECK(gcpl);
+  if (H5Pset_link_creation_order(gcpl, H5P_CRT_ORDER_TRACKED | H5P_CRT_ORDER_INDEXED) < 0) {
+    H5Pclose(gcpl);
+    return h5_fail(__FILE__, __LINE__, "H5Pset_link_creation_order");
+  }
+  g->group = H5Gcreate2(f->file, name, H5P_DEFAULT, gcpl, H5P_DEFAULT);
+  H5Pclose(gcpl);
   H5_CHECK(g->group);
   DS_TRY(write_library_attrs(f, g->group));
   g->chain_scale = create_coordinate(f, g->group, axes->chain, n_chains, 0);
@@ -246,17 +299,23 @@ int h5out_add_group_axes(h5out_t *f, const char *name, const h5out_axes_t *axes,
   H5_CHECK(g->draw_scale);
   g->dim_scale = H5I_INVALID_HID;
   for (int v = 0; v < n_vars; ++v) {
-    g->vars[v] = vars[v];
+    DS_TRY(store_var(g, v, &vars[v], shapes));
     if (vars[v].has_dim && g->dim_scale < 0) {
       char dim_name[256];
       snprintf(dim_name, sizeof dim_name, "%s_dim_0", vars[v].name);
       g->dim_scale = create_coordinate(f, g->group, dim_name, dim, 0);
       H5_CHECK(g->dim_scale);
     }
-    const int rank = vars[v].has_dim ? 3 : 2;
-    hsize_t dims[3] = {(hsize_t)n_chains, 0, (hsize_t)dim};
-    hsize_t max_dims[3] = {(hsize_t)n_chains, H5S_UNLIMITED, (hsize_t)dim};
-    hsize_t trailing = vars[v].has_dim ? (hsize_t)dim : 1;
+    hsize_t extent[H5OUT_MAX_AXES];
+    const int n_axes = var_trailing(g, v, extent);
+    const int rank = 2 + n_axes;
+    hsize_t dims[2 + H5OUT_MAX_AXES] = {(hsize_t)n_chains, 0};
+    hsize_t max_dims[2 + H5OUT_MAX_AXES] = {(hsize_t)n_chains, H5S_UNLIMITED};
+    hsize_t trailing = 1;
+    for (int axis = 0; axis < n_axes; ++axis) {
+      dims[2 + axis] = max_dims[2 + axis] = extent[axis];
+      trailing *= extent[axis];
+    }
     /* Chunks span exactly the draws of one write, so each write fills whole chunks (no
      * read-modify-write of partly written chunks) and no space is allocated for draws never
      * written; chains fill the chunk up to about 1 MiB. */
@@ -267,7 +326,8 @@ int h5out_add_group_axes(h5out_t *f, const char *name, const h5out_axes_t *axes,
     hsize_t chunk_chains = chunk_elements / (chunk_draws * trailing);
     if (chunk_chains < 1) chunk_chains = 1;
     if (chunk_chains > (hsize_t)n_chains) chunk_chains = (hsize_t)n_chains;
-    hsize_t chunk[3] = {chunk_chains, chunk_draws, (hsize_t)dim};
+    hsize_t chunk[2 + H5OUT_MAX_AXES] = {chunk_chains, chunk_draws};
+    for (int axis = 0; axis < n_axes; ++axis) chunk[2 + axis] = extent[axis];
     hid_t space = H5Screate_simple(rank, dims, max_dims);
     H5_CHECK(space);
     hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
@@ -282,6 +342,15 @@ int h5out_add_group_axes(h5out_t *f, const char *name, const h5out_axes_t *axes,
     H5_CHECK(H5DSattach_scale(g->datasets[v], g->chain_scale, 0));
     H5_CHECK(H5DSattach_scale(g->datasets[v], g->draw_scale, 1));
     if (vars[v].has_dim) H5_CHECK(H5DSattach_scale(g->datasets[v], g->dim_scale, 2));
+    for (int axis = 0; axis < g->shapes[v].n_axes; ++axis) {
+      char dim_name[300];
+      snprintf(dim_name, sizeof dim_name, "%s_dim_%d", vars[v].name, axis);
+      hid_t scale = create_coordinate(f, g->group, dim_name, (int64_t)extent[axis], 0);
+      H5_CHECK(scale);
+      herr_t attached = H5DSattach_scale(g->datasets[v], scale, (unsigned)(2 + axis));
+      H5Dclose(scale);
+      H5_CHECK(attached);
+    }
   }
   *group_id = f->n_groups++;
   return DS_OK;
@@ -301,13 +370,19 @@ static int h5out_agree(h5out_t *f, int status) {
 static int select_box(const h5out_group_t *g, int v, int64_t chain_begin, int64_t chain_count, int64_t draw_begin,
                       int64_t draw_count, int64_t buffer_draws, hid_t *file_space, hid_t *mem_space) {
   const int empty = chain_count <= 0 || draw_count <= 0;
-  const int rank = g->vars[v].has_dim ? 3 : 2;
-  hsize_t start[3] = {(hsize_t)chain_begin, (hsize_t)draw_begin, 0};
-  hsize_t count[3] = {(hsize_t)chain_count, (hsize_t)draw_count, (hsize_t)g->dim};
+  hsize_t axes[H5OUT_MAX_AXES];
+  const int n_axes = var_trailing(g, v, axes);
+  const int rank = 2 + n_axes;
+  hsize_t start[2 + H5OUT_MAX_AXES] = {(hsize_t)chain_begin, (hsize_t)draw_begin};
+  hsize_t count[2 + H5OUT_MAX_AXES] = {(hsize_t)chain_count, (hsize_t)draw_count};
+  /* The buffer holds buffer_draws draws per chain, of which the first draw_count are written. */
+  hsize_t buffer_dims[2 + H5OUT_MAX_AXES] = {empty ? 1 : (hsize_t)chain_count, empty ? 1 : (hsize_t)buffer_draws};
+  for (int axis = 0; axis < n_axes; ++axis) {
+    start[2 + axis] = 0;
+    count[2 + axis] = buffer_dims[2 + axis] = axes[axis];
+  }
   *file_space = H5Dget_space(g->datasets[v]);
   H5_CHECK(*file_space);
-  /* The buffer holds buffer_draws draws per chain, of which the first draw_count are written. */
-  hsize_t buffer_dims[3] = {empty ? 1 : (hsize_t)chain_count, empty ? 1 : (hsize_t)buffer_draws, (hsize_t)g->dim};
   *mem_space = H5Screate_simple(rank, buffer_dims, NULL);
   H5_CHECK(*mem_space);
   if (empty) {
@@ -316,7 +391,7 @@ static int select_box(const h5out_group_t *g, int v, int64_t chain_begin, int64_
   } else {
     H5_CHECK(H5Sselect_hyperslab(*file_space, H5S_SELECT_SET, start, NULL, count, NULL));
     if (buffer_draws != draw_count) {
-      const hsize_t origin[3] = {0, 0, 0};
+      const hsize_t origin[2 + H5OUT_MAX_AXES] = {0};
       H5_CHECK(H5Sselect_hyperslab(*mem_space, H5S_SELECT_SET, origin, NULL, count, NULL));
     }
   }
@@ -334,7 +409,9 @@ int h5out_write_block(h5out_t *f, int group_id, int64_t total_draws, int64_t cha
   if (total_draws > g->n_draws) {
     int status = DS_OK;
     for (int v = 0; v < g->n_vars && status == DS_OK; ++v) {
-      hsize_t dims[3] = {(hsize_t)g->n_chains, (hsize_t)total_draws, (hsize_t)g->dim};
+      hsize_t dims[2 + H5OUT_MAX_AXES] = {(hsize_t)g->n_chains, (hsize_t)total_draws};
+      const int n_axes = var_trailing(g, v, dims + 2);
+      (void)n_axes;
       if (H5Dset_extent(g->datasets[v], dims) < 0) status = output_fail(f, "growing the draws (H5Dset_extent)");
     }
     hsize_t draws = (hsize_t)total_draws;
@@ -434,13 +511,28 @@ int h5out_read_attr(h5out_t *f, const char *key, char *value, size_t size) {
   return DS_OK;
 }
 
+static int open_group(h5out_t *f, const char *name, const h5out_axes_t *axes, int64_t n_chains, int64_t dim,
+                      const h5out_var_t *vars, const h5out_shape_t *shapes, int n_vars, int64_t keep_draws,
+                      int *group_id);
+
 int h5out_open_group(h5out_t *f, const char *name, int64_t n_chains, int64_t dim, const h5out_var_t *vars,
                      int n_vars, int64_t keep_draws, int *group_id) {
-  return h5out_open_group_axes(f, name, &h5out_default_axes, n_chains, dim, vars, n_vars, keep_draws, group_id);
+  return open_group(f, name, &h5out_default_axes, n_chains, dim, vars, NULL, n_vars, keep_draws, group_id);
 }
 
 int h5out_open_group_axes(h5out_t *f, const char *name, const h5out_axes_t *axes, int64_t n_chains, int64_t dim,
                           const h5out_var_t *vars, int n_vars, int64_t keep_draws, int *group_id) {
+  return open_group(f, name, axes, n_chains, dim, vars, NULL, n_vars, keep_draws, group_id);
+}
+
+int h5out_open_group_shaped(h5out_t *f, const char *name, int64_t n_chains, int64_t dim, const h5out_var_t *vars,
+                            const h5out_shape_t *shapes, int n_vars, int64_t keep_draws, int *group_id) {
+  return open_group(f, name, &h5out_default_axes, n_chains, dim, vars, shapes, n_vars, keep_draws, group_id);
+}
+
+static int open_group(h5out_t *f, const char *name, const h5out_axes_t *axes, int64_t n_chains, int64_t dim,
+                      const h5out_var_t *vars, const h5out_shape_t *shapes, int n_vars, int64_t keep_draws,
+                      int *group_id) {
   if (f->n_groups >= H5OUT_MAX_GROUPS || n_vars > H5OUT_MAX_VARS)
     return ds_fail(DS_ERR_INTERNAL, "h5out: too many groups or variables");
   h5out_group_t *g = &f->groups[f->n_groups];
@@ -463,20 +555,23 @@ int h5out_open_group_axes(h5out_t *f, const char *name, const h5out_axes_t *axes
     return ds_fail(DS_ERR_INPUT, "output %s: group %s lacks its %s or %s coordinate", f->path, name, axes->chain,
                      axes->draw);
   for (int v = 0; v < n_vars; ++v) {
-    g->vars[v] = vars[v];
+    g->datasets[v] = H5I_INVALID_HID;
+    g->n_vars = v + 1;
+    DS_TRY(store_var(g, v, &vars[v], shapes));
     H5E_BEGIN_TRY { g->datasets[v] = H5Dopen2(g->group, vars[v].name, H5P_DEFAULT); }
     H5E_END_TRY;
-    g->n_vars = v + 1;
     if (g->datasets[v] < 0) return ds_fail(DS_ERR_INPUT, "output %s: no variable %s/%s", f->path, name, vars[v].name);
     hid_t space = H5Dget_space(g->datasets[v]);
-    hsize_t dims[3] = {0, 0, 0};
+    hsize_t dims[2 + H5OUT_MAX_AXES] = {0}, extent[H5OUT_MAX_AXES];
     int rank = H5Sget_simple_extent_ndims(space);
-    if (rank >= 1 && rank <= 3) H5Sget_simple_extent_dims(space, dims, NULL);
+    if (rank >= 1 && rank <= 2 + H5OUT_MAX_AXES) H5Sget_simple_extent_dims(space, dims, NULL);
     H5Sclose(space);
-    const int want_rank = vars[v].has_dim ? 3 : 2;
-    if (rank != want_rank || dims[0] != (hsize_t)n_chains || (want_rank == 3 && dims[2] != (hsize_t)dim))
+    const int n_axes = var_trailing(g, v, extent), want_rank = 2 + n_axes;
+    int same_shape = rank == want_rank && dims[0] == (hsize_t)n_chains;
+    for (int axis = 0; same_shape && axis < n_axes; ++axis) same_shape = dims[2 + axis] == extent[axis];
+    if (!same_shape)
       return ds_fail(DS_ERR_INPUT, "output %s: %s/%s does not have %lld chains%s of this run: another run's file?",
-                     f->path, name, vars[v].name, (long long)n_chains, want_rank == 3 ? " and its dimension" : "");
+                     f->path, name, vars[v].name, (long long)n_chains, n_axes > 0 ? " and its shape" : "");
     if (dims[1] < (hsize_t)keep_draws)
       return ds_fail(DS_ERR_INPUT, "output %s: %s/%s holds %llu draws, the checkpoint counts %lld", f->path, name,
                      vars[v].name, (unsigned long long)dims[1], (long long)keep_draws);

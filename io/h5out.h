@@ -8,13 +8,23 @@
 #include <mpi.h>
 #include <stdint.h>
 
-typedef enum { H5OUT_FLOAT32 = 0, H5OUT_INT32 = 1, H5OUT_BOOL = 2 } h5out_dtype_t;
+typedef enum { H5OUT_FLOAT32 = 0, H5OUT_INT32 = 1, H5OUT_BOOL = 2, H5OUT_FLOAT64 = 3 } h5out_dtype_t;
+
+/* Trailing axes a variable may have. */
+#define H5OUT_MAX_AXES 8
 
 typedef struct h5out_var {
   const char *name;
   h5out_dtype_t dtype;
   int has_dim;         /* 1: a trailing axis of the group's dim, named <name>_dim_0 */
 } h5out_var_t;
+
+/* Trailing axes of a variable's own (h5out_add_group_shaped), named <name>_dim_0,
+ * <name>_dim_1, ...; its data are laid out [chain, draw, extent...] in C order. */
+typedef struct h5out_shape {
+  int n_axes;          /* 0: as h5out_var_t says (has_dim) */
+  int64_t extent[H5OUT_MAX_AXES];
+} h5out_shape_t;
 
 typedef struct h5out_attr {
   const char *key;
@@ -43,6 +53,10 @@ int h5out_add_group(h5out_t *f, const char *name, int64_t n_chains, int64_t dim,
 /* As h5out_add_group, with the given axes. */
 int h5out_add_group_axes(h5out_t *f, const char *name, const h5out_axes_t *axes, int64_t n_chains, int64_t dim,
                          int64_t draws_per_write, const h5out_var_t *vars, int n_vars, int *group_id);
+/* As h5out_add_group, where shapes[v].n_axes > 0 gives variable v (has_dim 0) axes of its own
+ * (shapes may be NULL: none has). */
+int h5out_add_group_shaped(h5out_t *f, const char *name, int64_t n_chains, int64_t dim, int64_t draws_per_write,
+                           const h5out_var_t *vars, const h5out_shape_t *shapes, int n_vars, int *group_id);
 /* Grows the group to `total_draws` draws if it has fewer, then writes, for each variable v,
  * data[v] laid out [chain_count, draw_count(, dim)] into chains [chain_begin, +chain_count)
  * and draws [draw_begin, +draw_count). */
@@ -66,6 +80,9 @@ int h5out_open(h5out_t **out, MPI_Comm comm, const char *path);
  * trailing axis dim); the group is truncated to `keep_draws` draws, which it must hold. */
 int h5out_open_group(h5out_t *f, const char *name, int64_t n_chains, int64_t dim, const h5out_var_t *vars,
                      int n_vars, int64_t keep_draws, int *group_id);
+/* As h5out_open_group, for a group made by h5out_add_group_shaped with these shapes. */
+int h5out_open_group_shaped(h5out_t *f, const char *name, int64_t n_chains, int64_t dim, const h5out_var_t *vars,
+                            const h5out_shape_t *shapes, int n_vars, int64_t keep_draws, int *group_id);
 /* As h5out_open_group, with the given axes. */
 int h5out_open_group_axes(h5out_t *f, const char *name, const h5out_axes_t *axes, int64_t n_chains, int64_t dim,
                           const h5out_var_t *vars, int n_vars, int64_t keep_draws, int *group_id);

@@ -99,6 +99,10 @@ typedef struct hmc_batch {
    * its half time derivative B = sum_k (x'_k - m_k) p'_k, each summed in double, rounded to float. */
   const float *chees_center;
   float *chees;
+  /* [n_chains] log p(q) in double, kept in step with q, when the target gives float64 densities
+   * (logp_grad_f64) and the backend keeps them (the CPU's): the acceptance test then uses it,
+   * and logp holds its float rounding for the output. NULL otherwise. */
+  double *logp_wide;
 } hmc_batch_t;
 
 /* Stan's initial step-size search (init_stepsize), one trial for every chain: after a probe at

@@ -419,9 +419,29 @@ static void hmc_add_moments(hmc_batch_t *batch, int64_t chain) {
   }
 }
 
-/* One iteration for chains [c0, c0 + count) of the batch, with scratch for `count` chains. */
+/* The target at the block's positions q [count, dim]: the float entry, or with wide scratch
+ * (batch->logp_wide set) the float64 one, whose log p stays in wide_logp [count] and whose
+ * gradient is rounded to float as the state keeps it. */
+static int block_logp_grad(const dsampler_target *t, const float *q, int64_t count, int64_t dim, float *logp,
+                           float *grad, double *wide) {
+  int rc;
+  if (wide) {
+    double *x = wide + count, *g = x + count * dim;
+    for (int64_t e = 0; e < count * dim; ++e) x[e] = (double)q[e];
+    rc = t->logp_grad_f64(t->self, x, count, wide, g);
+    for (int64_t e = 0; rc == 0 && e < count * dim; ++e) grad[e] = (float)g[e];
+    for (int64_t c = 0; rc == 0 && c < count; ++c) logp[c] = (float)wide[c];
+  } else {
+    rc = t->logp_grad(t->self, q, count, logp, grad);
+  }
+  if (rc != 0) return ds_fail(DS_ERR_TARGET, "target '%s': logp_grad failed (returned %d)", t->name, rc);
+  return DS_OK;
+}
+
+/* One iteration for chains [c0, c0 + count) of the batch, with scratch for `count` chains
+ * (wide: [count (2 dim + 1)] doubles when batch->logp_wide is set, else NULL). */
 static int hmc_block(const dsampler_target *t, hmc_batch_t *batch, int64_t c0, int64_t count,
-                     float *q, float *p, float *grad, float *logp, float *uniform, double *h0) {
+                     float *q, float *p, float *grad, float *logp, float *uniform, double *h0, double *wide) {
   const int64_t dim = batch->dim;
   for (int64_t c = 0; c < count; ++c) {
     const int64_t chain = c0 + c;
@@ -430,7 +450,8 @@ static int hmc_block(const dsampler_target *t, hmc_batch_t *batch, int64_t c0, i
                                                     batch->iteration, dim, batch->step_nominal[chain], batch->jitter);
     hmc_draw(batch->seed, (uint64_t)(batch->chain_begin + chain), batch->iteration, dim,
              inv_metric, p + c * dim, uniform + c);
-    h0[c] = -(double)batch->logp[chain] + kinetic_energy(p + c * dim, inv_metric, dim);
+    const double logp_start = wide ? batch->logp_wide[chain] : (double)batch->logp[chain];
+    h0[c] = -logp_start + kinetic_energy(p + c * dim, inv_metric, dim);
   }
   memcpy(q, batch->q + c0 * dim, (size_t)(count * dim) * sizeof *q);
   memcpy(grad, batch->grad + c0 * dim, (size_t)(count * dim) * sizeof *grad);
@@ -446,8 +467,7 @@ static int hmc_block(const dsampler_target *t, hmc_batch_t *batch, int64_t c0, i
       for (int64_t k = 0; k < dim; ++k) p_c[k] += kick * g_c[k];
       for (int64_t k = 0; k < dim; ++k) q_c[k] += eps * inv_metric[k] * p_c[k];
     }
-    int rc = t->logp_grad(t->self, q, count, logp, grad);
-    if (rc != 0) return ds_fail(DS_ERR_TARGET, "target '%s': logp_grad failed (returned %d)", t->name, rc);
+    DS_TRY(block_logp_grad(t, q, count, dim, logp, grad, wide));
   }
   for (int64_t c = 0; c < count; ++c) {
     const int64_t chain = c0 + c;
@@ -455,7 +475,7 @@ static int hmc_block(const dsampler_target *t, hmc_batch_t *batch, int64_t c0, i
     const float *inv_metric = batch->inv_metric + (batch->shared_metric ? 0 : chain * dim);
     float *p_c = p + c * dim;
     for (int64_t k = 0; k < dim; ++k) p_c[k] += 0.5f * eps * grad[c * dim + k];
-    double h1 = -(double)logp[c] + kinetic_energy(p_c, inv_metric, dim);
+    double h1 = -(wide ? wide[c] : (double)logp[c]) + kinetic_energy(p_c, inv_metric, dim);
     double log_uniform = log(fmax((double)uniform[c], 1e-10));
     int divergent = !isfinite(h1) || h1 - h0[c] > 1000.0;
     int accept = !divergent && log_uniform < h0[c] - h1;
@@ -478,6 +498,7 @@ static int hmc_block(const dsampler_target *t, hmc_batch_t *batch, int64_t c0, i
       memcpy(batch->q + chain * dim, q + c * dim, (size_t)dim * sizeof *q);
       memcpy(batch->grad + chain * dim, grad + c * dim, (size_t)dim * sizeof *grad);
       batch->logp[chain] = logp[c];
+      if (wide) batch->logp_wide[chain] = wide[c];
     }
     if (batch->moment_mean) hmc_add_moments(batch, chain);
   }
@@ -497,19 +518,21 @@ static int cpu_hmc_transition(backend_t *b, const dsampler_target *t, hmc_batch_
     float *grad = malloc(floats * sizeof *grad), *logp = malloc((size_t)block * sizeof *logp);
     float *uniform = malloc((size_t)block * sizeof *uniform);
     double *h0 = malloc((size_t)block * sizeof *h0);
-    int local_status = (q && p && grad && logp && uniform && h0)
+    const int use_wide = batch->logp_wide && t->abi_version >= 2 && t->logp_grad_f64;
+    double *wide = use_wide ? malloc((size_t)block * (size_t)(2 * dim + 1) * sizeof *wide) : NULL;
+    int local_status = (q && p && grad && logp && uniform && h0 && (wide || !use_wide))
                            ? DS_OK : DS_FAIL_ALLOC("HMC scratch", floats * 3 * sizeof(float));
 #pragma omp for schedule(dynamic, 1)
     for (int64_t c0 = 0; c0 < n; c0 += block) {
       if (local_status != DS_OK) continue;
       int64_t count = n - c0 < block ? n - c0 : block;
-      local_status = hmc_block(t, batch, c0, count, q, p, grad, logp, uniform, h0);
+      local_status = hmc_block(t, batch, c0, count, q, p, grad, logp, uniform, h0, wide);
     }
     if (local_status != DS_OK) {
 #pragma omp critical
       if (status == DS_OK) status = local_status;
     }
-    free(q); free(p); free(grad); free(logp); free(uniform); free(h0);
+    free(q); free(p); free(grad); free(logp); free(uniform); free(h0); free(wide);
   }
   return status;
 }

@@ -29,8 +29,10 @@ typedef struct option_spec {
 #define NUM(kind, field) kind, offsetof(config_t, field), 0
 
 static const option_spec_t option_table[] = {
-    {"target", STR(target), FOR_BOTH, "NAME", "target density: a built-in (dsampler targets lists them) or plugin:path/to/lib.so"},
-    {"target-args", STR(target_args), FOR_BOTH, "K=V,...", "target parameters, e.g. mean=1,scale=2"},
+    {"target", STR(target), FOR_BOTH, "NAME",
+     "target density: a built-in (dsampler targets lists them), plugin:path/to/lib.so or stan:path/to/model.stan"},
+    {"target-args", STR(target_args), FOR_BOTH, "K=V,...",
+     "target parameters, e.g. mean=1,scale=2 (a Stan model's: init=FILE.json, init_radius=R)"},
     {"dim", NUM(OPT_INT, dim), FOR_BOTH, "D", "dimension of the target"},
     {"chains", NUM(OPT_INT, chains), FOR_HMC, "N", "number of chains (default 4)"},
     {"chains-per-start", NUM(OPT_INT, chains_per_start), FOR_HMC, "K",
@@ -73,7 +75,9 @@ static const option_spec_t option_table[] = {
      "(logistic; default 0: all rows)"},
     {"seed", NUM(OPT_UINT, seed), FOR_BOTH, "S", "random seed (default 0)"},
     {"init", STR(init), FOR_BOTH, "FILE.h5", "start from dataset x [N, dim] of this file"},
-    {"data", STR(data), FOR_BOTH, "FILE.h5", "the target's dataset: X [n, D] and y [n] (logistic)"},
+    {"data", STR(data), FOR_BOTH, "FILE",
+     "the target's data: a Stan model's JSON data (as CmdStan reads it), HDF5 with X [n, D] and y [n] for logistic, "
+     "or the file a plugin reads"},
     {"out", STR(out), FOR_BOTH, "FILE.h5", "output file (default run.h5)"},
     {"backend", STR(backend), FOR_BOTH, "B", "auto (default), cpu or cuda"},
     {"comm", STR(comm), FOR_BOTH, "C", "auto (default), nccl or mpi"},
@@ -239,6 +243,7 @@ static void print_help(FILE *out, algorithm_t algorithm) {
             "  svgd     Stein variational gradient descent over many particles\n"
             "  resume   continue a run from its checkpoints: dsampler resume DIR|FILE [options]\n"
             "  summary  mean, sd, MCSE, quantiles, R-hat and ESS of an output: dsampler summary FILE\n"
+            "  stan     compile a Stan model into a target (once; cached): dsampler stan MODEL.stan\n"
             "  targets  the built-in targets and their parameters\n\n"
             "run under mpirun/srun to spread the chains or particles over ranks;\n"
             "`dsampler <command> --help` lists the command's options.\n");

@@ -9,15 +9,18 @@
 
 #include "h5out.h"
 
-enum { DRAW_WRITER_MAX_VARS = 8 };
+/* Groups a job writes (posterior, sample_stats, and unconstrained_posterior for a target with
+ * output variables) and the variables of each (a Stan model's outputs are one each). */
+enum { DRAW_WRITER_MAX_GROUPS = 3, DRAW_WRITER_MAX_VARS = 256 };
 
 /* One block: draws [first_draw, first_draw + count) of chains [chain_begin, + rows), from
  * buffers holding buffer_draws draws per chain; each group's variables in its order. A job
  * of one group sets the other's id to -1. */
 typedef struct draw_writer_job {
-  int groups[2];
-  int n_vars[2];
-  const void *data[2][DRAW_WRITER_MAX_VARS];
+  int n_groups;           /* groups used; 0 means 2 */
+  int groups[DRAW_WRITER_MAX_GROUPS];
+  int n_vars[DRAW_WRITER_MAX_GROUPS];
+  const void *data[DRAW_WRITER_MAX_GROUPS][DRAW_WRITER_MAX_VARS];
   int64_t chain_begin, rows, first_draw, count, buffer_draws;
 } draw_writer_job_t;
 

@@ -6,7 +6,12 @@
  * bytes). Kept draws are copied into a block on the backend, and a full block goes to the
  * host in one copy and is written by the writer thread (draw_writer.h) while the chains go on.
  * Each chain's running moments over its kept draws are written at the end (group `moments`),
- * so a run that stores the draws of a few chains still summarises all of them. */
+ * so a run that stores the draws of a few chains still summarises all of them.
+ *
+ * A target with output variables (target ABI version 2: a Stan model's parameters, transformed
+ * parameters and generated quantities) has each kept draw constrained on the host as its block
+ * is written: posterior then holds those variables, unconstrained_posterior the sampler's own
+ * draws, and the moments (of the unconstrained draws) go to unconstrained_moments. */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -23,6 +28,7 @@
 #include "signals.h"
 #include "status.h"
 #include "summary.h"
+#include "target.h"
 
 /* Memory for a block of kept draws, per rank and phase (on the backend, and again on the host);
  * DSAMPLER_DRAW_BUFFER_BYTES on rank 0 overrides it for every rank. */
@@ -59,12 +65,19 @@ typedef struct hmc_chains {
 /* One phase's output (warmup or sampling): its groups and a block of kept draws. */
 typedef struct hmc_phase_out {
   int enabled;
-  int g_posterior, g_stats;
+  int g_posterior, g_stats, g_unconstrained;
   int64_t first_draw, count;          /* draws written before the block; draws in it */
   hmc_draw_block_t block;             /* on the backend */
   hmc_draw_block_t host;              /* the block's host copy, written by the writer thread */
   int32_t *n_steps;                   /* [rows, capacity], the writer's, from slot_steps */
   int32_t *slot_steps;                /* [capacity]: each slot's leapfrog steps (one for all chains) */
+  /* With output variables (target_has_outputs), the host's work for a block of rows x count
+   * draws: the kept draws gathered [rows count, dim], their keys, the target's values [rows
+   * count, constrained_dim], and the same values per variable, each [rows, capacity, size]
+   * from its offset, as the writer takes them. */
+  float *gathered;
+  uint64_t *keys;
+  double *packed, *values;
 } hmc_phase_out_t;
 
 typedef struct hmc_output {
@@ -75,6 +88,12 @@ typedef struct hmc_output {
 } hmc_output_t;
 
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+/* Values of the target's output variables in a kept draw (0 without them). */
+static int64_t output_width(const dsampler_target *t) { return target_has_outputs(t) ? t->constrained_dim : 0; }
+/* Whether HMC keeps log p in float64 (the target gives it, the backend keeps it). */
+static int wide_logp(const run_ctx_t *run) {
+  return run->target->abi_version >= 2 && run->target->logp_grad_f64 && !run->backend->on_device;
+}
 static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 
 /* Leapfrog steps when they are not adapted: --steps, or 10 when it asks for ChEES (--steps
@@ -101,7 +120,7 @@ static int chains_array(hmc_chains_t *chains, backend_t *b, const char *name, in
   return DS_OK;
 }
 
-static int chains_alloc(hmc_chains_t *chains, backend_t *b, adapt_t *adapt, int64_t rows, int64_t dim) {
+static int chains_alloc(hmc_chains_t *chains, backend_t *b, adapt_t *adapt, int64_t rows, int64_t dim, int wide) {
   hmc_batch_t *batch = &chains->batch;
   const size_t vec = (size_t)rows * sizeof(float), f = sizeof(float);
   /* Unless each chain adapts its own metric, all chains share one: one row on the backend. */
@@ -115,6 +134,7 @@ static int chains_alloc(hmc_chains_t *chains, backend_t *b, adapt_t *adapt, int6
   DS_TRY(chains_array(chains, b, "moment_m2", dim, f, rows, rows, (void **)&chains->moment_m2));
   chains->moment_mean_host = chains->state[chains->n_state - 2].array.local;
   chains->moment_m2_host = chains->state[chains->n_state - 1].array.local;
+  if (wide) DS_TRY(chains_array(chains, b, "logp_wide", 1, sizeof(double), rows, rows, (void **)&batch->logp_wide));
   batch->step_nominal = chains->step_nominal;
   batch->inv_metric = chains->inv_metric;
   DS_TRY(b->alloc(b, (void **)&batch->step_size, vec));
@@ -166,6 +186,22 @@ static int chains_sync(hmc_chains_t *chains, backend_t *b, int64_t rows, int to_
   return DS_OK;
 }
 
+/* log p of the starts in float64 (batch->logp_wide), from the target's float64 entry on the host
+ * positions q_host; the float log p the backend computed is its rounding. */
+static int fresh_wide_logp(run_ctx_t *run, hmc_chains_t *chains, int64_t rows, int64_t dim, const float *q_host) {
+  const dsampler_target *t = run->target;
+  if (rows == 0) return DS_OK;
+  double *x = malloc((size_t)(rows * (2 * dim + 1)) * sizeof *x);
+  if (!x) return DS_FAIL_ALLOC("the starts in float64", (size_t)(rows * (2 * dim + 1)) * sizeof *x);
+  double *grad = x + rows * dim, *logp = grad + rows * dim;
+  for (int64_t e = 0; e < rows * dim; ++e) x[e] = (double)q_host[e];
+  int rc = t->logp_grad_f64(t->self, x, rows, logp, grad);
+  int status = rc == 0 ? DS_OK : ds_fail(DS_ERR_TARGET, "target '%s': logp_grad_f64 failed (returned %d)", t->name, rc);
+  if (status == DS_OK) status = run->backend->upload(run->backend, chains->batch.logp_wide, logp, (size_t)rows * sizeof *logp);
+  free(x);
+  return status;
+}
+
 static int fresh_state(run_ctx_t *run, hmc_chains_t *chains, int64_t rows, int64_t dim) {
   backend_t *b = run->backend;
   hmc_batch_t *batch = &chains->batch;
@@ -177,6 +213,7 @@ static int fresh_state(run_ctx_t *run, hmc_chains_t *chains, int64_t rows, int64
   if (status == DS_OK) status = b->fill(b, chains->step_nominal, (float)run->cfg->step_size, rows);
   if (status == DS_OK) status = b->logp_grad(b, run->target, batch->q, rows, batch->logp, batch->grad);
   if (status == DS_OK) status = b->download(b, logp_host, batch->logp, (size_t)rows * sizeof(float));
+  if (status == DS_OK && batch->logp_wide) status = fresh_wide_logp(run, chains, rows, dim, q_host);
   /* A start where log p is not finite cannot move: refuse it. */
   for (int64_t c = 0; status == DS_OK && c < rows; ++c)
     if (!isfinite(logp_host[c]))
@@ -382,6 +419,9 @@ static int restart_stuck_chains(run_ctx_t *run, hmc_chains_t *chains, adapt_t *a
 /* Draws per block. Every rank must flush at the same iterations (the writes are collective),
  * so the block is sized for the largest rank's share of written chains, from rank 0's budget. */
 static int block_capacity(run_ctx_t *run, int64_t output_chains, int64_t dim, int64_t draws, int64_t *capacity) {
+  /* The host's work for output variables: gathered draws, keys, the values twice. */
+  const int64_t width = output_width(run->target);
+  const int64_t output_bytes = width > 0 ? dim * (int64_t)sizeof(float) + 8 + 16 * width : 0;
   int64_t budget = (int64_t)HMC_DRAW_BUFFER_BYTES;
   const char *text = getenv("DSAMPLER_DRAW_BUFFER_BYTES");
   int status = DS_OK;
@@ -403,7 +443,7 @@ static int block_capacity(run_ctx_t *run, int64_t output_chains, int64_t dim, in
     comm_partition(config_items(run->cfg), run->comm->size, r, &begin, &end);
     rows_max = max64(rows_max, min64(end, output_chains) - min64(begin, output_chains));
   }
-  const int64_t per_draw = max64(rows_max, 1) * (dim * (int64_t)sizeof(float) + HMC_STATS_BYTES_PER_DRAW);
+  const int64_t per_draw = max64(rows_max, 1) * (dim * (int64_t)sizeof(float) + HMC_STATS_BYTES_PER_DRAW + output_bytes);
   *capacity = min64(max64(budget / per_draw, 1), max64(draws, 1));
   return DS_OK;
 }
@@ -442,7 +482,8 @@ static int block_download(backend_t *b, hmc_draw_block_t *host, const hmc_draw_b
   return b->download(b, host->diverging, block->diverging, cells);
 }
 
-static int phase_alloc(backend_t *b, hmc_phase_out_t *phase, int64_t rows, int64_t capacity, int64_t dim) {
+static int phase_alloc(backend_t *b, hmc_phase_out_t *phase, int64_t rows, int64_t capacity, int64_t dim,
+                       int64_t width) {
   phase->enabled = 1;
   DS_TRY(block_alloc(b, &phase->block, 0, rows, capacity, dim));
   DS_TRY(block_alloc(b, &phase->host, 1, rows, capacity, dim));
@@ -450,6 +491,14 @@ static int phase_alloc(backend_t *b, hmc_phase_out_t *phase, int64_t rows, int64
   phase->n_steps = malloc(cells * sizeof *phase->n_steps);
   phase->slot_steps = calloc((size_t)capacity, sizeof *phase->slot_steps);
   if (!phase->n_steps || !phase->slot_steps) return DS_FAIL_ALLOC("the draw block", cells * sizeof(int32_t));
+  if (width > 0) {
+    phase->gathered = malloc(cells * (size_t)dim * sizeof *phase->gathered);
+    phase->keys = malloc(cells * sizeof *phase->keys);
+    phase->packed = malloc(cells * (size_t)width * sizeof *phase->packed);
+    phase->values = malloc(cells * (size_t)width * sizeof *phase->values);
+    if (!phase->gathered || !phase->keys || !phase->packed || !phase->values)
+      return DS_FAIL_ALLOC("the output variables' block", cells * (size_t)(dim * 4 + 8 + 16 * width));
+  }
   return DS_OK;
 }
 
@@ -459,6 +508,38 @@ static void phase_free(backend_t *b, hmc_phase_out_t *phase) {
   block_free(b, &phase->host, 1);
   free(phase->n_steps);
   free(phase->slot_steps);
+  free(phase->gathered);
+  free(phase->keys);
+  free(phase->packed);
+  free(phase->values);
+}
+
+/* The target's output variables of the block's kept draws (host copy): gathered, keyed by
+ * (seed, chain, phase, draw), constrained on the host's threads, then laid out per variable
+ * ([rows, capacity, size] each) for the writer. Local. */
+static int constrain_block(run_ctx_t *run, hmc_output_t *output, hmc_phase_out_t *phase, int sampling) {
+  const dsampler_target *t = run->target;
+  const hmc_draw_block_t *host = &phase->host;
+  const int64_t dim = t->dim, width = t->constrained_dim, rows = output->rows, count = phase->count;
+  const int64_t capacity = host->capacity;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t slot = 0; slot < count; ++slot) {
+      memcpy(phase->gathered + (r * count + slot) * dim, host->q + (r * capacity + slot) * dim, (size_t)dim * sizeof(float));
+      phase->keys[r * count + slot] = target_output_key(run->cfg->seed, run->item_begin + r, sampling, phase->first_draw + slot);
+    }
+  DS_TRY(target_constrain(t, phase->gathered, rows * count, phase->keys, phase->packed));
+  int64_t offset = 0;
+  for (int v = 0; v < t->n_vars; ++v) {
+    int64_t size = 1;
+    for (int axis = 0; axis < t->vars[v].rank; ++axis) size *= t->vars[v].shape[axis];
+    double *values = phase->values + rows * capacity * offset;
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t slot = 0; slot < count; ++slot)
+        memcpy(values + (r * capacity + slot) * size, phase->packed + (r * count + slot) * width + offset,
+               (size_t)size * sizeof(double));
+    offset += size;
+  }
+  return DS_OK;
 }
 
 /* Sends the block to the host and hands it to the writer. Collective. */
@@ -467,15 +548,42 @@ static int phase_flush(run_ctx_t *run, hmc_output_t *output, hmc_phase_out_t *ph
   /* The host copy is the writer's until its job is done. */
   int status = draw_writer_wait(output->writer);
   if (status == DS_OK) status = block_download(run->backend, &phase->host, &phase->block);
+  const int outputs = target_has_outputs(run->target);
+  if (status == DS_OK && outputs) status = constrain_block(run, output, phase, phase == &output->phase[1]);
   DS_TRY(comm_agree(run->comm, status));
   const hmc_draw_block_t *host = &phase->host;
   for (int64_t r = 0; r < output->rows; ++r)
     memcpy(phase->n_steps + r * host->capacity, phase->slot_steps, (size_t)phase->count * sizeof(int32_t));
-  draw_writer_job_t job = {{phase->g_posterior, phase->g_stats},
-                           {1, HMC_N_STATS},
-                           {{host->q}, {host->logp, host->accept, host->step, host->diverging, host->energy,
-                                        phase->n_steps}},
-                           run->item_begin, output->rows, phase->first_draw, phase->count, host->capacity};
+  draw_writer_job_t job;
+  memset(&job, 0, sizeof job);
+  job.n_groups = outputs ? 3 : 2;
+  job.groups[0] = phase->g_posterior;
+  job.groups[1] = phase->g_stats;
+  job.groups[2] = phase->g_unconstrained;
+  job.n_vars[1] = HMC_N_STATS;
+  const void *stats[HMC_N_STATS] = {host->logp, host->accept, host->step, host->diverging, host->energy, phase->n_steps};
+  memcpy(job.data[1], stats, sizeof stats);
+  if (outputs) {
+    const dsampler_target *t = run->target;
+    int64_t offset = 0;
+    for (int v = 0; v < t->n_vars; ++v) {
+      int64_t size = 1;
+      for (int axis = 0; axis < t->vars[v].rank; ++axis) size *= t->vars[v].shape[axis];
+      job.data[0][v] = phase->values + output->rows * host->capacity * offset;
+      offset += size;
+    }
+    job.n_vars[0] = t->n_vars;
+    job.n_vars[2] = 1;
+    job.data[2][0] = host->q;
+  } else {
+    job.n_vars[0] = 1;
+    job.data[0][0] = host->q;
+  }
+  job.chain_begin = run->item_begin;
+  job.rows = output->rows;
+  job.first_draw = phase->first_draw;
+  job.count = phase->count;
+  job.buffer_draws = host->capacity;
   DS_TRY(draw_writer_start(output->writer, &job));
   phase->first_draw += phase->count;
   phase->count = 0;
@@ -494,7 +602,7 @@ static int output_settle(run_ctx_t *run, hmc_output_t *output) {
 static int check_output_space(run_ctx_t *run, int64_t output_chains, int64_t draws_left, int64_t warmup_left) {
   const config_t *cfg = run->cfg;
   const int64_t dim = run->target->dim, chains = config_items(cfg);
-  const double per_draw = (double)output_chains * (double)(dim * 4 + HMC_STATS_BYTES_PER_DRAW);
+  const double per_draw = (double)output_chains * (double)(dim * 4 + HMC_STATS_BYTES_PER_DRAW + 8 * output_width(run->target));
   const double bytes = per_draw * (double)(draws_left + warmup_left) + (double)chains * (double)dim * 16.0;
   char dir[CONFIG_PATH_MAX];
   snprintf(dir, sizeof dir, "%s", cfg->out);
@@ -523,26 +631,49 @@ static int check_output_space(run_ctx_t *run, int64_t output_chains, int64_t dra
 static int output_open(run_ctx_t *run, hmc_output_t *output, int64_t output_chains) {
   const config_t *cfg = run->cfg;
   const int64_t dim = run->target->dim;
-  const h5out_var_t posterior[] = {{run->target->var_name, H5OUT_FLOAT32, 1}};
-  static const char *const names[2][2] = {{"warmup_posterior", "warmup_sample_stats"}, {"posterior", "sample_stats"}};
+  const dsampler_target *t = run->target;
+  const int outputs = target_has_outputs(t);
+  const h5out_var_t unconstrained[] = {{t->var_name, H5OUT_FLOAT32, 1}};
+  /* posterior: the target's own variables (float64, their shapes), else the draws themselves. */
+  const int n_posterior = outputs ? t->n_vars : 1;
+  h5out_var_t *posterior = calloc((size_t)n_posterior, sizeof *posterior);
+  h5out_shape_t *shapes = calloc((size_t)n_posterior, sizeof *shapes);
+  if (!posterior || !shapes) {
+    free(posterior);
+    free(shapes);
+    return comm_agree(run->comm, DS_FAIL_ALLOC("the output's variables", sizeof *shapes * (size_t)n_posterior));
+  }
+  if (outputs) {
+    for (int v = 0; v < t->n_vars; ++v) {
+      posterior[v] = (h5out_var_t){t->vars[v].name, H5OUT_FLOAT64, 0};
+      shapes[v].n_axes = t->vars[v].rank;
+      for (int axis = 0; axis < t->vars[v].rank; ++axis) shapes[v].extent[axis] = t->vars[v].shape[axis];
+    }
+  } else {
+    posterior[0] = unconstrained[0];
+  }
+  static const char *const names[2][3] = {{"warmup_posterior", "warmup_sample_stats", "warmup_unconstrained_posterior"},
+                                          {"posterior", "sample_stats", "unconstrained_posterior"}};
   const int64_t warmup_done = run->resume_path ? min64(run->resume_meta->iteration, cfg->warmup) : 0;
   const int64_t first[2] = {kept_draws(warmup_done, cfg->thin), run->resume_path ? run->resume_meta->draws_written : 0};
-  DS_TRY(run->resume_path ? run_reopen_output(run, &output->file) : run_open_output(run, &output->file));
-  int status = DS_OK;
+  int status = run->resume_path ? run_reopen_output(run, &output->file) : run_open_output(run, &output->file);
   for (int p = 0; p < 2 && status == DS_OK; ++p) {
     hmc_phase_out_t *phase = &output->phase[p];
     if (!phase->enabled) continue;
     phase->first_draw = first[p];
-    for (int g = 0; g < 2 && status == DS_OK; ++g) {
-      const h5out_var_t *vars = g == 0 ? posterior : hmc_stats_vars;
-      const int n_vars = g == 0 ? 1 : HMC_N_STATS;
-      int *group = g == 0 ? &phase->g_posterior : &phase->g_stats;
-      status = run->resume_path ? h5out_open_group(output->file, names[p][g], output_chains, dim, vars, n_vars,
-                                                   first[p], group)
-                                : h5out_add_group(output->file, names[p][g], output_chains, dim,
-                                                  phase->block.capacity, vars, n_vars, group);
+    for (int g = 0; g < (outputs ? 3 : 2) && status == DS_OK; ++g) {
+      const h5out_var_t *vars = g == 0 ? posterior : g == 1 ? hmc_stats_vars : unconstrained;
+      const int n_vars = g == 0 ? n_posterior : g == 1 ? HMC_N_STATS : 1;
+      const h5out_shape_t *own = g == 0 && outputs ? shapes : NULL;
+      int *group = g == 0 ? &phase->g_posterior : g == 1 ? &phase->g_stats : &phase->g_unconstrained;
+      status = run->resume_path ? h5out_open_group_shaped(output->file, names[p][g], output_chains, dim, vars, own,
+                                                          n_vars, first[p], group)
+                                : h5out_add_group_shaped(output->file, names[p][g], output_chains, dim,
+                                                         phase->block.capacity, vars, own, n_vars, group);
     }
   }
+  free(posterior);
+  free(shapes);
   DS_TRY(comm_agree(run->comm, status));
   return comm_agree(run->comm, draw_writer_create(&output->writer, output->file));
 }
@@ -608,7 +739,10 @@ static int output_moments(run_ctx_t *run, hmc_output_t *output, hmc_chains_t *ch
     const double *global_data[] = {mean, var};
     char dim_name[300];
     snprintf(dim_name, sizeof dim_name, "%s_dim_0", run->target->var_name);
-    status = h5out_write_summary_group(output->file, "moments", dim_name, config_items(run->cfg), dim,
+    /* Of the unconstrained draws: beside a target's own variables they get a name of their own, so
+     * that nothing reads them as the posterior's. */
+    const char *group = target_has_outputs(run->target) ? "unconstrained_moments" : "moments";
+    status = h5out_write_summary_group(output->file, group, dim_name, config_items(run->cfg), dim,
                                        run->item_begin, rows, chain_names, chain_data, 2, global_names, global_data, 2);
   }
   free(pooled);
@@ -753,7 +887,8 @@ static int print_summary(run_ctx_t *run, int64_t output_chains) {
   const int64_t kept = kept_draws(cfg->draws, cfg->thin);
   /* The closing table, unless the draws are too many to summarise in a few seconds (ranking
    * and FFTs over every draw of every parameter): then say how to get it. */
-  const double values = (double)output_chains * (double)kept * (double)run->target->dim;
+  const int64_t width = target_has_outputs(run->target) ? run->target->constrained_dim : run->target->dim;
+  const double values = (double)output_chains * (double)kept * (double)width;
   if (cfg->quiet || kept < 4) return DS_OK;
   if (values <= HMC_SUMMARY_MAX_VALUES)
     return summary_print_file(run->comm, cfg->out, run->comm->rank == 0 ? stdout : NULL, 20);
@@ -800,12 +935,13 @@ int hmc_run(run_ctx_t *run) {
   const int64_t draws_left = phase_draws[1] - (run->resume_path ? run->resume_meta->draws_written : 0);
   int status = check_output_space(run, output_chains, draws_left, warmup_left);
   if (status == DS_OK && settings.mode != ADAPT_NONE) status = adapt_create(&adapt, run->comm, b, &settings);
-  if (status == DS_OK) status = chains_alloc(&chains, b, adapt, rows, dim);
+  if (status == DS_OK) status = chains_alloc(&chains, b, adapt, rows, dim, wide_logp(run));
   int64_t capacity[2] = {1, 1};
   for (int p = 0; p < 2 && status == DS_OK; ++p)
     if (output.phase[p].enabled) {
       status = block_capacity(run, output_chains, dim, phase_draws[p], &capacity[p]);
-      if (status == DS_OK) status = phase_alloc(b, &output.phase[p], output.rows, capacity[p], dim);
+      if (status == DS_OK)
+        status = phase_alloc(b, &output.phase[p], output.rows, capacity[p], dim, output_width(run->target));
     }
   status = comm_agree(run->comm, status);
   if (status == DS_OK) status = comm_agree(run->comm, run_check_checkpoint_dir(run));

@@ -12,6 +12,7 @@
 #include "h5util.h"
 #include "run.h"
 #include "h5out.h"
+#include "stan_build.h"
 #include "status.h"
 #include "summary.h"
 #include "targets_builtin.h"
@@ -125,6 +126,13 @@ int main(int argc, char **argv) {
   }
   if (argc >= 2 && strcmp(argv[1], "summary") == 0) {
     status = summary_main(&comm, argc, argv);
+    if (status != DS_OK && comm.rank == 0) fprintf(stderr, "dsampler: error: %s\n", ds_error_message());
+    comm_free(&comm);
+    return status == DS_OK ? 0 : 1;
+  }
+  if (argc >= 2 && strcmp(argv[1], "stan") == 0) {
+    status = stan_main(comm.world, argc, argv);
+    if (status == DS_HELP) status = DS_OK;
     if (status != DS_OK && comm.rank == 0) fprintf(stderr, "dsampler: error: %s\n", ds_error_message());
     comm_free(&comm);
     return status == DS_OK ? 0 : 1;

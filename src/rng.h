@@ -21,6 +21,9 @@
 #define RNG_ITERATION_INIT 0xFFFFFFFFu
 /* The iteration number reserved for choosing the healthy chain a stuck chain restarts from. */
 #define RNG_ITERATION_RESTART 0xFFFFFFFEu
+/* The iteration number reserved for the keys of a target's output variables (a Stan model's
+ * generated quantities): block = 2 draw + phase (0 warmup, 1 sampling), keyed by chain. */
+#define RNG_ITERATION_OUTPUT 0xFFFFFFFDu
 
 typedef struct { uint32_t v[4]; } rng_words_t;
 

@@ -26,13 +26,16 @@ int run_initial_positions(run_ctx_t *run, int64_t n_total, float *x_local) {
   const config_t *cfg = run->cfg;
   const int64_t dim = run->target->dim, rows = run->item_end - run->item_begin;
   int status = DS_OK;
+  const int64_t per_start = cfg->algorithm == ALGO_HMC && cfg->chains_per_start > 1 ? cfg->chains_per_start : 1;
   if (cfg->init[0]) {
     status = h5init_read(run->comm->world, cfg->init, n_total, dim, run->item_begin, run->item_end, x_local);
+  } else if (run->target->abi_version >= 2 && run->target->initial_point) {
+    /* The model's own starts (a Stan model's: uniform in (-2, 2), tried until log p is finite). */
+    status = target_initial_points(run->target, cfg->seed, run->item_begin, rows, per_start, x_local);
   } else {
     /* Chains of one superchain (--chains-per-start K) share the start drawn for its first
      * chain, so that they differ only through their own streams, as nested R-hat assumes; with
      * K = 1 every chain keys its own start, as before the option existed. */
-    const int64_t per_start = cfg->algorithm == ALGO_HMC && cfg->chains_per_start > 1 ? cfg->chains_per_start : 1;
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t item = run->item_begin + r, start_key = item - item % per_start;
       rng_words_t block = {{0, 0, 0, 0}};
@@ -90,9 +93,63 @@ int run_open_output(run_ctx_t *run, h5out_t **out) {
   list->attrs[list->count].key = "run_id";
   list->attrs[list->count].value = run->run_id;
   list->count++;
+  if (run->stan_model[0]) {
+    list->attrs[list->count].key = "stan_model";
+    list->attrs[list->count].value = run->stan_model;
+    list->count++;
+  }
   int status = h5out_create(out, run->comm->world, run->cfg->out, list->attrs, list->count);
   free(list);
   return comm_agree(run->comm, status);
+}
+
+int run_write_particles(run_ctx_t *run, h5out_t *out, int64_t n, const float *x_host, int64_t rows) {
+  const dsampler_target *t = run->target;
+  const int64_t dim = t->dim, chains = rows > 0 ? 1 : 0;
+  const h5out_var_t particles[] = {{t->var_name, H5OUT_FLOAT32, 1}};
+  const void *x_data[] = {x_host};
+  int group = 0;
+  if (!target_has_outputs(t)) {
+    DS_TRY(h5out_add_group(out, "posterior", 1, dim, n, particles, 1, &group));
+    return h5out_write(out, group, n, 0, chains, run->item_begin, rows, x_data);
+  }
+  /* A resumed run that was extended writes the group again (svgd.c removes posterior). */
+  DS_TRY(comm_agree(run->comm, h5out_remove_group(out, "unconstrained_posterior")));
+  const int64_t width = t->constrained_dim, cells = rows > 0 ? rows : 1;
+  h5out_var_t *vars = calloc((size_t)t->n_vars, sizeof *vars);
+  h5out_shape_t *shapes = calloc((size_t)t->n_vars, sizeof *shapes);
+  const void **data = calloc((size_t)t->n_vars, sizeof *data);
+  uint64_t *keys = malloc((size_t)cells * sizeof *keys);
+  double *packed = malloc((size_t)(cells * width) * sizeof *packed), *values = malloc((size_t)(cells * width) * sizeof *values);
+  int status = vars && shapes && data && keys && packed && values
+                   ? DS_OK : DS_FAIL_ALLOC("the particles' variables", (size_t)(cells * width) * 16);
+  for (int64_t r = 0; status == DS_OK && r < rows; ++r) keys[r] = target_output_key(run->cfg->seed, 0, 1, run->item_begin + r);
+  if (status == DS_OK && rows > 0) status = target_constrain(t, x_host, rows, keys, packed);
+  int64_t offset = 0;
+  for (int v = 0; status == DS_OK && v < t->n_vars; ++v) {
+    int64_t size = 1;
+    for (int axis = 0; axis < t->vars[v].rank; ++axis) size *= t->vars[v].shape[axis];
+    vars[v] = (h5out_var_t){t->vars[v].name, H5OUT_FLOAT64, 0};
+    shapes[v].n_axes = t->vars[v].rank;
+    for (int axis = 0; axis < t->vars[v].rank; ++axis) shapes[v].extent[axis] = t->vars[v].shape[axis];
+    /* Each variable's values of the rank's particles, [rows, size], one after another. */
+    double *block = values + rows * offset;
+    for (int64_t r = 0; r < rows; ++r) memcpy(block + r * size, packed + r * width + offset, (size_t)size * sizeof(double));
+    data[v] = block;
+    offset += size;
+  }
+  status = comm_agree(run->comm, status);
+  if (status == DS_OK) status = h5out_add_group_shaped(out, "posterior", 1, dim, n, vars, shapes, t->n_vars, &group);
+  if (status == DS_OK) status = h5out_write(out, group, n, 0, chains, run->item_begin, rows, data);
+  if (status == DS_OK) status = h5out_add_group(out, "unconstrained_posterior", 1, dim, n, particles, 1, &group);
+  if (status == DS_OK) status = h5out_write(out, group, n, 0, chains, run->item_begin, rows, x_data);
+  free(vars);
+  free(shapes);
+  free(data);
+  free(keys);
+  free(packed);
+  free(values);
+  return status;
 }
 
 int run_stop_requested(run_ctx_t *run, int *stop) {
@@ -177,6 +234,14 @@ int run_reopen_output(run_ctx_t *run, h5out_t **out) {
     status = ds_fail(DS_ERR_INPUT, "output %s belongs to another run than checkpoint %s (run ids %s and %s): was it "
                                    "overwritten? Refusing to append to it",
                      run->cfg->out, run->resume_path, run_id, run->run_id);
+  /* A Stan model is compiled from its file's content: a file edited since the run started
+   * compiles to another library, which must not continue the run's chains. */
+  char stan_model[64] = "";
+  if (status == DS_OK && run->stan_model[0]) status = h5out_read_attr(*out, "stan_model", stan_model, sizeof stan_model);
+  if (status == DS_OK && run->stan_model[0] && strcmp(stan_model, run->stan_model) != 0)
+    status = ds_fail(DS_ERR_INPUT, "--target %s: the model is not the one this run started with (it compiles to %s, "
+                     "the run's was %s): resume with the model file as it was", run->cfg->target, run->stan_model,
+                     stan_model);
   return comm_agree(run->comm, status);
 }
 
@@ -223,12 +288,13 @@ static int check_checkpoint_dir(const char *dir) {
   return check_output_path("--checkpoint-dir", dir);
 }
 
-/* Local: dlopen of a FIFO blocks and of a directory says little; refuse both first. */
+/* Local: dlopen of a FIFO blocks and of a directory says little; refuse both first (and the
+ * same for a Stan model's file). */
 static int check_plugin_path(const char *spec, const char *path) {
   struct stat st;
-  if (stat(path, &st) != 0) return ds_fail(DS_ERR_INPUT, "--target %s: cannot load the plugin: %s", spec, strerror(errno));
-  if (!S_ISREG(st.st_mode))
-    return ds_fail(DS_ERR_INPUT, "--target %s: cannot load the plugin: not a regular file", spec);
+  const char *what = target_is_stan(spec) ? "cannot read the model" : "cannot load the plugin";
+  if (stat(path, &st) != 0) return ds_fail(DS_ERR_INPUT, "--target %s: %s: %s", spec, what, strerror(errno));
+  if (!S_ISREG(st.st_mode)) return ds_fail(DS_ERR_INPUT, "--target %s: %s: not a regular file", spec, what);
   return DS_OK;
 }
 
@@ -238,7 +304,9 @@ int run_check_paths(run_ctx_t *run) {
   /* Inputs: regular files only (a FIFO would block the open, a directory gives MPI-IO noise). */
   if (cfg->init[0]) status = h5util_check_input("--init", cfg->init, 0);
   if (status == DS_OK && cfg->data[0]) status = h5util_check_input("--data", cfg->data, 0);
-  const char *plugin = strncmp(cfg->target, "plugin:", 7) == 0 ? cfg->target + 7 : NULL;
+  const char *plugin = strncmp(cfg->target, "plugin:", 7) == 0 ? cfg->target + 7
+                       : target_is_stan(cfg->target)        ? cfg->target + 5
+                                                             : NULL;
   if (status == DS_OK && plugin) status = check_plugin_path(cfg->target, plugin);
   char args_data[CONFIG_PATH_MAX] = "";
   if (status == DS_OK && target_args_get(cfg->target_args, "data", args_data, sizeof args_data) && args_data[0])
@@ -348,7 +416,13 @@ int run_main(comm_ctx_t *comm, const config_t *cfg, const char *resume_path, con
    * their UUIDs in comm_select_transport, not from these counts. */
   backend_t *backend = NULL;
   const int devices = comm_cuda_device_count();
-  status = backend_create(cfg->backend, devices > 0 ? comm->local_rank % devices : 0, &backend);
+  /* A Stan model runs on the CPU: its gradient is C++ autodiff on the host. `auto` takes the
+   * CPU for it; an explicit `cuda` is refused, before anything is compiled or loaded. */
+  const char *backend_name = target_is_stan(cfg->target) && strcmp(cfg->backend, "auto") == 0 ? "cpu" : cfg->backend;
+  if (target_is_stan(cfg->target) && strcmp(cfg->backend, "cuda") == 0)
+    status = ds_fail(DS_ERR_INPUT, "--target %s --backend cuda: Stan models run on the CPU backend only (their "
+                     "gradients are Stan Math's autodiff on the host); give --backend cpu or auto", cfg->target);
+  if (status == DS_OK) status = backend_create(backend_name, devices > 0 ? comm->local_rank % devices : 0, &backend);
   status = comm_agree(comm, status);
   if (status != DS_OK) {
     backend_destroy(backend);
@@ -363,10 +437,16 @@ int run_main(comm_ctx_t *comm, const config_t *cfg, const char *resume_path, con
 
   target_handle_t target;
   memset(&target, 0, sizeof target);
-  if (status == DS_OK) status = comm_agree(comm, target_open(cfg->target, cfg->target_args, cfg->data, cfg->dim, comm->world, &target));
+  if (status == DS_OK) status = comm_agree(comm, target_open(cfg->target, cfg->target_args, cfg->data, cfg->dim, cfg->seed, comm->world, &target));
   if (status == DS_OK) {
     run.target = &target.target;
     status = comm_agree(comm, run_check_target(&run));
+  }
+  if (status == DS_OK && target.stan_library[0]) {
+    /* model-<hash>, the folder of the library (rank 0's path, the same on every rank). */
+    char folder[CONFIG_PATH_MAX];
+    snprintf(folder, sizeof folder, "%s", target.stan_library);
+    snprintf(run.stan_model, sizeof run.stan_model, "%s", basename(dirname(folder)));
   }
   if (status == DS_OK) {
     run.backend = backend;

@@ -22,6 +22,8 @@ typedef struct run_ctx {
   const ckpt_meta_t *resume_meta;
   char run_id[64];              /* made at a fresh start, kept across resumes */
   int output_created;           /* rank 0: the output did not exist before this run */
+  char stan_model[64];          /* a Stan target's cache entry, model-<hash> ("" otherwise): the
+                                 * output records it, and a resume must find the same */
 } run_ctx_t;
 
 /* Runs the configured algorithm end to end, or continues it from a checkpoint (resume_path
@@ -61,6 +63,11 @@ int run_check_resume_meta(run_ctx_t *run);
 int run_initial_positions(run_ctx_t *run, int64_t n_total, float *x_local);
 /* Creates the output file with the run's attributes. Collective. */
 int run_open_output(run_ctx_t *run, h5out_t **out);
+/* Writes SVGD's n particles as draws of one chain, this rank's x_host [rows, dim] at draws
+ * [item_begin, + rows): to posterior/<var_name>, or, for a target with output variables, its
+ * variables of each particle to posterior (keyed as HMC's draws: chain 0, draw = particle) and
+ * the particles to unconstrained_posterior. Collective. */
+int run_write_particles(run_ctx_t *run, h5out_t *out, int64_t n, const float *x_host, int64_t rows);
 
 int svgd_run(run_ctx_t *run);
 int hmc_run(run_ctx_t *run);

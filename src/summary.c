@@ -33,10 +33,18 @@
 _Static_assert(sizeof(diag_stats_t) == DIAG_N_STATS * sizeof(double), "diag_stats_t is DIAG_N_STATS doubles");
 #define SUMMARY_NAME_LEN 256
 
+/* Axes a variable may have after chain and draw (a Stan model's matrix: 2, its arrays more). */
+#define SUMMARY_MAX_AXES 8
+
 typedef struct summary_var {
   char name[SUMMARY_NAME_LEN];
-  int has_dim;       /* [chain, draw, dim] rather than [chain, draw] */
-  int64_t n_params;  /* dim, or 1 */
+  int has_dim;       /* [chain, draw, dim...] rather than [chain, draw] */
+  int n_axes;        /* axes after chain and draw */
+  int64_t shape[SUMMARY_MAX_AXES];
+  int64_t n_params;  /* the product of shape, or 1 */
+  /* The ranks share a variable's parameters in units of its first axis: unit u holds
+   * parameters [u inner, (u + 1) inner), inner the product of the other axes. */
+  int64_t n_units, inner;
 } summary_var_t;
 
 /* Every chain's moments (group `moments`, written by HMC runs): a classic R-hat over all
@@ -151,9 +159,9 @@ static int check_variable(hid_t posterior, const char *path, summary_result_t *r
   H5Dclose(dataset);
   char shape[160];
   format_shape(shape, sizeof shape, ndims, dims);
-  if (ndims != 2 && ndims != 3)
-    return ds_fail(DS_ERR_INPUT, "summary %s: posterior/%s has shape %s; expected [chain, draw] or [chain, draw, dim]",
-                   path, var->name, shape);
+  if (ndims < 2 || ndims > 2 + SUMMARY_MAX_AXES)
+    return ds_fail(DS_ERR_INPUT, "summary %s: posterior/%s has shape %s; expected [chain, draw] or [chain, draw, dim, "
+                   "...] (at most %d axes after draw)", path, var->name, shape, SUMMARY_MAX_AXES);
   if (type_class != H5T_FLOAT && type_class != H5T_INTEGER)
     return ds_fail(DS_ERR_INPUT, "summary %s: posterior/%s does not hold numbers", path, var->name);
   if (dims[0] == 0 || dims[1] == 0)
@@ -170,12 +178,22 @@ static int check_variable(hid_t posterior, const char *path, summary_result_t *r
    * parameter's draws (chains x draws doubles) must fit in memory, as must the table. */
   size_t bytes = 0;
   DS_TRY(h5util_checked_bytes("summary", path, var->name, 2, dims, sizeof(double), &bytes));
-  if (ndims == 3) {
-    hsize_t table[2] = {dims[2], DIAG_N_STATS};
+  var->has_dim = ndims >= 3;
+  var->n_axes = ndims - 2;
+  var->n_params = 1;
+  for (int axis = 0; axis < var->n_axes; ++axis) {
+    var->shape[axis] = (int64_t)dims[2 + axis];
+    if (__builtin_mul_overflow(var->n_params, var->shape[axis], &var->n_params) || var->n_params > ((int64_t)1 << 40))
+      return ds_fail(DS_ERR_INPUT, "summary %s: posterior/%s has shape %s: too many parameters", path, var->name, shape);
+  }
+  if (var->n_params == 0)
+    return ds_fail(DS_ERR_INPUT, "summary %s: posterior/%s has shape %s: no parameters", path, var->name, shape);
+  if (ndims >= 3) {
+    hsize_t table[2] = {(hsize_t)var->n_params, DIAG_N_STATS};
     DS_TRY(h5util_checked_bytes("summary", path, var->name, 2, table, sizeof(double), &bytes));
   }
-  var->has_dim = ndims == 3;
-  var->n_params = ndims == 3 ? (int64_t)dims[2] : 1;
+  var->n_units = ndims >= 3 ? var->shape[0] : 1;
+  var->inner = var->n_params / var->n_units;
   return DS_OK;
 }
 
@@ -329,11 +347,18 @@ static int read_box(hid_t dataset, int ndims, const hsize_t *start, const hsize_
   return status;
 }
 
-static int read_params(hid_t dataset, int64_t chains, int64_t draws, int64_t param_begin, int64_t param_count,
-                       double *values) {
-  const hsize_t start[3] = {0, 0, (hsize_t)param_begin};
-  const hsize_t count[3] = {(hsize_t)chains, (hsize_t)draws, (hsize_t)param_count};
-  return read_box(dataset, 3, start, count, H5T_NATIVE_DOUBLE, values, "H5Dread(posterior)");
+/* Units [unit_begin, + unit_count) of the variable (all of its later axes) into values
+ * [chain][draw][unit_count inner]. */
+static int read_params(hid_t dataset, const summary_var_t *var, int64_t chains, int64_t draws, int64_t unit_begin,
+                       int64_t unit_count, double *values) {
+  hsize_t start[2 + SUMMARY_MAX_AXES] = {0, 0}, count[2 + SUMMARY_MAX_AXES] = {(hsize_t)chains, (hsize_t)draws};
+  for (int axis = 0; axis < var->n_axes; ++axis) {
+    start[2 + axis] = axis == 0 ? (hsize_t)unit_begin : 0;
+    count[2 + axis] = axis == 0 ? (hsize_t)unit_count : (hsize_t)var->shape[axis];
+  }
+  /* A scalar's one "unit": a rank with none selects nothing. */
+  if (var->n_axes == 0 && unit_count == 0) count[0] = 0;
+  return read_box(dataset, 2 + var->n_axes, start, count, H5T_NATIVE_DOUBLE, values, "H5Dread(posterior)");
 }
 
 /* Summarises this rank's share of one variable's parameters into stats_local
@@ -341,15 +366,16 @@ static int read_params(hid_t dataset, int64_t chains, int64_t draws, int64_t par
  * reads, ranks past their share reading nothing. */
 static int summarize_variable(comm_ctx_t *comm, hid_t posterior, const summary_var_t *var, int64_t chains,
                               int64_t draws, diag_workspace_t *ws, double *stats_local) {
-  int64_t param_begin, param_end;
-  comm_partition(var->n_params, comm->size, comm->rank, &param_begin, &param_end);
+  int64_t param_begin, param_end; /* in units */
+  comm_partition(var->n_units, comm->size, comm->rank, &param_begin, &param_end);
+  const int64_t inner = var->inner;
   int64_t per_param = chains * draws;
-  int64_t batch = SUMMARY_READ_VALUES / per_param;
+  int64_t batch = SUMMARY_READ_VALUES / (per_param * inner);
   if (batch < 1) batch = 1;
-  int64_t largest_share = (var->n_params + comm->size - 1) / comm->size;
+  int64_t largest_share = (var->n_units + comm->size - 1) / comm->size;
   int64_t rounds = (largest_share + batch - 1) / batch;
   int64_t local = param_end - param_begin;
-  int64_t buffer_params = local < batch ? local : batch;
+  int64_t buffer_params = (local < batch ? local : batch) * inner;
 
   int status = DS_OK;
   hid_t dataset = H5Dopen2(posterior, var->name, H5P_DEFAULT);
@@ -363,14 +389,15 @@ static int summarize_variable(comm_ctx_t *comm, hid_t posterior, const summary_v
 
   for (int64_t round = 0; round < rounds && status == DS_OK; ++round) {
     int64_t first = param_begin + round * batch;
-    int64_t count = first < param_end ? (param_end - first < batch ? param_end - first : batch) : 0;
+    int64_t units = first < param_end ? (param_end - first < batch ? param_end - first : batch) : 0;
     if (!var->has_dim) first = 0;
-    status = comm_agree(comm, read_params(dataset, chains, draws, first, count, values));
+    status = comm_agree(comm, read_params(dataset, var, chains, draws, first, units, values));
+    const int64_t count = units * inner;
     for (int64_t j = 0; j < count && status == DS_OK; ++j) {
       for (int64_t i = 0; i < per_param; ++i) one[i] = values[i * count + j];
       diag_stats_t stats;
       diag_summarize(ws, one, &stats);
-      memcpy(stats_local + (first - param_begin + j) * DIAG_N_STATS, &stats, sizeof stats);
+      memcpy(stats_local + ((first - param_begin) * inner + j) * DIAG_N_STATS, &stats, sizeof stats);
     }
   }
   if (buffer_params > 0) {
@@ -648,7 +675,9 @@ static int summary_compute(comm_ctx_t *comm, const summary_options_t *options, s
       break;
     }
     int64_t begin, end;
-    comm_partition(var->n_params, comm->size, comm->rank, &begin, &end);
+    comm_partition(var->n_units, comm->size, comm->rank, &begin, &end);
+    begin *= var->inner;
+    end *= var->inner;
     double *stats_local = malloc((size_t)((end - begin) > 0 ? end - begin : 1) * DIAG_N_STATS * sizeof(double));
     status = comm_agree(comm, stats_local ? DS_OK
                                           : DS_FAIL_ALLOC("summary rows", (size_t)(end - begin) * DIAG_N_STATS * sizeof(double)));
@@ -657,7 +686,9 @@ static int summary_compute(comm_ctx_t *comm, const summary_options_t *options, s
     if (status == DS_OK) {
       for (int r = 0; r < comm->size; ++r) {
         int64_t rb, re;
-        comm_partition(var->n_params, comm->size, r, &rb, &re);
+        comm_partition(var->n_units, comm->size, r, &rb, &re);
+        rb *= var->inner;
+        re *= var->inner;
         counts[r] = (int)((re - rb) * DIAG_N_STATS);
         displs[r] = (int)(rb * DIAG_N_STATS);
       }
@@ -685,13 +716,20 @@ static int summary_compute(comm_ctx_t *comm, const summary_options_t *options, s
 
 /* --- printing (rank 0) -------------------------------------------------------------------- */
 
+/* name, name[i] or name[i,j,...] (0-based, as ArviZ names them). */
 static void row_name(const summary_result_t *result, int64_t row, char *buf, size_t size) {
   for (int v = 0; v < result->n_vars; ++v) {
-    if (row < result->vars[v].n_params) {
-      if (result->vars[v].has_dim)
-        snprintf(buf, size, "%s[%lld]", result->vars[v].name, (long long)row);
-      else
-        snprintf(buf, size, "%s", result->vars[v].name);
+    const summary_var_t *var = &result->vars[v];
+    if (row < var->n_params) {
+      int used = snprintf(buf, size, "%s", var->name);
+      int64_t index[SUMMARY_MAX_AXES], rest = row;
+      for (int axis = var->n_axes - 1; axis >= 0; --axis) {
+        index[axis] = rest % var->shape[axis];
+        rest /= var->shape[axis];
+      }
+      for (int axis = 0; axis < var->n_axes && used < (int)size; ++axis)
+        used += snprintf(buf + used, size - (size_t)used, "%s%lld", axis == 0 ? "[" : ",", (long long)index[axis]);
+      if (var->n_axes > 0 && used < (int)size) snprintf(buf + used, size - (size_t)used, "]");
       return;
     }
     row -= result->vars[v].n_params;
@@ -778,7 +816,7 @@ static void print_table(const summary_result_t *result, const char *path, FILE *
             (long long)(result->chains / result->superchain_size), (long long)result->superchain_size,
             result->superchain_source);
 
-  enum { CELL = 32 };
+  enum { CELL = 64 };
   const int columns = summary_columns(result);
   int width[DIAG_N_STATS + 1];
   width[0] = 0;
@@ -853,10 +891,11 @@ static int write_csv(const summary_result_t *result, FILE *csv) {
   fprintf(csv, "variable");
   for (int c = 0; c < columns; ++c) fprintf(csv, ",%s", diag_stat_names[c]);
   fputc('\n', csv);
-  char cell[64];
+  char cell[SUMMARY_NAME_LEN + 64];
   for (int64_t row = 0; row < result->n_rows; ++row) {
     row_name(result, row, cell, sizeof cell);
-    fprintf(csv, "%s", cell);
+    /* A name of several indices holds commas (table[0,1]): quoted, as RFC 4180 has it. */
+    fprintf(csv, strchr(cell, ',') ? "\"%s\"" : "%s", cell);
     for (int c = 0; c < columns; ++c) {
       format_number(cell, sizeof cell, "%.17g", result->stats[row * DIAG_N_STATS + c]);
       fprintf(csv, ",%s", cell);

@@ -295,14 +295,13 @@ static int svgd_write_output(run_ctx_t *run, svgd_state_t *s, svgd_median_state_
   }
   if (status == DS_OK) {
     /* Particles are one chain of n draws: this rank's particles are draws [begin, end). */
-    const h5out_var_t posterior[] = {{run->target->var_name, H5OUT_FLOAT32, 1}};
     const h5out_var_t stats[] = {{"lp", H5OUT_FLOAT32, 0}};
-    int g_posterior, g_stats;
-    status = h5out_add_group(out, "posterior", 1, dim, n, posterior, 1, &g_posterior);
+    int g_stats;
+    /* posterior: the particles, or the target's own variables of them (run.h). */
+    status = run_write_particles(run, out, n, x_host, rows);
     if (status == DS_OK) status = h5out_add_group(out, "sample_stats", 1, dim, n, stats, 1, &g_stats);
     const int64_t chains = rows > 0 ? 1 : 0;
-    const void *x_data[] = {x_host}, *lp_data[] = {lp_host};
-    if (status == DS_OK) status = h5out_write(out, g_posterior, n, 0, chains, run->item_begin, rows, x_data);
+    const void *lp_data[] = {lp_host};
     if (status == DS_OK) status = h5out_write(out, g_stats, n, 0, chains, run->item_begin, rows, lp_data);
   }
   if (status == DS_OK) {

@@ -1,11 +1,16 @@
-/* target.c: opens the run's target, built-in or plugin, and checks what it reports. */
+/* target.c: opens the run's target, built-in, plugin or Stan model, and checks what it reports;
+ * the row-parallel calls of a version 2 target's outputs and starts. */
 #include "target.h"
 
+#include <ctype.h>
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "config.h"
+#include "rng.h"
+#include "stan_build.h"
 #include "status.h"
 #include "targets_builtin.h"
 
@@ -87,10 +92,66 @@ int target_args_check(const char *target_name, const char *args, const char *con
   return DS_OK;
 }
 
+/* Versions this dsampler loads: 1 (no names, no starts) and 2; both share the version 1 fields. */
+#define TARGET_ABI_OLDEST 1
+
+/* Where a version 2 target's report_error lands: the run's error, naming the target. The first
+ * recorded error wins (status.c), so the target's own words come before dsampler's "failed
+ * (returned n)". Called from any thread. */
+static void target_report_error(void *context, const char *message) {
+  const target_handle_t *handle = context;
+  ds_fail(DS_ERR_TARGET, "--target %s: %s", handle->spec, message && message[0] ? message : "failed (no message)");
+}
+
+/* A name an output variable can have: a dataset name beside the coordinates chain and draw,
+ * usable as <name>_dim_k, printable in a summary. */
+static int valid_var_name(const char *name) {
+  if (!name || !name[0] || strlen(name) > 200) return 0;
+  for (const char *c = name; *c; ++c)
+    if (!(isalnum((unsigned char)*c) || *c == '_' || *c == '.')) return 0;
+  return strcmp(name, "chain") != 0 && strcmp(name, "draw") != 0;
+}
+
+/* What a version 2 target adds, checked before anything is sized from it. */
+static int check_outputs(const char *spec, const dsampler_target *t) {
+  if (t->n_vars < 0 || t->n_vars > TARGET_MAX_OUTPUT_VARS)
+    return ds_fail(DS_ERR_INPUT, "--target %s: reports %d output variables (at most %d)", spec, t->n_vars,
+                   TARGET_MAX_OUTPUT_VARS);
+  if (t->n_vars == 0) return DS_OK;
+  if (!t->vars || !t->constrain)
+    return ds_fail(DS_ERR_INPUT, "--target %s: reports %d output variables but no %s", spec, t->n_vars,
+                   t->vars ? "constrain entry" : "list of them");
+  int64_t total = 0;
+  for (int v = 0; v < t->n_vars; ++v) {
+    const dsampler_target_var *var = &t->vars[v];
+    if (!valid_var_name(var->name))
+      return ds_fail(DS_ERR_INPUT, "--target %s: output variable %d has the name '%s' (expected letters, digits, _ "
+                     "or ., and not chain or draw)", spec, v, var->name ? var->name : "(null)");
+    for (int w = 0; w < v; ++w)
+      if (strcmp(t->vars[w].name, var->name) == 0)
+        return ds_fail(DS_ERR_INPUT, "--target %s: two output variables are named '%s'", spec, var->name);
+    if (var->rank < 0 || var->rank > DSAMPLER_TARGET_MAX_RANK)
+      return ds_fail(DS_ERR_INPUT, "--target %s: output variable %s has %d axes (at most %d)", spec, var->name,
+                     var->rank, DSAMPLER_TARGET_MAX_RANK);
+    int64_t size = 1;
+    for (int axis = 0; axis < var->rank; ++axis) {
+      if (var->shape[axis] < 0 || __builtin_mul_overflow(size, var->shape[axis], &size))
+        return ds_fail(DS_ERR_INPUT, "--target %s: output variable %s has a bad shape (axis %d: %lld)", spec,
+                       var->name, axis, (long long)var->shape[axis]);
+    }
+    if (__builtin_add_overflow(total, size, &total) || total > ((int64_t)1 << 40))
+      return ds_fail(DS_ERR_INPUT, "--target %s: the output variables are too large", spec);
+  }
+  if (total != t->constrained_dim)
+    return ds_fail(DS_ERR_INPUT, "--target %s: its output variables hold %lld values but it reports constrained_dim "
+                   "%lld", spec, (long long)total, (long long)t->constrained_dim);
+  return DS_OK;
+}
+
 static int check_reported(const char *spec, const dsampler_target *t, int64_t dim) {
-  if (t->abi_version != DSAMPLER_TARGET_ABI_VERSION)
-    return ds_fail(DS_ERR_INPUT, "--target %s: ABI version %d, this dsampler speaks version %d",
-                   spec, t->abi_version, DSAMPLER_TARGET_ABI_VERSION);
+  if (t->abi_version < TARGET_ABI_OLDEST || t->abi_version > DSAMPLER_TARGET_ABI_VERSION)
+    return ds_fail(DS_ERR_INPUT, "--target %s: ABI version %d, this dsampler speaks versions %d to %d",
+                   spec, t->abi_version, TARGET_ABI_OLDEST, DSAMPLER_TARGET_ABI_VERSION);
   if (!t->logp_grad)
     return ds_fail(DS_ERR_INPUT, "--target %s: provides no logp_grad (the host entry is required)", spec);
   if (t->dim <= 0)
@@ -98,23 +159,78 @@ static int check_reported(const char *spec, const dsampler_target *t, int64_t di
   if (dim > 0 && t->dim != dim)
     return ds_fail(DS_ERR_INPUT, "--target %s: has dimension %lld but --dim is %lld", spec,
                    (long long)t->dim, (long long)dim);
+  if (t->abi_version >= 2) DS_TRY(check_outputs(spec, t));
   return DS_OK;
 }
 
-int target_open(const char *spec, const char *args, const char *data_path, int64_t dim, MPI_Comm comm,
-                target_handle_t *out) {
+/* dlopen's handle of a plugin library, or DS_ERR_INPUT naming it. */
+static int load_library(const char *spec, const char *path, target_handle_t *out) {
+  out->library = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (out->library) return DS_OK;
+  const char *why = dlerror();
+  /* Stan models use initial-exec thread-locals (stan_build.c), which need a little of the
+   * process's spare static TLS; a process that has spent it can compile without. */
+  const int tls = target_is_stan(spec) && why && strstr(why, "static TLS");
+  return ds_fail(DS_ERR_INPUT, "--target %s: cannot load the plugin: %s%s", spec, why ? why : "unknown error",
+                 tls ? " (compile the model with DSAMPLER_STAN_CXXFLAGS=-ftls-model=global-dynamic)" : "");
+}
+
+/* Makes the target of a loaded plugin: by its version 2 entry when it has one, else by the
+ * version 1 entry with args_v1 (dim= and data= in front). */
+static int create_from_plugin(const char *spec, const char *args, const char *args_v1, const char *data_path,
+                              int64_t dim, uint64_t seed, MPI_Comm comm, target_handle_t *out) {
+  dsampler_target_create_v2_fn create_v2;
+  *(void **)&create_v2 = dlsym(out->library, "dsampler_target_create_v2");
+  if (create_v2) {
+    const dsampler_target_host host = {DSAMPLER_TARGET_ABI_VERSION, args, data_path, dim, seed, comm,
+                                       target_report_error, out};
+    int rc = create_v2(&host, &out->target);
+    if (rc != 0) {
+      memset(&out->target, 0, sizeof out->target);
+      return ds_fail(DS_ERR_INPUT, "--target %s: dsampler_target_create_v2 failed (returned %d)", spec, rc);
+    }
+    return DS_OK;
+  }
+  dsampler_target_create_fn create;
+  *(void **)&create = dlsym(out->library, "dsampler_target_create");
+  if (!create) {
+    char why[512];
+    const char *error = dlerror(); /* valid only until the dlclose in target_close */
+    snprintf(why, sizeof why, "%s", error ? error : "symbol not found");
+    return ds_fail(DS_ERR_INPUT,
+                   "--target %s: the plugin exports neither dsampler_target_create_v2 nor dsampler_target_create "
+                   "(%s); define one with C linkage as in src/dsampler_target.h",
+                   spec, why);
+  }
+  /* A version 1 plugin takes its dataset as data=FILE among its arguments. */
+  if (strchr(data_path, ','))
+    return ds_fail(DS_ERR_INPUT, "--data %s: this plugin (target ABI version 1) takes the file name among its "
+                   "comma-separated arguments, so it may not contain a comma", data_path);
+  int rc = create(args_v1, comm, &out->target);
+  if (rc != 0) {
+    /* A plugin that fails cleans up after itself: nothing it returned is trusted. */
+    memset(&out->target, 0, sizeof out->target);
+    return ds_fail(DS_ERR_INPUT, "--target %s: dsampler_target_create(\"%s\") failed (returned %d)", spec, args_v1, rc);
+  }
+  return DS_OK;
+}
+
+int target_is_stan(const char *spec) { return strncmp(spec, "stan:", 5) == 0; }
+
+int target_open(const char *spec, const char *args, const char *data_path, int64_t dim, uint64_t seed,
+                MPI_Comm comm, target_handle_t *out) {
   memset(out, 0, sizeof *out);
+  snprintf(out->spec, sizeof out->spec, "%s", spec);
   if (!data_path) data_path = "";
   DS_TRY(check_duplicate_keys(args));
-  if (strchr(data_path, ','))
-    return ds_fail(DS_ERR_INPUT, "--data %s: the path may not contain a comma", data_path);
   char data_text[8];
   if (data_path[0] && target_args_get(args, "data", data_text, sizeof data_text))
     return ds_fail(DS_ERR_INPUT, "--data and --target-args data=...: give the dataset once");
   size_t full_size = strlen(args) + strlen(data_path) + 64;
   char *full_args = malloc(full_size);
   if (!full_args) return DS_FAIL_ALLOC("target arguments", full_size);
-  /* "dim=D,data=FILE,<args>", each part only when given. */
+  /* "dim=D,data=FILE,<args>", each part only when given: the arguments of a built-in or a
+   * version 1 plugin. */
   int used = 0;
   full_args[0] = '\0';
   if (dim > 0) used += snprintf(full_args + used, full_size - (size_t)used, "dim=%lld", (long long)dim);
@@ -123,44 +239,26 @@ int target_open(const char *spec, const char *args, const char *data_path, int64
   if (args[0]) snprintf(full_args + used, full_size - (size_t)used, "%s%s", used ? "," : "", args);
 
   int status;
-  if (strncmp(spec, "plugin:", 7) == 0) {
-    const char *path = spec + 7;
-    out->library = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    if (!out->library) {
-      free(full_args);
-      return ds_fail(DS_ERR_INPUT, "--target %s: cannot load the plugin: %s", spec, dlerror());
-    }
-    dsampler_target_create_fn create;
-    *(void **)&create = dlsym(out->library, "dsampler_target_create");
-    if (!create) {
-      char why[512];
-      const char *error = dlerror(); /* valid only until the dlclose below */
-      snprintf(why, sizeof why, "%s", error ? error : "symbol not found");
-      free(full_args);
-      dlclose(out->library);
-      out->library = NULL;
-      return ds_fail(DS_ERR_INPUT,
-                     "--target %s: the plugin exports no dsampler_target_create (%s); define it with C linkage "
-                     "as in src/dsampler_target.h",
-                     spec, why);
-    }
-    int rc = create(full_args, comm, &out->target);
-    if (rc != 0) {
-      /* A plugin that fails cleans up after itself: nothing it returned is trusted. */
-      memset(&out->target, 0, sizeof out->target);
-      status = ds_fail(DS_ERR_INPUT, "--target %s: dsampler_target_create(\"%s\") failed (returned %d)", spec,
-                       full_args, rc);
-    } else if (out->target.abi_version != DSAMPLER_TARGET_ABI_VERSION) {
+  if (strncmp(spec, "plugin:", 7) == 0 || target_is_stan(spec)) {
+    char library[CONFIG_PATH_MAX];
+    snprintf(library, sizeof library, "%s", spec + 7);
+    status = target_is_stan(spec) ? stan_build_library(spec + 5, comm, 1, library, sizeof library) : DS_OK;
+    if (status == DS_OK && target_is_stan(spec)) snprintf(out->stan_library, sizeof out->stan_library, "%s", library);
+    if (status == DS_OK) status = load_library(spec, library, out);
+    if (status == DS_OK) status = create_from_plugin(spec, args, full_args, data_path, dim, seed, comm, out);
+    if (status == DS_OK && (out->target.abi_version < TARGET_ABI_OLDEST ||
+                            out->target.abi_version > DSAMPLER_TARGET_ABI_VERSION)) {
       /* Another ABI's struct layout: not even its destroy can be called safely. */
       status = ds_fail(DS_ERR_INPUT, "--target %s: the plugin was built for target ABI version %d; this dsampler "
-                       "speaks version %d (rebuild it against this dsampler_target.h)",
-                       spec, out->target.abi_version, DSAMPLER_TARGET_ABI_VERSION);
+                       "speaks versions %d and %d (rebuild it against this dsampler_target.h)",
+                       spec, out->target.abi_version, TARGET_ABI_OLDEST, DSAMPLER_TARGET_ABI_VERSION);
       memset(&out->target, 0, sizeof out->target);
-    } else {
-      status = DS_OK;
     }
   } else {
-    status = builtin_target_create(spec, full_args, comm, &out->target);
+    if (strchr(data_path, ','))
+      status = ds_fail(DS_ERR_INPUT, "--data %s: the built-in targets take a file name without a comma", data_path);
+    else
+      status = builtin_target_create(spec, full_args, comm, &out->target);
   }
   free(full_args);
   if (status == DS_OK) status = check_reported(spec, &out->target, dim);
@@ -179,4 +277,68 @@ void target_close(target_handle_t *handle) {
 
 int target_set_minibatch(const dsampler_target *t, int64_t batch_size, uint64_t seed, int64_t iteration) {
   return builtin_target_set_batch(t, batch_size, seed, iteration);
+}
+
+int target_has_outputs(const dsampler_target *t) { return t->abi_version >= 2 && t->n_vars > 0; }
+
+uint64_t target_output_key(uint64_t seed, int64_t chain, int phase, int64_t draw) {
+  const rng_words_t words = rng_block(seed, (uint64_t)chain, RNG_ITERATION_OUTPUT, (uint32_t)(2 * draw + phase));
+  return (uint64_t)words.v[0] << 32 | words.v[1];
+}
+
+/* Rows per call of a target's row-wise host entries from one thread: enough to amortise the
+ * call, few enough that the threads share the work. */
+#define TARGET_ROWS_PER_CALL 8
+
+int target_constrain(const dsampler_target *t, const float *x, int64_t n, const uint64_t *keys, double *out) {
+  const int64_t dim = t->dim, width = t->constrained_dim;
+  int status = DS_OK;
+#pragma omp parallel if (n > TARGET_ROWS_PER_CALL)
+  {
+    double *rows = malloc((size_t)(TARGET_ROWS_PER_CALL * dim) * sizeof *rows);
+    int local = rows ? DS_OK : DS_FAIL_ALLOC("the rows to constrain", (size_t)(TARGET_ROWS_PER_CALL * dim) * 8);
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t first = 0; first < n; first += TARGET_ROWS_PER_CALL) {
+      if (local != DS_OK) continue;
+      const int64_t count = n - first < TARGET_ROWS_PER_CALL ? n - first : TARGET_ROWS_PER_CALL;
+      for (int64_t e = 0; e < count * dim; ++e) rows[e] = (double)x[first * dim + e];
+      int rc = t->constrain(t->self, rows, count, keys + first, out + first * width);
+      if (rc != 0) local = ds_fail(DS_ERR_TARGET, "target '%s': constrain failed (returned %d)", t->name, rc);
+    }
+    free(rows);
+    if (local != DS_OK) {
+#pragma omp critical
+      if (status == DS_OK) status = local;
+    }
+  }
+  return status;
+}
+
+int target_initial_points(const dsampler_target *t, uint64_t seed, int64_t item_begin, int64_t rows,
+                          int64_t per_start, float *x) {
+  const int64_t dim = t->dim;
+  int status = DS_OK;
+#pragma omp parallel if (rows > 1)
+  {
+    double *point = malloc((size_t)dim * sizeof *point);
+    int local = point ? DS_OK : DS_FAIL_ALLOC("a start", (size_t)dim * sizeof(double));
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t r = 0; r < rows; ++r) {
+      if (local != DS_OK) continue;
+      const int64_t item = item_begin + r, start = item - item % per_start;
+      int rc = t->initial_point(t->self, seed, start, point);
+      if (rc != 0) {
+        local = ds_fail(DS_ERR_TARGET, "target '%s': initial_point failed for chain %lld (returned %d)", t->name,
+                        (long long)start, rc);
+        continue;
+      }
+      for (int64_t k = 0; k < dim; ++k) x[r * dim + k] = (float)point[k];
+    }
+    free(point);
+    if (local != DS_OK) {
+#pragma omp critical
+      if (status == DS_OK) status = local;
+    }
+  }
+  return status;
 }

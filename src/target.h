@@ -1,21 +1,53 @@
-/* target.h: making the run's target from --target and --target-args: a built-in by name, or
- * a user plugin as "plugin:path/to/lib.so". */
+/* target.h: making the run's target from --target and --target-args: a built-in by name, a
+ * user plugin as "plugin:path/to/lib.so" (target ABI version 1 or 2), or a Stan model as
+ * "stan:path/to/model.stan" (compiled into a version 2 plugin by stan_build.h); and the
+ * helpers for what version 2 adds (output variables, starts, float64 densities). */
 #ifndef DSAMPLER_TARGET_LOAD_H
 #define DSAMPLER_TARGET_LOAD_H
 
+#include "config.h"
 #include "dsampler_target.h"
+
+/* Output variables a version 2 target may report (each is a dataset of the output). */
+#define TARGET_MAX_OUTPUT_VARS 240
 
 typedef struct target_handle {
   dsampler_target target;
-  void *library; /* dlopen handle of a plugin, NULL for a built-in */
+  void *library;  /* dlopen handle of a plugin, NULL for a built-in */
+  char spec[512]; /* --target, for the messages a version 2 target reports */
+  /* A Stan model's compiled library in the cache, model-<hash>/<name>.so ("" otherwise): which
+   * model a run was made with. */
+  char stan_library[CONFIG_PATH_MAX];
 } target_handle_t;
 
-/* Collective over comm. data_path is --data ("" when not given), passed to the target as
- * data=<path> before its own args; dim is --dim (0 when not given), passed as dim=<d>. On
- * success the target's dim is known and positive. */
-int target_open(const char *spec, const char *args, const char *data_path, int64_t dim, MPI_Comm comm,
-                target_handle_t *out);
+/* Collective over comm. data_path is --data ("" when not given): a version 2 plugin receives
+ * it as is, a built-in or version 1 plugin as data=<path> before its own args; dim is --dim
+ * (0 when not given), likewise (dim=<d>); seed is --seed. A "stan:" spec is compiled first (on
+ * rank 0, or found in the cache). On success the target's dim is known and positive, and what
+ * a version 2 target reports (its variables, their sizes) has been checked. The handle must
+ * stay where it is until target_close: a version 2 target reports its errors through it. */
+int target_open(const char *spec, const char *args, const char *data_path, int64_t dim, uint64_t seed,
+                MPI_Comm comm, target_handle_t *out);
 void target_close(target_handle_t *handle);
+
+/* 1 when --target names a Stan model ("stan:..."). */
+int target_is_stan(const char *spec);
+/* 1 when the target writes output variables (version 2, n_vars > 0): posterior then holds
+ * them, and the unconstrained draws go to unconstrained_posterior. */
+int target_has_outputs(const dsampler_target *t);
+/* The key of the random numbers of chain `chain`'s kept draw `draw` in `phase` (0 warmup, 1
+ * sampling): a function of (seed, chain, phase, draw) only. */
+uint64_t target_output_key(uint64_t seed, int64_t chain, int phase, int64_t draw);
+/* Output variables of rows x [n, dim] (float32, as the sampler keeps them) into out
+ * [n, constrained_dim], keys [n] as target_output_key gives them; rows spread over OpenMP
+ * threads. DS_ERR_TARGET naming the target when it fails. */
+int target_constrain(const dsampler_target *t, const float *x, int64_t n, const uint64_t *keys, double *out);
+/* Starts from the target (version 2 initial_point) for items [item_begin, + rows) into x
+ * [rows, dim] (float32); item r starts from the point of item start_item(r) = item - item %
+ * per_start (superchains share a start). Returns DS_OK, or DS_ERR_TARGET. Rows spread over
+ * OpenMP threads. */
+int target_initial_points(const dsampler_target *t, uint64_t seed, int64_t item_begin, int64_t rows,
+                          int64_t per_start, float *x);
 
 /* Minibatch gradients (SVGD --batch-size): the target's next evaluations use minibatch
  * `iteration` of batch_size data rows (0: all the data). Only data targets take one (the built-in

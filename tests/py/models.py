@@ -128,10 +128,13 @@ LOGP_GRAD = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctype
 
 
 class Target(ctypes.Structure):
-    """struct dsampler_target of src/dsampler_target.h (ABI version 1)."""
+    """struct dsampler_target of src/dsampler_target.h, all of it (ABI version 2): a plugin built
+    against that header clears the whole struct, so the caller's must be as large."""
     _fields_ = [("abi_version", ctypes.c_int), ("name", ctypes.c_char_p), ("var_name", ctypes.c_char_p),
                 ("dim", ctypes.c_int64), ("self", ctypes.c_void_p), ("logp_grad", LOGP_GRAD),
-                ("logp_grad_cuda", ctypes.c_void_p), ("destroy", ctypes.c_void_p)]
+                ("logp_grad_cuda", ctypes.c_void_p), ("destroy", ctypes.c_void_p),
+                ("logp_grad_f64", ctypes.c_void_p), ("n_vars", ctypes.c_int), ("vars", ctypes.c_void_p),
+                ("constrained_dim", ctypes.c_int64), ("constrain", ctypes.c_void_p), ("initial_point", ctypes.c_void_p)]
 
 
 class Plugin:

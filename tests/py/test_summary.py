@@ -4,7 +4,7 @@ arviz.mcse(method="mean"/"sd"), numpy's mean, std(ddof=1) and linear quantiles; 
 itself where its shortcuts give the same numbers (even draw counts). Synthetic run.h5 files in
 dsampler's layout cover iid and AR(1) chains, chains that disagree, a stuck chain, a constant
 parameter, ties, odd and tiny draw counts, one chain, many parameters over uneven rank shares,
-and a file written by `dsampler hmc`. The CSV must be byte-identical on 1 and 3 ranks."""
+variables of two and three axes (rows A[i,j]), and a file written by `dsampler hmc`. The CSV must be byte-identical on 1 and 3 ranks."""
 import math
 
 import arviz as az
@@ -36,10 +36,10 @@ def write_run(name, posterior, diverging=None):
             dataset = group.create_dataset(var, data=values, chunks=True)
             dataset.dims[0].attach_scale(chain)
             dataset.dims[1].attach_scale(draw)
-            if values.ndim == 3:
-                coord = group.create_dataset(f"{var}_dim_0", data=np.arange(values.shape[2], dtype=np.int64))
-                coord.make_scale(f"{var}_dim_0")
-                dataset.dims[2].attach_scale(coord)
+            for axis in range(2, values.ndim):
+                coord = group.create_dataset(f"{var}_dim_{axis - 2}", data=np.arange(values.shape[axis], dtype=np.int64))
+                coord.make_scale(f"{var}_dim_{axis - 2}")
+                dataset.dims[axis].attach_scale(coord)
         if diverging is not None:
             stats = f.create_group("sample_stats")
             stats.create_dataset("diverging", data=np.asarray(diverging, dtype=bool))
@@ -51,7 +51,9 @@ def reference(posterior):
     rows = {}
     for var, values in posterior.items():
         values = np.asarray(values, dtype=np.float64)
-        params = [(f"{var}[{j}]", values[:, :, j]) for j in range(values.shape[2])] if values.ndim == 3 else [(var, values)]
+        # name[i,j,...] in C order of the trailing axes, as the summary names them.
+        params = [(f"{var}[{','.join(map(str, index))}]", values[(slice(None), slice(None)) + index])
+                  for index in np.ndindex(values.shape[2:])] if values.ndim > 2 else [(var, values)]
         for row, a in params:
             with np.errstate(all="ignore"):
                 q5, q50, q95 = np.quantile(a, [0.05, 0.5, 0.95])
@@ -159,6 +161,10 @@ def main():
 
     # Many parameters over uneven rank shares, a scalar variable, a float64 variable, and a
     # variable with fewer parameters than ranks (one rank reads nothing).
+    # Variables of several axes (a Stan model's matrix, an array of vectors) beside a scalar, the
+    # ranks sharing them by their first axis: rows A[i,j] and B[i,j,k] in C order.
+    run_case("axes", {"A": ar1(rng, 4, 60, 6, 0.3).reshape(4, 60, 3, 2), "s": ar1(rng, 4, 60, 1, 0.1)[..., 0],
+                      "B": ar1(rng, 4, 60, 8, 0.0).reshape(4, 60, 2, 2, 2)}, ranks=(1, 2, 3))
     run_case("many", {"x": ar1(rng, 5, 50, 37, 0.2), "sigma": np.exp(rng.standard_normal((5, 50))).astype(f32),
                       "w": rng.standard_normal((5, 50, 2)), "z": rng.standard_normal((5, 50, 1)).astype(f32)})
 
@@ -196,7 +202,7 @@ def main():
         f.create_group("sample_stats").create_dataset("lp", data=np.zeros((2, 5), np.float32))
     wrong_shape = t.path("wrong_shape.h5")
     with h5py.File(wrong_shape, "w") as f:
-        f.create_group("posterior").create_dataset("x", data=np.zeros((2, 5, 3, 4), np.float32))
+        f.create_group("posterior").create_dataset("x", data=np.zeros((2, 5) + (1,) * 9, np.float32))
     not_hdf5 = t.path("not_hdf5.h5")
     with open(not_hdf5, "w") as f:
         f.write("not an HDF5 file\n")
@@ -204,7 +210,8 @@ def main():
         (["summary", t.path("missing.h5")], "missing.h5: cannot open: No such file"),
         (["summary", not_hdf5], "not_hdf5.h5: not an HDF5 file"),
         (["summary", no_posterior], "no group 'posterior'"),
-        (["summary", wrong_shape], "posterior/x has shape [2, 5, 3, 4]; expected [chain, draw] or [chain, draw, dim]"),
+        (["summary", wrong_shape], "posterior/x has shape [2, 5, 1, 1, 1, 1, 1, 1, 1, 1, 1]; expected [chain, draw] or "
+                                   "[chain, draw, dim, ...] (at most 8 axes after draw)"),
         (["summary", p, "--var", "nope"], "no variable posterior/nope (variables:"),
         (["summary", p, "--bogus"], "unknown option '--bogus'"),
         (["summary"], "no file given"),

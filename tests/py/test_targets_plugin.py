@@ -1,8 +1,9 @@
 """The example plugin (tests/plugin/example_banana.so, the banana density written as a user
 model) gives bitwise the same output as the built-in `banana` on the CPU backend: HMC draws and
 statistics, SVGD particles, on 1 and 3 ranks. The loader's errors: a missing file, a library
-without dsampler_target_create, another ABI version, a failing create and a failing call (on
-one rank only) each end the run on every rank with one message naming the plugin."""
+without an entry point, another ABI version, a failing create and a failing call (on one rank
+only) each end the run on every rank with one message naming the plugin (a version 2 plugin's
+own words, through report_error). A plugin built for version 1 still loads."""
 import os
 
 import dstest as t
@@ -47,15 +48,33 @@ def refused(label, target, needle, extra=()):
 
 def errors():
     refused("missing_file", "plugin:" + os.path.join(PLUGIN_DIR, "no_such_plugin.so"), "cannot load the plugin")
-    refused("no_entry", plugin("broken_no_entry"), "exports no dsampler_target_create")
-    refused("abi", plugin("broken_abi"), "target ABI version 99; this dsampler speaks version 1")
+    refused("no_entry", plugin("broken_no_entry"), "exports neither dsampler_target_create_v2 nor dsampler_target_create")
+    refused("abi", plugin("broken_abi"), "target ABI version 99; this dsampler speaks versions 1 and 2")
     refused("create", plugin("broken_create"), "dsampler_target_create(\"\") failed (returned 5)")
     refused("call", plugin("broken_call"), "rank 1 on")
     refused("call_message", plugin("broken_call"), "logp_grad failed (returned 7)")
     refused("bad_args", plugin("example_banana"), "failed (returned 1)", ("--target-args", "c=2"))
+    # Version 2 targets say why, in their own words, through report_error.
+    refused("report_create", plugin("broken_report_create"), "cannot open the model's table 'weights.csv'")
+    refused("report_call", plugin("broken_report_call"), "the likelihood overflowed at row 2 (x = 1e39)")
+
+
+def legacy():
+    """A plugin built for version 1 (abi_version 1, the version 1 struct) still runs, and gives the
+    built-in gaussian's draws (the same float arithmetic), bitwise."""
+    args = ["hmc", "--dim", 3, "--chains", 5, "--warmup", 20, "--draws", 20, "--seed", 4, "--backend", "cpu", "--quiet"]
+    outputs = []
+    for target in ("gaussian", plugin("legacy_v1")):
+        out = t.path(f"legacy_{'builtin' if target == 'gaussian' else 'plugin'}.h5")
+        t.run(2, *args, "--target", target, "--out", out)
+        outputs.append(t.datasets(out))
+    names = ["posterior/x", "sample_stats/lp", "sample_stats/acceptance_rate"]
+    t.check(all(outputs[0][n].tobytes() == outputs[1][n].tobytes() for n in names),
+            "a version 1 plugin runs, bitwise as the built-in gaussian")
 
 
 if __name__ == "__main__":
     bitwise()
     errors()
+    legacy()
     t.finish("targets_plugin")
