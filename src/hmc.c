@@ -520,7 +520,7 @@ static void phase_free(backend_t *b, hmc_phase_out_t *phase) {
 static int constrain_block(run_ctx_t *run, hmc_output_t *output, hmc_phase_out_t *phase, int sampling) {
   const dsampler_target *t = run->target;
   const hmc_draw_block_t *host = &phase->host;
-  const int64_t dim = t->dim, width = t->constrained_dim, rows = output->rows, count = phase->count;
+  const int64_t dim = t->dim, rows = output->rows, count = phase->count;
   const int64_t capacity = host->capacity;
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t slot = 0; slot < count; ++slot) {
@@ -528,17 +528,7 @@ static int constrain_block(run_ctx_t *run, hmc_output_t *output, hmc_phase_out_t
       phase->keys[r * count + slot] = target_output_key(run->cfg->seed, run->item_begin + r, sampling, phase->first_draw + slot);
     }
   DS_TRY(target_constrain(t, phase->gathered, rows * count, phase->keys, phase->packed));
-  int64_t offset = 0;
-  for (int v = 0; v < t->n_vars; ++v) {
-    int64_t size = 1;
-    for (int axis = 0; axis < t->vars[v].rank; ++axis) size *= t->vars[v].shape[axis];
-    double *values = phase->values + rows * capacity * offset;
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t slot = 0; slot < count; ++slot)
-        memcpy(values + (r * capacity + slot) * size, phase->packed + (r * count + slot) * width + offset,
-               (size_t)size * sizeof(double));
-    offset += size;
-  }
+  target_unpack_outputs(t, phase->packed, rows, count, capacity, phase->values, NULL);
   return DS_OK;
 }
 
@@ -567,10 +557,8 @@ static int phase_flush(run_ctx_t *run, hmc_output_t *output, hmc_phase_out_t *ph
     const dsampler_target *t = run->target;
     int64_t offset = 0;
     for (int v = 0; v < t->n_vars; ++v) {
-      int64_t size = 1;
-      for (int axis = 0; axis < t->vars[v].rank; ++axis) size *= t->vars[v].shape[axis];
       job.data[0][v] = phase->values + output->rows * host->capacity * offset;
-      offset += size;
+      offset += target_var_size(&t->vars[v]);
     }
     job.n_vars[0] = t->n_vars;
     job.n_vars[2] = 1;
@@ -644,11 +632,7 @@ static int output_open(run_ctx_t *run, hmc_output_t *output, int64_t output_chai
     return comm_agree(run->comm, DS_FAIL_ALLOC("the output's variables", sizeof *shapes * (size_t)n_posterior));
   }
   if (outputs) {
-    for (int v = 0; v < t->n_vars; ++v) {
-      posterior[v] = (h5out_var_t){t->vars[v].name, H5OUT_FLOAT64, 0};
-      shapes[v].n_axes = t->vars[v].rank;
-      for (int axis = 0; axis < t->vars[v].rank; ++axis) shapes[v].extent[axis] = t->vars[v].shape[axis];
-    }
+    run_output_vars(run, posterior, shapes);
   } else {
     posterior[0] = unconstrained[0];
   }

@@ -103,6 +103,15 @@ int run_open_output(run_ctx_t *run, h5out_t **out) {
   return comm_agree(run->comm, status);
 }
 
+void run_output_vars(const run_ctx_t *run, h5out_var_t *vars, h5out_shape_t *shapes) {
+  const dsampler_target *t = run->target;
+  for (int v = 0; v < t->n_vars; ++v) {
+    vars[v] = (h5out_var_t){t->vars[v].name, H5OUT_FLOAT64, 0};
+    shapes[v].n_axes = t->vars[v].rank;
+    for (int axis = 0; axis < t->vars[v].rank; ++axis) shapes[v].extent[axis] = t->vars[v].shape[axis];
+  }
+}
+
 int run_write_particles(run_ctx_t *run, h5out_t *out, int64_t n, const float *x_host, int64_t rows) {
   const dsampler_target *t = run->target;
   const int64_t dim = t->dim, chains = rows > 0 ? 1 : 0;
@@ -113,8 +122,6 @@ int run_write_particles(run_ctx_t *run, h5out_t *out, int64_t n, const float *x_
     DS_TRY(h5out_add_group(out, "posterior", 1, dim, n, particles, 1, &group));
     return h5out_write(out, group, n, 0, chains, run->item_begin, rows, x_data);
   }
-  /* A resumed run that was extended writes the group again (svgd.c removes posterior). */
-  DS_TRY(comm_agree(run->comm, h5out_remove_group(out, "unconstrained_posterior")));
   const int64_t width = t->constrained_dim, cells = rows > 0 ? rows : 1;
   h5out_var_t *vars = calloc((size_t)t->n_vars, sizeof *vars);
   h5out_shape_t *shapes = calloc((size_t)t->n_vars, sizeof *shapes);
@@ -125,18 +132,10 @@ int run_write_particles(run_ctx_t *run, h5out_t *out, int64_t n, const float *x_
                    ? DS_OK : DS_FAIL_ALLOC("the particles' variables", (size_t)(cells * width) * 16);
   for (int64_t r = 0; status == DS_OK && r < rows; ++r) keys[r] = target_output_key(run->cfg->seed, 0, 1, run->item_begin + r);
   if (status == DS_OK && rows > 0) status = target_constrain(t, x_host, rows, keys, packed);
-  int64_t offset = 0;
-  for (int v = 0; status == DS_OK && v < t->n_vars; ++v) {
-    int64_t size = 1;
-    for (int axis = 0; axis < t->vars[v].rank; ++axis) size *= t->vars[v].shape[axis];
-    vars[v] = (h5out_var_t){t->vars[v].name, H5OUT_FLOAT64, 0};
-    shapes[v].n_axes = t->vars[v].rank;
-    for (int axis = 0; axis < t->vars[v].rank; ++axis) shapes[v].extent[axis] = t->vars[v].shape[axis];
-    /* Each variable's values of the rank's particles, [rows, size], one after another. */
-    double *block = values + rows * offset;
-    for (int64_t r = 0; r < rows; ++r) memcpy(block + r * size, packed + r * width + offset, (size_t)size * sizeof(double));
-    data[v] = block;
-    offset += size;
+  /* Each particle is one draw of one chain: slots of one. */
+  if (status == DS_OK) {
+    run_output_vars(run, vars, shapes);
+    target_unpack_outputs(t, packed, rows, 1, 1, values, data);
   }
   status = comm_agree(run->comm, status);
   if (status == DS_OK) status = h5out_add_group_shaped(out, "posterior", 1, dim, n, vars, shapes, t->n_vars, &group);

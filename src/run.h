@@ -63,10 +63,14 @@ int run_check_resume_meta(run_ctx_t *run);
 int run_initial_positions(run_ctx_t *run, int64_t n_total, float *x_local);
 /* Creates the output file with the run's attributes. Collective. */
 int run_open_output(run_ctx_t *run, h5out_t **out);
+/* The target's output variables as the output declares them: float64, their own shapes
+ * (vars and shapes [n_vars]). */
+void run_output_vars(const run_ctx_t *run, h5out_var_t *vars, h5out_shape_t *shapes);
 /* Writes SVGD's n particles as draws of one chain, this rank's x_host [rows, dim] at draws
  * [item_begin, + rows): to posterior/<var_name>, or, for a target with output variables, its
  * variables of each particle to posterior (keyed as HMC's draws: chain 0, draw = particle) and
- * the particles to unconstrained_posterior. Collective. */
+ * the particles to unconstrained_posterior. The groups must not exist (svgd.c removes those of
+ * an earlier end of an extended run). Collective. */
 int run_write_particles(run_ctx_t *run, h5out_t *out, int64_t n, const float *x_host, int64_t rows);
 
 int svgd_run(run_ctx_t *run);

@@ -144,11 +144,17 @@ static int svgd_bandwidth(run_ctx_t *run, svgd_state_t *s, svgd_median_state_t *
   return DS_OK;
 }
 
+/* All particles on every rank, and their bandwidth. Collective. */
+static int svgd_gather_positions(run_ctx_t *run, svgd_state_t *s, svgd_median_state_t *median_state, float *h) {
+  const int64_t n = config_items(run->cfg);
+  DS_TRY(comm_allgather_rows(run->comm, s->x_all, n, run->target->dim, run->backend->on_device));
+  float median;
+  return svgd_bandwidth(run, s, median_state, n, h, &median);
+}
+
 /* Scores and log densities of the local particles, from the minibatch of `iteration` (batch_size
- * > 0) or from all the data; then x and the scores of all particles on every rank, and the
- * bandwidth. Collective. */
-static int svgd_gather(run_ctx_t *run, svgd_state_t *s, svgd_median_state_t *median_state, int64_t batch_size,
-                       int64_t iteration, float *h) {
+ * > 0) or from all the data; then the scores of all particles on every rank. Collective. */
+static int svgd_gather_scores(run_ctx_t *run, svgd_state_t *s, int64_t batch_size, int64_t iteration) {
   backend_t *b = run->backend;
   const int64_t n = config_items(run->cfg), dim = run->target->dim;
   const int64_t rows = run->item_end - run->item_begin;
@@ -157,10 +163,7 @@ static int svgd_gather(run_ctx_t *run, svgd_state_t *s, svgd_median_state_t *med
     status = b->logp_grad(b, run->target, s->x_all + run->item_begin * dim, rows, s->logp,
                           s->score_all + run->item_begin * dim);
   DS_TRY(comm_agree(run->comm, status));
-  DS_TRY(comm_allgather_rows(run->comm, s->x_all, n, dim, b->on_device));
-  DS_TRY(comm_allgather_rows(run->comm, s->score_all, n, dim, b->on_device));
-  float median;
-  return svgd_bandwidth(run, s, median_state, n, h, &median);
+  return comm_allgather_rows(run->comm, s->score_all, n, dim, b->on_device);
 }
 
 /* KSD^2 = (1/n^2) sum_ij u_p(x_i, x_j) of the gathered particles and scores, appended to the
@@ -185,12 +188,13 @@ static int svgd_step(run_ctx_t *run, svgd_state_t *s, svgd_median_state_t *media
   backend_t *b = run->backend;
   const int64_t n = config_items(run->cfg), dim = run->target->dim, batch_size = run->cfg->batch_size;
   const int64_t rows = run->item_end - run->item_begin;
-  /* A minibatch's scores are not the target's: the KSD takes a gather of its own. */
+  DS_TRY(svgd_gather_positions(run, s, median_state, h));
+  /* A minibatch's scores are not the target's: the KSD takes the scores of all the data. */
   if (evaluate && batch_size > 0) {
-    DS_TRY(svgd_gather(run, s, median_state, 0, iteration, h));
+    DS_TRY(svgd_gather_scores(run, s, 0, iteration));
     DS_TRY(svgd_ksd(run, s, *h, iteration, series));
   }
-  DS_TRY(svgd_gather(run, s, median_state, batch_size, iteration, h));
+  DS_TRY(svgd_gather_scores(run, s, batch_size, iteration));
   if (evaluate && batch_size == 0) DS_TRY(svgd_ksd(run, s, *h, iteration, series));
   const svgd_kernel_t kernel = svgd_update_kernel(run->cfg, *h);
   int status = b->svgd_phi(b, s->x_all, s->score_all, n, dim, run->item_begin, run->item_end, &kernel, s->phi);
@@ -275,7 +279,8 @@ static int svgd_write_output(run_ctx_t *run, svgd_state_t *s, svgd_median_state_
   const int64_t n = config_items(run->cfg), dim = run->target->dim;
   const int64_t rows = run->item_end - run->item_begin;
   float h;
-  DS_TRY(svgd_gather(run, s, median_state, 0, 0, &h));
+  DS_TRY(svgd_gather_positions(run, s, median_state, &h));
+  DS_TRY(svgd_gather_scores(run, s, 0, 0));
   DS_TRY(svgd_ksd(run, s, h, run->cfg->iters, series));
 
   float *x_host = malloc((size_t)(rows * dim + 1) * sizeof *x_host);
@@ -289,8 +294,8 @@ static int svgd_write_output(run_ctx_t *run, svgd_state_t *s, svgd_median_state_
 
   if (status == DS_OK) {
     /* A resumed run that was extended writes these groups again. */
-    status = h5out_remove_group(out, "posterior");
-    if (status == DS_OK) status = h5out_remove_group(out, "sample_stats");
+    const char *const written_at_end[] = {"posterior", "unconstrained_posterior", "sample_stats"};
+    for (int g = 0; g < 3 && status == DS_OK; ++g) status = h5out_remove_group(out, written_at_end[g]);
     status = comm_agree(run->comm, status);
   }
   if (status == DS_OK) {

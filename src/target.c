@@ -281,6 +281,28 @@ int target_set_minibatch(const dsampler_target *t, int64_t batch_size, uint64_t 
 
 int target_has_outputs(const dsampler_target *t) { return t->abi_version >= 2 && t->n_vars > 0; }
 
+int64_t target_var_size(const dsampler_target_var *v) {
+  int64_t size = 1;
+  for (int axis = 0; axis < v->rank; ++axis) size *= v->shape[axis];
+  return size;
+}
+
+void target_unpack_outputs(const dsampler_target *t, const double *packed, int64_t rows, int64_t count,
+                           int64_t capacity, double *values, const void **data) {
+  const int64_t width = t->constrained_dim;
+  int64_t offset = 0;
+  for (int v = 0; v < t->n_vars; ++v) {
+    const int64_t size = target_var_size(&t->vars[v]);
+    double *block = values + rows * capacity * offset;
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t slot = 0; slot < count; ++slot)
+        memcpy(block + (r * capacity + slot) * size, packed + (r * count + slot) * width + offset,
+               (size_t)size * sizeof(double));
+    if (data) data[v] = block;
+    offset += size;
+  }
+}
+
 uint64_t target_output_key(uint64_t seed, int64_t chain, int phase, int64_t draw) {
   const rng_words_t words = rng_block(seed, (uint64_t)chain, RNG_ITERATION_OUTPUT, (uint32_t)(2 * draw + phase));
   return (uint64_t)words.v[0] << 32 | words.v[1];

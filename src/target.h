@@ -42,6 +42,14 @@ uint64_t target_output_key(uint64_t seed, int64_t chain, int phase, int64_t draw
  * [n, constrained_dim], keys [n] as target_output_key gives them; rows spread over OpenMP
  * threads. DS_ERR_TARGET naming the target when it fails. */
 int target_constrain(const dsampler_target *t, const float *x, int64_t n, const uint64_t *keys, double *out);
+/* Values in output variable v: the product of its shape (1 for a scalar). */
+int64_t target_var_size(const dsampler_target_var *v);
+/* Lays out target_constrain's rows ([rows count, constrained_dim], row r count + slot) per
+ * output variable, as the output's writes take them: variable v's values of row r, slot s at
+ * values + rows capacity offset_v + (r capacity + s) size_v, with offset_v the sum of the sizes
+ * before v; data[v] (n_vars) receives each variable's start. */
+void target_unpack_outputs(const dsampler_target *t, const double *packed, int64_t rows, int64_t count,
+                           int64_t capacity, double *values, const void **data);
 /* Starts from the target (version 2 initial_point) for items [item_begin, + rows) into x
  * [rows, dim] (float32); item r starts from the point of item start_item(r) = item - item %
  * per_start (superchains share a start). Returns DS_OK, or DS_ERR_TARGET. Rows spread over

@@ -48,6 +48,14 @@ static float median_of(float *values, int count) {
   return values[count / 2];
 }
 
+/* cuRAND's Philox on the benchmarks' stream: seeded inputs. */
+static int bench_generator(unsigned long long seed, curandGenerator_t *generator) {
+  CURAND_CHECK(curandCreateGenerator(generator, CURAND_RNG_PSEUDO_PHILOX4_32_10));
+  CURAND_CHECK(curandSetPseudoRandomGeneratorSeed(*generator, seed));
+  CURAND_CHECK(curandSetStream(*generator, stream));
+  return DS_OK;
+}
+
 static int fill_normal(curandGenerator_t generator, float *dev, size_t count, float stddev) {
   CURAND_CHECK(curandGenerateNormal(generator, dev, count, 0.0f, stddev));
   return DS_OK;
@@ -397,8 +405,7 @@ static int run_logistic(const char *data, int64_t chains, const char *gpu_name) 
   CUDA_CHECK(cudaMalloc((void **)&grad, (size_t)(chains * dim) * sizeof(float)));
   CUDA_CHECK(cudaMalloc((void **)&logp, (size_t)chains * sizeof(float)));
   curandGenerator_t generator;
-  CURAND_CHECK(curandCreateGenerator(&generator, CURAND_RNG_PSEUDO_PHILOX4_32_10));
-  CURAND_CHECK(curandSetStream(generator, stream));
+  BENCH_TRY(bench_generator(0ull, &generator)); /* cuRAND's default seed */
   BENCH_TRY(fill_normal(generator, x, (size_t)(chains * dim), 0.1f));
   float times[21];
   BENCH_TRY(target.logp_grad_cuda(target.self, x, chains, logp, grad, stream));
@@ -429,9 +436,7 @@ static int run_svgd_dim(int64_t dim, const char *sizes, const char *gpu_name) {
   dsampler_target target;
   BENCH_TRY(builtin_target_create("gaussian", args, MPI_COMM_NULL, &target));
   curandGenerator_t generator;
-  CURAND_CHECK(curandCreateGenerator(&generator, CURAND_RNG_PSEUDO_PHILOX4_32_10));
-  CURAND_CHECK(curandSetPseudoRandomGeneratorSeed(generator, 20261201ull));
-  CURAND_CHECK(curandSetStream(generator, stream));
+  BENCH_TRY(bench_generator(20261201ull, &generator));
   printf("%s: SVGD d=%lld, fp32, CUDA events, median of 5\n", gpu_name, (long long)dim);
   printf("| N | step ms (window median) | step ms (two passes) | pass 1 ms | pass 2 ms | window pass ms | phi ms | score+update ms |\n");
   printf("|---|---|---|---|---|---|---|---|\n");
@@ -454,9 +459,7 @@ static int run_svgd_dim(int64_t dim, const char *sizes, const char *gpu_name) {
 static int run_ksd(int64_t dim, const char *sizes, const char *gpu_name) {
   bench_dim = dim;
   curandGenerator_t generator;
-  CURAND_CHECK(curandCreateGenerator(&generator, CURAND_RNG_PSEUDO_PHILOX4_32_10));
-  CURAND_CHECK(curandSetPseudoRandomGeneratorSeed(generator, 20261201ull));
-  CURAND_CHECK(curandSetStream(generator, stream));
+  BENCH_TRY(bench_generator(20261201ull, &generator));
   printf("%s: KSD pass vs phi pass, d=%lld, fp32, CUDA events, median of 5\n", gpu_name, (long long)dim);
   printf("| N | phi rbf ms | KSD rbf ms | KSD / phi | KSD imq ms | phi imq ms |\n|---|---|---|---|---|---|\n");
   for (const char *item = sizes; item && *item;) {
@@ -510,9 +513,7 @@ static int run(int mode) {
   BENCH_TRY(comm_select_transport(&comm, "auto", 1, gpu->stream));
   for (int m = 0; m < 8; ++m) CUDA_CHECK(cudaEventCreate(&marks[m]));
   curandGenerator_t generator;
-  CURAND_CHECK(curandCreateGenerator(&generator, CURAND_RNG_PSEUDO_PHILOX4_32_10));
-  CURAND_CHECK(curandSetPseudoRandomGeneratorSeed(generator, 20261129ull));
-  CURAND_CHECK(curandSetStream(generator, stream));
+  BENCH_TRY(bench_generator(20261129ull, &generator));
   dsampler_target target;
   BENCH_TRY(builtin_target_create("gaussian", "dim=64", MPI_COMM_NULL, &target));
   if (mode == 1) return run_quick(generator, &target);
