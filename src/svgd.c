@@ -225,7 +225,8 @@ static int svgd_open_output(run_ctx_t *run, int64_t completed, svgd_snapshots_t 
   else
     status = h5out_add_group_axes(*out, "snapshots", &axes, n, dim, 1, vars, 1, &snapshots->group);
   status = comm_agree(run->comm, status);
-  snapshots->written = svgd_snapshot_count(cfg, completed);
+  /* A fresh run writes the starting particles as snapshot 0 next (svgd_run). */
+  snapshots->written = run->resume_path ? svgd_snapshot_count(cfg, completed) : 0;
   if (status == DS_OK) status = draw_writer_create(&snapshots->writer, *out);
   for (int k = 0; k < 2 && status == DS_OK; ++k)
     status = run->backend->alloc_host(run->backend, (void **)&snapshots->buffer[k],
@@ -455,10 +456,8 @@ int svgd_run(run_ctx_t *run) {
   if (status == DS_OK) status = svgd_start(run, &s, x_host, history_host, &series, &first_iteration);
   h5out_t *out = NULL;
   if (status == DS_OK) status = svgd_open_output(run, first_iteration, &snapshots, &out);
-  if (status == DS_OK && snapshots.writer && !run->resume_path) {
-    snapshots.written = 0;
+  if (status == DS_OK && snapshots.writer && !run->resume_path)
     status = svgd_snapshot(run, &s, &snapshots); /* the starting particles, iteration 0 */
-  }
 
   progress_init(&run->progress, run->comm->rank == 0 && !cfg->quiet, cfg->iters);
   run->progress.phase_first = first_iteration;
