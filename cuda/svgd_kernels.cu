@@ -15,14 +15,18 @@
  *   blocks for small n; the split depends on n alone and the partial sums are added in a
  *   fixed order, so a row's result does not depend on how rows are spread over ranks.
  *   Up to 128 coordinates: beyond, sum_j K_ij v_j no longer fits in a block's registers.
- * - dim > 128, two GEMM-shaped kernels per slab of columns: svgd_wide_kernel_tile_kernel forms
- *   K for (rows x slab) in 128 x 128 tiles with coordinates streamed through shared memory, the
- *   distances by the GEMM identity |x_i|^2 + |x_j|^2 - 2 x_i . x_j (one fma per coordinate; the
+ * - dim > 128, two GEMM-shaped kernels per slab of columns, both on the tensor cores in 3xTF32
+ *   (mma_tf32.cuh: three TF32 products per multiply-add, float32 accuracy): 128 x 128 block
+ *   tiles, eight warps of 64 x 32 in m16n8k8 tiles, operands streamed through shared memory in
+ *   stages of 32 (cp.async, double buffered). svgd_wide_kernel_tile_kernel forms K for
+ *   (rows x slab) with the distances by the GEMM identity |x_i|^2 + |x_j|^2 - 2 x_i . x_j (the
  *   median's exact selection still runs on the direct differences below), and writes K to a
  *   slab buffer (rows x slab, never n x n) with each tile's row sums;
  *   svgd_wide_accumulate_kernel adds K_slab @ v_slab to sum_kv in 128 x 128 output tiles. Each
- *   output's fma chain runs over j ascending across slabs, so the result is bitwise the same
- *   for any slab width and any row range.
+ *   stage's products are summed on the tensor cores from zero, k8 steps ascending, and added
+ *   to the output in float32 (round to nearest), stages ascending and continued across slabs:
+ *   an output depends on its own row and column alone, in an order fixed by the data, so the
+ *   result is bitwise the same for any slab width and any row range.
  *
  * Squared distances are summed exactly as the CPU backend does (d = x_ik - x_jk,
  * acc = fma(d, d, acc), k ascending from acc = 0) with __fsub_rn/__fmaf_rn, so the median is
@@ -34,6 +38,7 @@
 #include "backend.h"
 #include "cuda_check.h"
 #include "exactsum_core.h"
+#include "mma_tf32.cuh"
 #include "model_math.h"
 #include "svgd_kernel_math.h"
 #include "svgd_kernels.h"
@@ -505,11 +510,17 @@ svgd_phi_kernel(const phi_args a) {
 }
 
 /* dim > PHI_MAX_DIM: see the file's opening comment. */
-constexpr int WIDE_THREADS = 256;
-constexpr int WIDE_BM = 128;   /* rows per block: 16 thread rows x 8 */
-constexpr int WIDE_BN = 128;   /* kernel columns per tile: 16 threads x (4 + 4) */
-constexpr int WIDE_BC = 128;   /* output coordinates per block: 16 threads x (4 + 4) */
-constexpr int WIDE_KC = 16;    /* coordinates (kernel tiles) or columns (accumulation) per stage */
+constexpr int WIDE_THREADS = 256;  /* 8 warps: 2 (rows) x 4 (columns or coordinates) of 64 x 32 */
+constexpr int WIDE_BM = 128;       /* rows per block */
+constexpr int WIDE_BN = 128;       /* kernel columns per tile */
+constexpr int WIDE_BC = 128;       /* output coordinates per block */
+constexpr int WIDE_KC = 32;        /* coordinates (kernel tiles) or columns (accumulation) per stage */
+constexpr int WIDE_WM = 64;        /* a warp's rows: 4 tiles of m16 */
+constexpr int WIDE_WN = 32;        /* a warp's columns or coordinates: 4 tiles of n8 */
+constexpr int WIDE_MT = WIDE_WM / 16, WIDE_NT = WIDE_WN / 8;
+constexpr int WIDE_COL_WARPS = WIDE_BN / WIDE_WN;
+constexpr int WIDE_K_STRIDE = WIDE_KC + 8;  /* [row][k] arrays: 40 = 8 mod 32 */
+constexpr int WIDE_V_STRIDE = WIDE_BC + 4;  /* [k][coordinate] array: 132 = 4 mod 32 */
 constexpr long long WIDE_SLAB_FLOATS = 1ll << 27;  /* the K slab's budget: 512 MB */
 
 struct wide_args {
@@ -527,29 +538,98 @@ struct wide_args {
   float *sum_k;        /* [rows] */
 };
 
-static_assert(WIDE_BN == WIDE_BC, "both wide kernels share one 128 x 128 register tile");
+static_assert(WIDE_BN == WIDE_BC && WIDE_BM == WIDE_BN, "both wide kernels share one 128 x 128 block tile");
+static_assert(WIDE_BM == PHI_BM, "phi_pass takes PHI_BM row blocks");
+static_assert(WIDE_BM == 2 * WIDE_WM && WIDE_BN == WIDE_COL_WARPS * WIDE_WN &&
+              WIDE_THREADS == 32 * 2 * WIDE_COL_WARPS, "8 warps of 64 x 32");
+static_assert(WIDE_BN % WIDE_KC == 0 && WIDE_KC % 8 == 0, "stages of whole k8 steps, within a column tile");
 
-/* A thread's 8 columns of a 128-wide tile: 4 across + 0..3, then 64 + 4 across + 0..3, so each
- * float4 read of a staged row is conflict-free. */
-__device__ __forceinline__ int wide_column(int tx, int c) { return c < 4 ? tx * 4 + c : 64 + tx * 4 + c - 4; }
+/* Shared memory of the kernel tiles: x of the rows and of the columns, [row][coordinate], and
+ * each column warp's part of the tile's row sums. */
+struct wide_tile_shared {
+  float rows[2][WIDE_BM][WIDE_K_STRIDE];
+  float cols[2][WIDE_BN][WIDE_K_STRIDE];
+  float row_sums[WIDE_COL_WARPS][WIDE_BM];
+};
+/* Shared memory of the accumulation: K of the stage [row][column], v of the stage
+ * [column][coordinate]. */
+struct wide_accumulate_shared {
+  float k[2][WIDE_BM][WIDE_K_STRIDE];
+  float v[2][WIDE_KC][WIDE_V_STRIDE];
+};
 
-/* One staged chunk of both wide kernels: acc[r][c] += left[kk][8 ty + r] * right[kk][column c],
- * kk ascending (each output's fma chain in a fixed order). */
-__device__ __forceinline__ void wide_stage_fma(const float (*left)[WIDE_BM + 4], const float (*right)[WIDE_BC + 4],
-                                               int tx, int ty, float acc[8][8]) {
+/* 16-byte asynchronous copy global -> shared (both 16-byte aligned); zeros when !valid. */
+__device__ __forceinline__ void cp_async_f32x4(float *shared_dst, const float *global_src, bool valid) {
+  const unsigned dst = (unsigned)__cvta_generic_to_shared(shared_dst);
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(global_src),
+               "r"(valid ? 16 : 0));
+}
+
+/* Fragments of one k8 step at k0 (mma_tf32.cuh), slot s holding k0 + 2s for s < 4 and
+ * k0 + 2 (s - 4) + 1 for s >= 4, in A and B alike: the step still sums over k0 .. k0 + 7, and a
+ * thread's two k of a row are adjacent, one 8-byte load.
+ * A, rows m0 .. m0 + 15 of a [row][k] array: word (m0 + g) 40 + k0 + 2t, banks 8g + 2t (+ 1)
+ * mod 32, distinct within each half warp. */
+__device__ __forceinline__ tf32_frag_a wide_frag_a(const float (*s)[WIDE_K_STRIDE], int m0, int k0, int g, int t) {
+  const float2 top = *reinterpret_cast<const float2 *>(&s[m0 + g][k0 + 2 * t]);
+  const float2 bottom = *reinterpret_cast<const float2 *>(&s[m0 + g + 8][k0 + 2 * t]);
+  tf32_frag_a a;
+  tf32_split(top.x, &a.hi[0], &a.lo[0]);
+  tf32_split(bottom.x, &a.hi[1], &a.lo[1]);
+  tf32_split(top.y, &a.hi[2], &a.lo[2]);
+  tf32_split(bottom.y, &a.hi[3], &a.lo[3]);
+  return a;
+}
+/* B (k x n), columns n0 .. n0 + 7, from a [n][k] array: as A, banks 8g + 2t (+ 1). */
+__device__ __forceinline__ tf32_frag_b wide_frag_b_nk(const float (*s)[WIDE_K_STRIDE], int n0, int k0, int g, int t) {
+  const float2 pair = *reinterpret_cast<const float2 *>(&s[n0 + g][k0 + 2 * t]);
+  tf32_frag_b b;
+  tf32_split(pair.x, &b.hi[0], &b.lo[0]);
+  tf32_split(pair.y, &b.hi[1], &b.lo[1]);
+  return b;
+}
+/* B from a [k][n] array: words (k0 + 2t) 132 + n0 + g and 132 further, banks 8t + g (+ 4) mod 32,
+ * distinct over the warp. */
+__device__ __forceinline__ tf32_frag_b wide_frag_b_kn(const float (*s)[WIDE_V_STRIDE], int n0, int k0, int g, int t) {
+  tf32_frag_b b;
+  tf32_split(s[k0 + 2 * t][n0 + g], &b.hi[0], &b.lo[0]);
+  tf32_split(s[k0 + 2 * t + 1][n0 + g], &b.hi[1], &b.lo[1]);
+  return b;
+}
+
+/* One stage of both wide kernels on a warp's 64 x 32 tile: part = A B over the stage's k,
+ * k8 steps ascending from part = 0; then acc += part, rounded to nearest. The tensor cores'
+ * own accumulation is not float32's round to nearest and drifts over long sums (see
+ * svgd_phi_kernel); summed apart by stage it runs over 12 mma at most, the sums over stages
+ * are float32's. */
+template <typename load_b_t>
+__device__ __forceinline__ void wide_stage_mma(const float (*a_s)[WIDE_K_STRIDE], int m0, int g, int t,
+                                               const load_b_t &load_b, float acc[WIDE_MT][WIDE_NT][4]) {
+  float part[WIDE_MT][WIDE_NT][4];
 #pragma unroll
-  for (int kk = 0; kk < WIDE_KC; ++kk) {
-    const float4 a0 = *reinterpret_cast<const float4 *>(&left[kk][ty * 8]);
-    const float4 a1 = *reinterpret_cast<const float4 *>(&left[kk][ty * 8 + 4]);
-    const float4 b0 = *reinterpret_cast<const float4 *>(&right[kk][tx * 4]);
-    const float4 b1 = *reinterpret_cast<const float4 *>(&right[kk][64 + tx * 4]);
-    const float av[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
-    const float bv[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
+  for (int i = 0; i < WIDE_MT; ++i)
 #pragma unroll
-    for (int r = 0; r < 8; ++r)
+    for (int j = 0; j < WIDE_NT; ++j)
 #pragma unroll
-      for (int c = 0; c < 8; ++c) acc[r][c] = __fmaf_rn(av[r], bv[c], acc[r][c]);
+      for (int e = 0; e < 4; ++e) part[i][j][e] = 0.0f;
+#pragma unroll
+  for (int k0 = 0; k0 < WIDE_KC; k0 += 8) {
+    tf32_frag_b b[WIDE_NT];
+#pragma unroll
+    for (int j = 0; j < WIDE_NT; ++j) b[j] = load_b(j, k0);
+#pragma unroll
+    for (int i = 0; i < WIDE_MT; ++i) {
+      const tf32_frag_a a = wide_frag_a(a_s, m0 + 16 * i, k0, g, t);
+#pragma unroll
+      for (int j = 0; j < WIDE_NT; ++j) mma_3xtf32(part[i][j], a, b[j]);
+    }
   }
+#pragma unroll
+  for (int i = 0; i < WIDE_MT; ++i)
+#pragma unroll
+    for (int j = 0; j < WIDE_NT; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[i][j][e] = __fadd_rn(acc[i][j][e], part[i][j][e]);
 }
 
 /* |x_j|^2 for every particle: fma chain, k ascending. */
@@ -562,148 +642,194 @@ __global__ void svgd_squares_kernel(const float *x, long long n, int dim, float 
   }
 }
 
-/* grid (row blocks, column tiles of the slab). D = max(|x_i|^2 + |x_j|^2 - 2 x_i . x_j, 0) with
- * the dot product's fma chain k ascending, K = exp2(D exp2_scale), zero on the diagonal and past
- * n; each tile's row sums in a fixed order. */
-__global__ void __launch_bounds__(WIDE_THREADS, 2) svgd_wide_kernel_tile_kernel(const wide_args a) {
-  __shared__ __align__(16) float rows_s[2][WIDE_KC][WIDE_BM + 4];
-  __shared__ __align__(16) float cols_s[2][WIDE_KC][WIDE_BN + 4];
-  const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
+/* grid (row blocks, column tiles of the slab), WIDE_THREADS, sizeof(wide_tile_shared) dynamic.
+ * D = max(|x_i|^2 + |x_j|^2 - 2 x_i . x_j, 0), the dot product in 3xTF32 by stages of WIDE_KC
+ * coordinates ascending (wide_stage_mma), K = exp2(D exp2_scale), zero on the diagonal and past
+ * n; each tile's row sums in a fixed order. VEC4: dim % 4 == 0 and x on 16 bytes, copies of 16
+ * bytes. */
+template <bool VEC4>
+__global__ void __launch_bounds__(WIDE_THREADS, 1) svgd_wide_kernel_tile_kernel(const wide_args a) {
+  extern __shared__ float4 wide_shared_raw[];
+  wide_tile_shared &sm = *reinterpret_cast<wide_tile_shared *>(wide_shared_raw);
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / 4, t = lane % 4;
+  const int wm = WIDE_WM * (warp / WIDE_COL_WARPS), col_warp = warp % WIDE_COL_WARPS, wn = WIDE_WN * col_warp;
   const long long r0 = a.row_begin + (long long)blockIdx.x * WIDE_BM;
   const long long c0 = a.slab0 + (long long)blockIdx.y * WIDE_BN;
   const int chunks = (a.dim + WIDE_KC - 1) / WIDE_KC;
+  /* Row (and column) rr, coordinates k .. k + 3 (VEC4) or k, of the chunk; zeros past the
+   * rows, n and dim. */
   auto stage = [&](int chunk, int buffer) {
-    for (int f = tid; f < WIDE_BM * WIDE_KC; f += WIDE_THREADS) {
-      const int rr = f / WIDE_KC, kk = f % WIDE_KC, k = chunk * WIDE_KC + kk;
-      const long long row = r0 + rr;
-      const bool valid = row < a.row_end && k < a.dim;
-      cp_async_f32(&rows_s[buffer][kk][rr], valid ? a.x + row * a.dim + k : a.x, valid);
-    }
-    for (int f = tid; f < WIDE_BN * WIDE_KC; f += WIDE_THREADS) {
-      const int cc = f / WIDE_KC, kk = f % WIDE_KC, k = chunk * WIDE_KC + kk;
-      const long long column = c0 + cc;
-      const bool valid = column < a.n && k < a.dim;
-      cp_async_f32(&cols_s[buffer][kk][cc], valid ? a.x + column * a.dim + k : a.x, valid);
+    constexpr int WIDTH = VEC4 ? 4 : 1;
+    for (int f = tid; f < WIDE_BM * WIDE_KC / WIDTH; f += WIDE_THREADS) {
+      const int rr = f / (WIDE_KC / WIDTH), kk = WIDTH * (f % (WIDE_KC / WIDTH)), k = chunk * WIDE_KC + kk;
+      const long long row = r0 + rr, column = c0 + rr;
+      const bool row_valid = row < a.row_end && k < a.dim, column_valid = column < a.n && k < a.dim;
+      const float *row_src = row_valid ? a.x + row * a.dim + k : a.x;
+      const float *column_src = column_valid ? a.x + column * a.dim + k : a.x;
+      if (VEC4) {
+        cp_async_f32x4(&sm.rows[buffer][rr][kk], row_src, row_valid);
+        cp_async_f32x4(&sm.cols[buffer][rr][kk], column_src, column_valid);
+      } else {
+        cp_async_f32(&sm.rows[buffer][rr][kk], row_src, row_valid);
+        cp_async_f32(&sm.cols[buffer][rr][kk], column_src, column_valid);
+      }
     }
   };
-  auto column_of = [&](int c) { return c0 + wide_column(tx, c); };
-  float dist[8][8];
+  float dot[WIDE_MT][WIDE_NT][4];
 #pragma unroll
-  for (int r = 0; r < 8; ++r)
+  for (int i = 0; i < WIDE_MT; ++i)
 #pragma unroll
-    for (int c = 0; c < 8; ++c) dist[r][c] = 0.0f;
+    for (int j = 0; j < WIDE_NT; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) dot[i][j][e] = 0.0f;
   stage(0, 0);
   cp_async_wait_all();
   __syncthreads();
   for (int chunk = 0; chunk < chunks; ++chunk) {
     const int buffer = chunk & 1;
     if (chunk + 1 < chunks) stage(chunk + 1, buffer ^ 1);
-    wide_stage_fma(rows_s[buffer], cols_s[buffer], tx, ty, dist);  /* the dot products */
+    const float(*cols_s)[WIDE_K_STRIDE] = sm.cols[buffer];
+    wide_stage_mma(sm.rows[buffer], wm, g, t,
+                   [&](int j, int k0) { return wide_frag_b_nk(cols_s, wn + 8 * j, k0, g, t); }, dot);
     cp_async_wait_all();
     __syncthreads();
   }
-  float column_squares[8];
+  /* The thread's elements: rows wm + 16 i + g + 8 h, columns wn + 8 j + 2 t + e, in dot[i][j][2 h + e]. */
+  float row_squares[WIDE_MT][2], column_squares[WIDE_NT][2];
 #pragma unroll
-  for (int c = 0; c < 8; ++c) {
-    const long long column = column_of(c);
-    column_squares[c] = column < a.n ? a.squares[column] : 0.0f;
-  }
+  for (int i = 0; i < WIDE_MT; ++i)
 #pragma unroll
-  for (int r = 0; r < 8; ++r) {
-    const long long row = r0 + ty * 8 + r;
-    const float row_square = row < a.row_end ? a.squares[row] : 0.0f;
+    for (int h = 0; h < 2; ++h) {
+      const long long row = r0 + wm + 16 * i + g + 8 * h;
+      row_squares[i][h] = row < a.row_end ? a.squares[row] : 0.0f;
+    }
 #pragma unroll
-    for (int c = 0; c < 8; ++c)
-      dist[r][c] = fmaxf(__fmaf_rn(-2.0f, dist[r][c], __fadd_rn(row_square, column_squares[c])), 0.0f);
-  }
+  for (int j = 0; j < WIDE_NT; ++j)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const long long column = c0 + wn + 8 * j + 2 * t + e;
+      column_squares[j][e] = column < a.n ? a.squares[column] : 0.0f;
+    }
   const int tiles_in_slab = a.slab_cols / WIDE_BN;
 #pragma unroll
-  for (int r = 0; r < 8; ++r) {
-    const long long row = r0 + ty * 8 + r;
-    float kv[8];
+  for (int i = 0; i < WIDE_MT; ++i)
 #pragma unroll
-    for (int c = 0; c < 8; ++c) {
-      const long long column = column_of(c);
-      kv[c] = pair_weight(a.weight, dist[r][c]);
-      if (column >= a.n || column == row) kv[c] = 0.0f;
+    for (int h = 0; h < 2; ++h) {
+      const int rr = wm + 16 * i + g + 8 * h;
+      const long long row = r0 + rr;
+      float kv[WIDE_NT][2];
+#pragma unroll
+      for (int j = 0; j < WIDE_NT; ++j)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const long long column = c0 + wn + 8 * j + 2 * t + e;
+          const float dist = fmaxf(
+              __fmaf_rn(-2.0f, dot[i][j][2 * h + e], __fadd_rn(row_squares[i][h], column_squares[j][e])), 0.0f);
+          kv[j][e] = pair_weight(a.weight, dist);
+          if (column >= a.n || column == row) kv[j][e] = 0.0f;
+        }
+      /* The row's sum over the warp's 32 columns: the thread's 8 in order, then across t. */
+      float part = 0.0f;
+#pragma unroll
+      for (int j = 0; j < WIDE_NT; ++j)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) part = __fadd_rn(part, kv[j][e]);
+      part = __fadd_rn(part, __shfl_xor_sync(0xffffffffu, part, 1));
+      part = __fadd_rn(part, __shfl_xor_sync(0xffffffffu, part, 2));
+      if (t == 0) sm.row_sums[col_warp][rr] = part;
+      if (row < a.row_end) {
+        float *k_row = a.k_slab + (row - a.row_begin) * a.slab_cols + (c0 - a.slab0) + wn + 2 * t;
+#pragma unroll
+        for (int j = 0; j < WIDE_NT; ++j)
+          *reinterpret_cast<float2 *>(k_row + 8 * j) = make_float2(kv[j][0], kv[j][1]);
+      }
     }
-    float tile_sum = 0.0f;
+  __syncthreads();
+  if (tid < WIDE_BM && r0 + tid < a.row_end) {
+    float tile_sum = sm.row_sums[0][tid];
 #pragma unroll
-    for (int c = 0; c < 8; ++c) tile_sum = __fadd_rn(tile_sum, kv[c]);
-#pragma unroll
-    for (int width = 8; width >= 1; width /= 2) tile_sum += __shfl_xor_sync(0xffffffffu, tile_sum, width);
-    if (row < a.row_end) {
-      const long long local = row - a.row_begin;
-      float *k_row = a.k_slab + local * a.slab_cols + (c0 - a.slab0);
-      *reinterpret_cast<float4 *>(k_row + tx * 4) = make_float4(kv[0], kv[1], kv[2], kv[3]);
-      *reinterpret_cast<float4 *>(k_row + 64 + tx * 4) = make_float4(kv[4], kv[5], kv[6], kv[7]);
-      if (tx == 0) a.k_tile_sums[local * tiles_in_slab + blockIdx.y] = tile_sum;
-    }
+    for (int w = 1; w < WIDE_COL_WARPS; ++w) tile_sum = __fadd_rn(tile_sum, sm.row_sums[w][tid]);
+    a.k_tile_sums[(r0 + tid - a.row_begin) * tiles_in_slab + blockIdx.y] = tile_sum;
   }
 }
 
-/* grid (row blocks, coordinate blocks): sum_kv[rows, coordinates] += K_slab @ v[slab, coordinates],
- * each output's fma chain continued from the last slab (first_slab: from 0). Blocks of the first
- * coordinate block also add the slab's tile sums to sum_k, in tile order. */
-__global__ void __launch_bounds__(WIDE_THREADS, 2) svgd_wide_accumulate_kernel(const wide_args a, int first_slab) {
-  __shared__ __align__(16) float k_s[2][WIDE_KC][WIDE_BM + 4];  /* K' of the stage: [column][row] */
-  __shared__ __align__(16) float v_s[2][WIDE_KC][WIDE_BC + 4];  /* v of the stage: [column][coordinate] */
-  const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
+/* grid (row blocks, coordinate blocks), WIDE_THREADS, sizeof(wide_accumulate_shared) dynamic:
+ * sum_kv[rows, coordinates] += K_slab @ v[slab, coordinates] in 3xTF32 by stages of WIDE_KC
+ * columns ascending (wide_stage_mma), each output continued from the last slab (first_slab:
+ * from 0). Blocks of the first coordinate block also add the slab's tile sums to sum_k, in tile
+ * order. VEC4: dim % 4 == 0 and v on 16 bytes, 16-byte copies of v (K's rows are always). */
+template <bool VEC4>
+__global__ void __launch_bounds__(WIDE_THREADS, 1) svgd_wide_accumulate_kernel(const wide_args a, int first_slab) {
+  extern __shared__ float4 wide_shared_raw[];
+  wide_accumulate_shared &sm = *reinterpret_cast<wide_accumulate_shared *>(wide_shared_raw);
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / 4, t = lane % 4;
+  const int wm = WIDE_WM * (warp / WIDE_COL_WARPS), wn = WIDE_WN * (warp % WIDE_COL_WARPS);
   const long long rows = a.row_end - a.row_begin;
   const long long local0 = (long long)blockIdx.x * WIDE_BM;
   const int coord0 = blockIdx.y * WIDE_BC;
   const int stages = a.slab_cols / WIDE_KC;
+  /* K: row rr, columns jj .. jj + 3 of the stage. v: column jj, coordinates cc .. cc + 3 (VEC4)
+   * or cc. Zeros past the rows, n and dim. */
   auto stage = [&](int step, int buffer) {
-    for (int f = tid; f < WIDE_BM * WIDE_KC; f += WIDE_THREADS) {
-      const int rr = f / WIDE_KC, jj = f % WIDE_KC;
+    const int j0 = step * WIDE_KC;
+    for (int f = tid; f < WIDE_BM * WIDE_KC / 4; f += WIDE_THREADS) {
+      const int rr = f / (WIDE_KC / 4), jj = 4 * (f % (WIDE_KC / 4));
       const long long local = local0 + rr;
       const bool valid = local < rows;
-      cp_async_f32(&k_s[buffer][jj][rr], valid ? a.k_slab + local * a.slab_cols + step * WIDE_KC + jj : a.k_slab,
-                   valid);
+      cp_async_f32x4(&sm.k[buffer][rr][jj], valid ? a.k_slab + local * a.slab_cols + j0 + jj : a.k_slab, valid);
     }
-    for (int f = tid; f < WIDE_BC * WIDE_KC; f += WIDE_THREADS) {
-      const int jj = f / WIDE_BC, cc = f % WIDE_BC;
-      const long long column = a.slab0 + (long long)step * WIDE_KC + jj;
+    constexpr int WIDTH = VEC4 ? 4 : 1;
+    for (int f = tid; f < WIDE_KC * WIDE_BC / WIDTH; f += WIDE_THREADS) {
+      const int jj = f / (WIDE_BC / WIDTH), cc = WIDTH * (f % (WIDE_BC / WIDTH));
+      const long long column = a.slab0 + j0 + jj;
       const bool valid = column < a.n && coord0 + cc < a.dim;
-      cp_async_f32(&v_s[buffer][jj][cc], valid ? a.v + column * a.dim + coord0 + cc : a.v, valid);
+      const float *src = valid ? a.v + column * a.dim + coord0 + cc : a.v;
+      if (VEC4)
+        cp_async_f32x4(&sm.v[buffer][jj][cc], src, valid);
+      else
+        cp_async_f32(&sm.v[buffer][jj][cc], src, valid);
     }
   };
-  auto coordinate = [&](int c) { return coord0 + wide_column(tx, c); };
-  float acc[8][8];
+  /* The thread's outputs: rows wm + 16 i + g + 8 h, coordinates wn + 8 j + 2 t + e, in
+   * acc[i][j][2 h + e]. */
+  float acc[WIDE_MT][WIDE_NT][4];
 #pragma unroll
-  for (int r = 0; r < 8; ++r) {
-    const long long local = local0 + ty * 8 + r;
+  for (int i = 0; i < WIDE_MT; ++i)
 #pragma unroll
-    for (int c = 0; c < 8; ++c) {
-      const int k = coordinate(c);
-      acc[r][c] = (!first_slab && local < rows && k < a.dim) ? a.sum_kv[local * a.dim + k] : 0.0f;
-    }
-  }
+    for (int j = 0; j < WIDE_NT; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const long long local = local0 + wm + 16 * i + g + 8 * (e / 2);
+        const int k = coord0 + wn + 8 * j + 2 * t + e % 2;
+        acc[i][j][e] = (!first_slab && local < rows && k < a.dim) ? a.sum_kv[local * a.dim + k] : 0.0f;
+      }
   stage(0, 0);
   cp_async_wait_all();
   __syncthreads();
   for (int step = 0; step < stages; ++step) {
     const int buffer = step & 1;
     if (step + 1 < stages) stage(step + 1, buffer ^ 1);
-    wide_stage_fma(k_s[buffer], v_s[buffer], tx, ty, acc);
+    const float(*v_s)[WIDE_V_STRIDE] = sm.v[buffer];
+    wide_stage_mma(sm.k[buffer], wm, g, t,
+                   [&](int j, int k0) { return wide_frag_b_kn(v_s, wn + 8 * j, k0, g, t); }, acc);
     cp_async_wait_all();
     __syncthreads();
   }
 #pragma unroll
-  for (int r = 0; r < 8; ++r) {
-    const long long local = local0 + ty * 8 + r;
-    if (local >= rows) continue;
+  for (int i = 0; i < WIDE_MT; ++i)
 #pragma unroll
-    for (int c = 0; c < 8; ++c) {
-      const int k = coordinate(c);
-      if (k < a.dim) a.sum_kv[local * a.dim + k] = acc[r][c];
-    }
-  }
+    for (int j = 0; j < WIDE_NT; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const long long local = local0 + wm + 16 * i + g + 8 * (e / 2);
+        const int k = coord0 + wn + 8 * j + 2 * t + e % 2;
+        if (local < rows && k < a.dim) a.sum_kv[local * a.dim + k] = acc[i][j][e];
+      }
   if (blockIdx.y == 0 && tid < WIDE_BM && local0 + tid < rows) {
     const long long local = local0 + tid;
     const int tiles_in_slab = a.slab_cols / WIDE_BN;
     float sum = first_slab ? 0.0f : a.sum_k[local];
-    for (int t = 0; t < tiles_in_slab; ++t) sum = __fadd_rn(sum, a.k_tile_sums[local * tiles_in_slab + t]);
+    for (int tile = 0; tile < tiles_in_slab; ++tile) sum = __fadd_rn(sum, a.k_tile_sums[local * tiles_in_slab + tile]);
     a.sum_k[local] = sum;
   }
 }
@@ -1017,7 +1143,8 @@ extern "C" size_t svgd_phi_scratch_floats(int64_t n, int64_t dim, int64_t rows) 
   size_t floats = 2 * (size_t)splits * (size_t)rows * (size_t)(dim + 1) + (size_t)n * (size_t)dim;
   if (dim > PHI_MAX_DIM) {
     const long long slab = wide_slab_columns(n, rows);
-    floats += 4 + (size_t)rows * (size_t)(slab + slab / WIDE_BN) + (size_t)n;  /* 4: the slab's alignment */
+    /* 8: the alignment of v and of the slab */
+    floats += 8 + (size_t)rows * (size_t)(slab + slab / WIDE_BN) + (size_t)n;
   }
   return floats;
 }
@@ -1051,14 +1178,22 @@ int phi_pass(const phi_args &a, float *k_slab, float *k_tile_sums, const float *
   const unsigned coordinate_blocks = (unsigned)((a.dim + WIDE_BC - 1) / WIDE_BC);
   if (row_blocks > 0x7FFFFFFF || coordinate_blocks > 65535)
     return ds_fail(DS_ERR_INTERNAL, "svgd_launch_phi: %lld rows of %d coordinates exceed the grid", rows, a.dim);
+  /* 16-byte copies of x and v where each row starts on 16 bytes. */
+  const bool x_vec4 = a.dim % 4 == 0 && reinterpret_cast<uintptr_t>(a.x) % 16 == 0;
+  const bool v_vec4 = a.dim % 4 == 0 && reinterpret_cast<uintptr_t>(a.v) % 16 == 0;
+  auto tile_kernel = x_vec4 ? svgd_wide_kernel_tile_kernel<true> : svgd_wide_kernel_tile_kernel<false>;
+  auto accumulate_kernel = v_vec4 ? svgd_wide_accumulate_kernel<true> : svgd_wide_accumulate_kernel<false>;
+  const size_t tile_smem = sizeof(wide_tile_shared), accumulate_smem = sizeof(wide_accumulate_shared);
+  CUDA_CHECK(cudaFuncSetAttribute(tile_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)tile_smem));
+  CUDA_CHECK(cudaFuncSetAttribute(accumulate_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  (int)accumulate_smem));
   for (long long slab0 = 0; slab0 < a.n; slab0 += slab) {
     const long long left = (a.n - slab0 + WIDE_BN - 1) / WIDE_BN * WIDE_BN;
     w.slab0 = slab0;
     w.slab_cols = (int)(left < slab ? left : slab);
-    svgd_wide_kernel_tile_kernel<<<dim3((unsigned)row_blocks, (unsigned)(w.slab_cols / WIDE_BN)), WIDE_THREADS, 0,
-                                   stream>>>(w);
+    tile_kernel<<<dim3((unsigned)row_blocks, (unsigned)(w.slab_cols / WIDE_BN)), WIDE_THREADS, tile_smem, stream>>>(w);
     CUDA_CHECK_LAUNCH("svgd_wide_kernel_tile_kernel");
-    svgd_wide_accumulate_kernel<<<dim3((unsigned)row_blocks, coordinate_blocks), WIDE_THREADS, 0, stream>>>(
+    accumulate_kernel<<<dim3((unsigned)row_blocks, coordinate_blocks), WIDE_THREADS, accumulate_smem, stream>>>(
         w, slab0 == 0);
     CUDA_CHECK_LAUNCH("svgd_wide_accumulate_kernel");
   }
@@ -1097,6 +1232,8 @@ extern "C" int svgd_launch_phi(const float *x_all, const float *score_all, int64
   a.partial_sums = scratch;
   a.partial_k = scratch + (size_t)a.splits * (size_t)rows * (size_t)dim;
   float *v_all = scratch + 2 * set_floats;
+  if (dim > PHI_MAX_DIM) /* v on 16 bytes, for 16-byte copies */
+    v_all = reinterpret_cast<float *>((reinterpret_cast<uintptr_t>(v_all) + 15) & ~static_cast<uintptr_t>(15));
   const long long row_blocks = (rows + PHI_BM - 1) / PHI_BM;
   if (row_blocks > 0x7FFFFFFF) return ds_fail(DS_ERR_INTERNAL, "svgd_launch_phi: too many rows (%lld)", rows);
   float *k_slab = NULL, *k_tile_sums = NULL, *squares = NULL;

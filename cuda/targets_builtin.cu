@@ -7,13 +7,15 @@
 // kFusedTileRows rows computes Z = X_tile W (every chain's linear predictor), the residuals
 // R = y - sigmoid(Z) and log-likelihood terms in registers, then accumulates G += X_tile' R, all
 // in shared memory and registers; only each chunk's float partial sums reach global memory, and
-// a finishing kernel adds the chunks in order in double. The data live on the device as tiles
-// laid out for the kernel (X' of the tile, zero-padded, then y), so the next tile streams into
-// shared memory (cp.async) while the current one is in use. Every chain's sums run in an order fixed
-// by the data alone (k ascending for z, rows ascending within a chunk, chunks ascending), so a
-// chain's result is bitwise the same whatever chains share its call: draws do not depend on the
-// rank count. Wider models take two cuBLAS GEMMs per block of rows, in fixed-shape blocks for
-// the same reason.
+// a finishing kernel adds the chunks in order in double. Both products run on the tensor cores
+// in 3xTF32 (mma_tf32.cuh): float32 accuracy from three TF32 products per multiply-add. The data
+// live on the device as tiles laid out for the kernel (X' of the tile, zero-padded, then y), so
+// the next tile streams into shared memory (cp.async) while the current one is in use. Every
+// chain's sums run in an order fixed by the data alone (coefficients in steps of 8 ascending for
+// z, rows in steps of 8 ascending within a chunk, chunks ascending; an mma output depends on its
+// own row and column only), so a chain's result is bitwise the same whatever chains share its
+// call: draws do not depend on the rank count. Wider models take two cuBLAS GEMMs per block of
+// rows, in fixed-shape blocks for the same reason.
 #include <cublas_v2.h>
 #include <cuda_pipeline_primitives.h>
 #include <cuda_runtime.h>
@@ -23,6 +25,7 @@
 #include <string.h>
 
 #include "cuda_check.h"
+#include "mma_tf32.cuh"
 #include "model_math.h"
 #include "rng.h"
 #include "status.h"
@@ -35,15 +38,14 @@ constexpr int kLogisticChainBlock = 64;     // chains per GEMM (padded)
 constexpr int64_t kLogisticRowBlock = 65536; // data rows per GEMM
 constexpr int kThreads = 256;
 
-// The fused logistic kernel's tiling. 256 threads as 16 x 16: in the Z product a thread owns 4
-// rows x 8 chains, in the G product 4 coefficients x 8 chains; the 8 chains are c4..c4+3 and
-// 64+c4..64+c4+3, so each float4 read of a shared row is conflict-free.
-constexpr int kFusedChains = 128;
+// The fused logistic kernel's tiling: 64 chains and 64-row tiles per block, eight warps of
+// 16 x 32 outputs on the tensor cores (see fused_logistic_kernel).
+constexpr int kFusedChains = 64;
 constexpr int kFusedTileRows = 64;
 constexpr int kFusedDimMax = 64;
 constexpr int kFusedChunkRows = 1024;  // fixed: the partial sums must not depend on the call
 constexpr int kFusedThreads = 256;
-constexpr int kFusedTileStride = kFusedTileRows + 4;  // X' rows padded against bank conflicts
+constexpr int kFusedStride = 64 + 8;  // shared rows of 64 padded to 8 mod 32 banks: see fused_logistic_shared
 constexpr int kFusedTileFloats = (kFusedDimMax + 1) * kFusedTileRows;  // a device tile: X' [64][64], y [64]
 constexpr size_t kFusedPartialBytes = size_t(256) << 20;  // chains go in slices whose partials fit
 
@@ -220,128 +222,174 @@ __global__ void logistic_batch_rows_kernel(const float *data_x, const float *dat
   batch_y[slot] = data_y[row];
 }
 
-// Shared memory of the fused kernel (dynamic: more than the static 48 KB).
+// Shared memory of the fused kernel (dynamic: more than the static 48 KB). A tile's element
+// (coefficient c, row r) sits at tile[c][r ^ (c & 4)]: with the row stride of 8 mod 32 banks,
+// the fragments of X (for Z) and of X' (for G) both load without bank conflicts. The chains'
+// coefficients and the residuals are kept split for the tensor cores (hi + lo, mma_tf32.cuh).
 struct fused_logistic_shared {
-  float w[kFusedDimMax][kFusedChains];                              // the chains, coefficient-major
-  float tile[2][kFusedDimMax + 1][kFusedTileStride];                // X' and y, double-buffered
-  float r[kFusedTileRows][kFusedChains];                            // residuals; at the end log-lik partials
+  float w_hi[kFusedDimMax][kFusedStride], w_lo[kFusedDimMax][kFusedStride];  // coefficient-major
+  float tile[2][kFusedDimMax + 1][kFusedStride];  // X' and y, double-buffered, swizzled
+  float r_hi[kFusedTileRows][kFusedStride], r_lo[kFusedTileRows][kFusedStride];  // R; at the end log-lik partials
 };
 
-// Starts copying device tile `tile` into shared buffer `buffer` (16 bytes per cp.async).
+__device__ __forceinline__ int fused_swizzle(int coefficient, int row) { return row ^ (coefficient & 4); }
+
+// Starts copying device tile `tile` into shared buffer `buffer` (16 bytes per cp.async; a
+// 4-row piece stays whole under the swizzle).
 __device__ void fused_tile_fetch(fused_logistic_shared &sm, int buffer, const float *data_tiles, long long tile) {
   const float *source = data_tiles + tile * kFusedTileFloats;
   constexpr int kPieces = kFusedTileFloats / 4, kPiecesPerRow = kFusedTileRows / 4;
-  for (int piece = threadIdx.x; piece < kPieces; piece += kFusedThreads)
-    __pipeline_memcpy_async(&sm.tile[buffer][piece / kPiecesPerRow][4 * (piece % kPiecesPerRow)], source + 4 * piece,
-                            16);
+  for (int piece = threadIdx.x; piece < kPieces; piece += kFusedThreads) {
+    const int c = piece / kPiecesPerRow, r = 4 * (piece % kPiecesPerRow);
+    __pipeline_memcpy_async(&sm.tile[buffer][c][fused_swizzle(c, r)], source + 4 * piece, 16);
+  }
   __pipeline_commit();
 }
 
-// grid (chunks, chain groups). See the file's opening comment.
+// The B fragment of split values at rows k, k + 4 of column c.
+__device__ __forceinline__ tf32_frag_b fused_frag_b(const float (*hi)[kFusedStride], const float (*lo)[kFusedStride],
+                                                    int k, int c) {
+  tf32_frag_b b;
+  b.hi[0] = __float_as_uint(hi[k][c]);
+  b.lo[0] = __float_as_uint(lo[k][c]);
+  b.hi[1] = __float_as_uint(hi[k + 4][c]);
+  b.lo[1] = __float_as_uint(lo[k + 4][c]);
+  return b;
+}
+
+// A one-dimensional grid of chunks x chain groups, the groups of a chunk adjacent (they share its
+// tiles in L2). See the file's opening comment. Eight warps; warp w takes chains 32 (w / 4) ..
+// + 31 and, in Z, rows 16 (w % 4) .. + 15 of the tile, in G coefficients 16 (w % 4) .. + 15:
+// 1 x 4 tiles of m16n8k8 per step, in 3xTF32 (mma_tf32.cuh).
 __global__ void __launch_bounds__(kFusedThreads, 2)
     fused_logistic_kernel(const float *w_all, long long chains, const float *data_tiles, long long rows_total,
-                          int dim, float *g_chunks, double *logp_chunks) {
+                          int dim, int groups, float *g_chunks, double *logp_chunks) {
   extern __shared__ float4 shared_raw[];
   fused_logistic_shared &sm = *reinterpret_cast<fused_logistic_shared *>(shared_raw);
-  const int tid = threadIdx.x, across = tid % 16, down = tid / 16;
-  const long long chain0 = (long long)blockIdx.y * kFusedChains;
-  const long long row_begin = (long long)blockIdx.x * kFusedChunkRows;
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / 4, t = lane % 4;
+  const int quarter = warp % 4, warp_chain0 = 32 * (warp / 4);
+  const long long chunk = blockIdx.x / groups;
+  const long long chain0 = (long long)(blockIdx.x % groups) * kFusedChains;
+  const long long row_begin = chunk * kFusedChunkRows;
   const long long row_end = min(row_begin + kFusedChunkRows, rows_total);
   const long long tile_begin = row_begin / kFusedTileRows;
   const int tile_count = (int)((row_end - row_begin + kFusedTileRows - 1) / kFusedTileRows);
+  const int k_steps = (dim + 7) / 8;
+  // G's 16 coefficients of this warp hold one below dim (else the warp has no G work).
+  const bool has_coefficients = 16 * quarter < dim;
 
   fused_tile_fetch(sm, 0, data_tiles, tile_begin);
   for (int e = tid; e < kFusedDimMax * kFusedChains; e += kFusedThreads) {
     const int c = e / kFusedDimMax, k = e % kFusedDimMax;
-    sm.w[k][c] = (k < dim && chain0 + c < chains) ? w_all[(chain0 + c) * dim + k] : 0.0f;
+    uint32_t hi, lo;
+    tf32_split((k < dim && chain0 + c < chains) ? w_all[(chain0 + c) * dim + k] : 0.0f, &hi, &lo);
+    sm.w_hi[k][c] = __uint_as_float(hi);
+    sm.w_lo[k][c] = __uint_as_float(lo);
   }
 
-  float g[4][8];
-  float loglik[8];
+  float g_acc[4][4], loglik[4][2];
 #pragma unroll
-  for (int j = 0; j < 8; ++j) {
-    loglik[j] = 0.0f;
+  for (int j = 0; j < 4; ++j) {
+    loglik[j][0] = loglik[j][1] = 0.0f;
 #pragma unroll
-    for (int i = 0; i < 4; ++i) g[i][j] = 0.0f;
+    for (int e = 0; e < 4; ++e) g_acc[j][e] = 0.0f;
   }
-  // Warps whose four coefficients all lie past dim have no G work (dim <= 56: the last warp).
-  const bool has_coefficients = 4 * down < dim;
 
-  for (int t = 0; t < tile_count; ++t) {
-    const int buffer = t & 1;
-    const long long tile0 = row_begin + (long long)t * kFusedTileRows;
+  for (int tt = 0; tt < tile_count; ++tt) {
+    const int buffer = tt & 1;
+    const long long tile0 = row_begin + (long long)tt * kFusedTileRows;
     const int tile_rows = (int)min((long long)kFusedTileRows, row_end - tile0);
     __pipeline_wait_prior(0);
-    __syncthreads();  // tile t is in; every thread is done with tile t - 1 and its residuals
-    if (t + 1 < tile_count) fused_tile_fetch(sm, buffer ^ 1, data_tiles, tile_begin + t + 1);
-    const float(*x_t)[kFusedTileStride] = sm.tile[buffer];
+    __syncthreads();  // tile tt is in; every thread is done with tile tt - 1 and its residuals
+    if (tt + 1 < tile_count) fused_tile_fetch(sm, buffer ^ 1, data_tiles, tile_begin + tt + 1);
+    const float(*x_t)[kFusedStride] = sm.tile[buffer];
 
-    // Z for rows 4 down..4 down+3 and the chains 4 across..+3, 64+4 across..+3, k ascending.
-    float z[4][8];
+    // Z = X W for the warp's 16 rows x 32 chains, coefficients in steps of 8 ascending.
+    const int m = 16 * quarter + g;  // rows m, m + 8 in Z; coefficients m, m + 8 in G
+    float z[4][4];
 #pragma unroll
-    for (int i = 0; i < 4; ++i)
+    for (int j = 0; j < 4; ++j)
 #pragma unroll
-      for (int j = 0; j < 8; ++j) z[i][j] = 0.0f;
-#pragma unroll 2
-    for (int k = 0; k < dim; ++k) {
-      const float4 a = *reinterpret_cast<const float4 *>(&x_t[k][4 * down]);
-      const float4 b0 = *reinterpret_cast<const float4 *>(&sm.w[k][4 * across]);
-      const float4 b1 = *reinterpret_cast<const float4 *>(&sm.w[k][64 + 4 * across]);
-      const float av[4] = {a.x, a.y, a.z, a.w}, bv[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
+      for (int e = 0; e < 4; ++e) z[j][e] = 0.0f;
+    for (int step = 0; step < k_steps; ++step) {
+      const int k = 8 * step + t;  // coefficients k and k + 4 (swizzled: k & 4 == 0)
+      tf32_frag_a a;
+      tf32_split(x_t[k][m], &a.hi[0], &a.lo[0]);
+      tf32_split(x_t[k][m + 8], &a.hi[1], &a.lo[1]);
+      tf32_split(x_t[k + 4][m ^ 4], &a.hi[2], &a.lo[2]);
+      tf32_split(x_t[k + 4][(m + 8) ^ 4], &a.hi[3], &a.lo[3]);
 #pragma unroll
-      for (int i = 0; i < 4; ++i)
-#pragma unroll
-        for (int j = 0; j < 8; ++j) z[i][j] = fmaf(av[i], bv[j], z[i][j]);
+      for (int j = 0; j < 4; ++j) mma_3xtf32(z[j], a, fused_frag_b(sm.w_hi, sm.w_lo, k, warp_chain0 + 8 * j + g));
     }
+    // Residuals (stored split) and log-likelihood terms where the accumulators lie: rows m, m + 8,
+    // chains c, c + 1.
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int r = 4 * down + i;
-      const float label = x_t[kFusedDimMax][r];
-      float residual[8];
+    for (int half_row = 0; half_row < 2; ++half_row) {
+      const int r = m + 8 * half_row;
+      const float label = x_t[kFusedDimMax][r];  // kFusedDimMax & 4 == 0: not swizzled
 #pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        const float term = model_logistic_row(z[i][j], label, &residual[j]);
-        if (r < tile_rows) loglik[j] += term;  // padded rows: x = 0, so their residuals add nothing
+      for (int j = 0; j < 4; ++j) {
+        uint32_t hi[2], lo[2];
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          float residual;
+          const float term = model_logistic_row(z[j][2 * half_row + e], label, &residual);
+          if (r < tile_rows) loglik[j][e] += term;  // padded rows: x = 0, so their residuals add nothing
+          tf32_split(residual, &hi[e], &lo[e]);
+        }
+        const int c = warp_chain0 + 8 * j + 2 * t;
+        *reinterpret_cast<float2 *>(&sm.r_hi[r][c]) = make_float2(__uint_as_float(hi[0]), __uint_as_float(hi[1]));
+        *reinterpret_cast<float2 *>(&sm.r_lo[r][c]) = make_float2(__uint_as_float(lo[0]), __uint_as_float(lo[1]));
       }
-      *reinterpret_cast<float4 *>(&sm.r[r][4 * across]) = make_float4(residual[0], residual[1], residual[2], residual[3]);
-      *reinterpret_cast<float4 *>(&sm.r[r][64 + 4 * across]) = make_float4(residual[4], residual[5], residual[6], residual[7]);
     }
     __syncthreads();
 
-    // G for coefficients 4 down..4 down+3 and the thread's 8 chains, rows ascending.
+    // G += X' R for the warp's 16 coefficients x 32 chains: the tile's product from zero, rows in
+    // steps of 8 ascending (a short mma chain, mma_tf32.cuh), then added into G rounded.
     if (has_coefficients) {
-#pragma unroll 4
-      for (int r = 0; r < kFusedTileRows; ++r) {
-        const float av[4] = {x_t[4 * down][r], x_t[4 * down + 1][r], x_t[4 * down + 2][r], x_t[4 * down + 3][r]};
-        const float4 b0 = *reinterpret_cast<const float4 *>(&sm.r[r][4 * across]);
-        const float4 b1 = *reinterpret_cast<const float4 *>(&sm.r[r][64 + 4 * across]);
-        const float bv[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
+      float tile_g[4][4];
 #pragma unroll
-        for (int i = 0; i < 4; ++i)
+      for (int j = 0; j < 4; ++j)
 #pragma unroll
-          for (int j = 0; j < 8; ++j) g[i][j] = fmaf(av[i], bv[j], g[i][j]);
+        for (int e = 0; e < 4; ++e) tile_g[j][e] = 0.0f;
+      const int flip = g & 4;  // coefficient m's swizzle: (m & 4) == (g & 4)
+#pragma unroll 2
+      for (int step = 0; step < kFusedTileRows / 8; ++step) {
+        const int r = 8 * step + t;  // rows r and r + 4
+        tf32_frag_a a;
+        tf32_split(x_t[m][r ^ flip], &a.hi[0], &a.lo[0]);
+        tf32_split(x_t[m + 8][r ^ flip], &a.hi[1], &a.lo[1]);
+        tf32_split(x_t[m][(r + 4) ^ flip], &a.hi[2], &a.lo[2]);
+        tf32_split(x_t[m + 8][(r + 4) ^ flip], &a.hi[3], &a.lo[3]);
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+          mma_3xtf32(tile_g[j], a, fused_frag_b(sm.r_hi, sm.r_lo, r, warp_chain0 + 8 * j + g));
       }
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) g_acc[j][e] = __fadd_rn(g_acc[j][e], tile_g[j][e]);
     }
   }
 
-  const long long chunk = blockIdx.x;
 #pragma unroll
-  for (int j = 0; j < 8; ++j) {
-    const long long chain = chain0 + (j < 4 ? 4 * across + j : 64 + 4 * across + j - 4);
-    if (chain >= chains) continue;
-    float *g_out = g_chunks + (chunk * chains + chain) * dim;
+  for (int j = 0; j < 4; ++j)
 #pragma unroll
-    for (int i = 0; i < 4; ++i)
-      if (4 * down + i < dim) g_out[4 * down + i] = g[i][j];
-  }
-  // Log-likelihood: the 16 row groups' partials per chain, added in row-group order in double.
+    for (int e = 0; e < 4; ++e) {
+      const int k = 16 * quarter + g + 8 * (e / 2);
+      const long long chain = chain0 + warp_chain0 + 8 * j + 2 * t + e % 2;
+      if (k < dim && chain < chains) g_chunks[(chunk * chains + chain) * dim + k] = g_acc[j][e];
+    }
+  // Log-likelihood: per chain, the 32 partials of (row quarter, g), added in that order in double.
   __syncthreads();
 #pragma unroll
-  for (int j = 0; j < 8; ++j) sm.r[down][j < 4 ? 4 * across + j : 64 + 4 * across + j - 4] = loglik[j];
+  for (int j = 0; j < 4; ++j)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) sm.r_hi[8 * quarter + g][warp_chain0 + 8 * j + 2 * t + e] = loglik[j][e];
   __syncthreads();
   if (tid < kFusedChains && chain0 + tid < chains) {
     double sum = 0.0;
-    for (int d = 0; d < 16; ++d) sum += (double)sm.r[d][tid];
+    for (int p = 0; p < 32; ++p) sum += (double)sm.r_hi[p][tid];
     logp_chunks[chunk * chains + chain0 + tid] = sum;
   }
 }
@@ -477,7 +525,7 @@ int fused_logistic_logp_grad(const builtin_params_t *p, builtin_device_state *s,
   long long slice = (long long)(kFusedPartialBytes / (size_t)per_chain) / kFusedChains * kFusedChains;
   if (slice < kFusedChains) slice = kFusedChains;
   if (slice > n) slice = n;
-  if (chunks > 0x7FFFFFFF || (slice + kFusedChains - 1) / kFusedChains > 65535)
+  if (chunks * ((slice + kFusedChains - 1) / kFusedChains) > 0x7FFFFFFF)
     return ds_fail(DS_ERR_INTERNAL, "logistic: %lld data rows exceed the GPU grid", rows);
   if ((size_t)slice > s->chunk_chains) {
     if (s->g_chunks) CUDA_CHECK(cudaFree(s->g_chunks));
@@ -494,8 +542,8 @@ int fused_logistic_logp_grad(const builtin_params_t *p, builtin_device_state *s,
   for (long long c0 = 0; c0 < n; c0 += slice) {
     const long long count = n - c0 < slice ? n - c0 : slice;
     const unsigned groups = (unsigned)((count + kFusedChains - 1) / kFusedChains);
-    fused_logistic_kernel<<<dim3((unsigned)chunks, groups), kFusedThreads, shared_bytes, stream>>>(
-        x + c0 * dim, count, tiles, rows, (int)dim, s->g_chunks, s->logp_chunks);
+    fused_logistic_kernel<<<(unsigned)(chunks * groups), kFusedThreads, shared_bytes, stream>>>(
+        x + c0 * dim, count, tiles, rows, (int)dim, (int)groups, s->g_chunks, s->logp_chunks);
     CUDA_CHECK_LAUNCH("fused_logistic_kernel");
     const long long elements = count * dim;
     fused_logistic_finish_kernel<<<(unsigned)((elements + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
