@@ -394,22 +394,39 @@ __global__ void __launch_bounds__(kFusedThreads, 2)
   }
 }
 
-// One thread per (chain, coefficient): the chunks' partials in chunk order, in double, then the
-// prior; the coefficient-0 thread also finishes the chain's log density.
+// The chunks' partials of each (chain, coefficient), then the prior; and each chain's log
+// density. A block takes kFinishElements consecutive elements (chain * dim + coefficient, then
+// chains * dim + chain for the log densities) with kFinishParts threads each: part p adds the
+// chunks of its fixed quarter in order in double, and part 0 adds the quarters in order. The
+// order depends on the number of chunks alone; many loads are in flight at once.
+constexpr int kFinishParts = 4, kFinishElements = kThreads / kFinishParts;
 __global__ void fused_logistic_finish_kernel(const float *w, long long chains, int dim, long long chunks,
                                              const float *g_chunks, const double *logp_chunks, double data_scale,
                                              double inv_var, float *logp, float *grad) {
-  const long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-  if (e >= chains * dim) return;
-  const long long chain = e / dim;
+  __shared__ double part_sums[kFinishParts][kFinishElements];
+  const int part = threadIdx.x / kFinishElements, slot = threadIdx.x % kFinishElements;
+  const long long e = (long long)blockIdx.x * kFinishElements + slot, elements = chains * dim;
+  const long long quarter = (chunks + kFinishParts - 1) / kFinishParts;
+  const long long first = part * quarter, last = min(chunks, first + quarter);
   double sum = 0.0;
-  for (long long chunk = 0; chunk < chunks; ++chunk) sum += (double)g_chunks[chunk * chains * dim + e];
-  grad[e] = (float)(data_scale * sum - (double)w[e] * inv_var);
-  if (e % dim == 0) {
-    double loglik = 0.0, norm2 = 0.0;
-    for (long long chunk = 0; chunk < chunks; ++chunk) loglik += logp_chunks[chunk * chains + chain];
-    for (int k = 0; k < dim; ++k) norm2 += (double)w[e + k] * (double)w[e + k];
-    logp[chain] = (float)(data_scale * loglik - 0.5 * norm2 * inv_var);
+  if (e < elements) {
+#pragma unroll 4
+    for (long long chunk = first; chunk < last; ++chunk) sum += (double)g_chunks[chunk * elements + e];
+  } else if (e < elements + chains) {
+#pragma unroll 4
+    for (long long chunk = first; chunk < last; ++chunk) sum += logp_chunks[chunk * chains + (e - elements)];
+  }
+  part_sums[part][slot] = sum;
+  __syncthreads();
+  if (part != 0) return;
+  for (int p = 1; p < kFinishParts; ++p) sum += part_sums[p][slot];
+  if (e < elements) {
+    grad[e] = (float)(data_scale * sum - (double)w[e] * inv_var);
+  } else if (e < elements + chains) {
+    const long long chain = e - elements;
+    double norm2 = 0.0;
+    for (int k = 0; k < dim; ++k) norm2 += (double)w[chain * dim + k] * (double)w[chain * dim + k];
+    logp[chain] = (float)(data_scale * sum - 0.5 * norm2 * inv_var);
   }
 }
 
@@ -545,8 +562,9 @@ int fused_logistic_logp_grad(const builtin_params_t *p, builtin_device_state *s,
     fused_logistic_kernel<<<(unsigned)(chunks * groups), kFusedThreads, shared_bytes, stream>>>(
         x + c0 * dim, count, tiles, rows, (int)dim, (int)groups, s->g_chunks, s->logp_chunks);
     CUDA_CHECK_LAUNCH("fused_logistic_kernel");
-    const long long elements = count * dim;
-    fused_logistic_finish_kernel<<<(unsigned)((elements + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
+    const long long elements = count * dim + count;
+    fused_logistic_finish_kernel<<<(unsigned)((elements + kFinishElements - 1) / kFinishElements), kThreads, 0,
+                                   stream>>>(
         x + c0 * dim, count, (int)dim, chunks, s->g_chunks, s->logp_chunks, data_scale, inv_var, logp + c0,
         grad + c0 * dim);
     CUDA_CHECK_LAUNCH("fused_logistic_finish_kernel");
