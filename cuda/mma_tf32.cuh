@@ -38,6 +38,24 @@ __device__ __forceinline__ void tf32_split(float x, uint32_t *hi, uint32_t *lo) 
   *lo = __float_as_uint(__fsub_rn(x, __uint_as_float(*hi))) & 0xffffe000u;
 }
 
+/* An A fragment from its four floats a[0..3] (layout above), split. */
+__device__ __forceinline__ tf32_frag_a tf32_frag_a_of(float a0, float a1, float a2, float a3) {
+  tf32_frag_a a;
+  tf32_split(a0, &a.hi[0], &a.lo[0]);
+  tf32_split(a1, &a.hi[1], &a.lo[1]);
+  tf32_split(a2, &a.hi[2], &a.lo[2]);
+  tf32_split(a3, &a.hi[3], &a.lo[3]);
+  return a;
+}
+
+/* A B fragment from its two floats b[0], b[1], split. */
+__device__ __forceinline__ tf32_frag_b tf32_frag_b_of(float b0, float b1) {
+  tf32_frag_b b;
+  tf32_split(b0, &b.hi[0], &b.lo[0]);
+  tf32_split(b1, &b.hi[1], &b.lo[1]);
+  return b;
+}
+
 /* c += A B on one m16n8k8 tile, operands already in tf32. */
 __device__ __forceinline__ void mma_tf32_m16n8k8(float c[4], const uint32_t a[4], const uint32_t b[2]) {
   asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "

@@ -573,34 +573,23 @@ __device__ __forceinline__ void cp_async_f32x4(float *shared_dst, const float *g
 __device__ __forceinline__ tf32_frag_a wide_frag_a(const float (*s)[WIDE_K_STRIDE], int m0, int k0, int g, int t) {
   const float2 top = *reinterpret_cast<const float2 *>(&s[m0 + g][k0 + 2 * t]);
   const float2 bottom = *reinterpret_cast<const float2 *>(&s[m0 + g + 8][k0 + 2 * t]);
-  tf32_frag_a a;
-  tf32_split(top.x, &a.hi[0], &a.lo[0]);
-  tf32_split(bottom.x, &a.hi[1], &a.lo[1]);
-  tf32_split(top.y, &a.hi[2], &a.lo[2]);
-  tf32_split(bottom.y, &a.hi[3], &a.lo[3]);
-  return a;
+  return tf32_frag_a_of(top.x, bottom.x, top.y, bottom.y);
 }
 /* B (k x n), columns n0 .. n0 + 7, from a [n][k] array: as A, banks 8g + 2t (+ 1). */
 __device__ __forceinline__ tf32_frag_b wide_frag_b_nk(const float (*s)[WIDE_K_STRIDE], int n0, int k0, int g, int t) {
   const float2 pair = *reinterpret_cast<const float2 *>(&s[n0 + g][k0 + 2 * t]);
-  tf32_frag_b b;
-  tf32_split(pair.x, &b.hi[0], &b.lo[0]);
-  tf32_split(pair.y, &b.hi[1], &b.lo[1]);
-  return b;
+  return tf32_frag_b_of(pair.x, pair.y);
 }
 /* B from a [k][n] array: words (k0 + 2t) 132 + n0 + g and 132 further, banks 8t + g (+ 4) mod 32,
  * distinct over the warp. */
 __device__ __forceinline__ tf32_frag_b wide_frag_b_kn(const float (*s)[WIDE_V_STRIDE], int n0, int k0, int g, int t) {
-  tf32_frag_b b;
-  tf32_split(s[k0 + 2 * t][n0 + g], &b.hi[0], &b.lo[0]);
-  tf32_split(s[k0 + 2 * t + 1][n0 + g], &b.hi[1], &b.lo[1]);
-  return b;
+  return tf32_frag_b_of(s[k0 + 2 * t][n0 + g], s[k0 + 2 * t + 1][n0 + g]);
 }
 
 /* One stage of both wide kernels on a warp's 64 x 32 tile: part = A B over the stage's k,
  * k8 steps ascending from part = 0; then acc += part, rounded to nearest. The tensor cores'
  * own accumulation is not float32's round to nearest and drifts over long sums (see
- * svgd_phi_kernel); summed apart by stage it runs over 12 mma at most, the sums over stages
+ * mma_tf32.cuh); summed apart by stage it runs over 12 mma at most, the sums over stages
  * are float32's. */
 template <typename load_b_t>
 __device__ __forceinline__ void wide_stage_mma(const float (*a_s)[WIDE_K_STRIDE], int m0, int g, int t,

@@ -313,11 +313,7 @@ __global__ void __launch_bounds__(kFusedThreads, 2)
       for (int e = 0; e < 4; ++e) z[j][e] = 0.0f;
     for (int step = 0; step < k_steps; ++step) {
       const int k = 8 * step + t;  // coefficients k and k + 4 (swizzled: k & 4 == 0)
-      tf32_frag_a a;
-      tf32_split(x_t[k][m], &a.hi[0], &a.lo[0]);
-      tf32_split(x_t[k][m + 8], &a.hi[1], &a.lo[1]);
-      tf32_split(x_t[k + 4][m ^ 4], &a.hi[2], &a.lo[2]);
-      tf32_split(x_t[k + 4][(m + 8) ^ 4], &a.hi[3], &a.lo[3]);
+      const tf32_frag_a a = tf32_frag_a_of(x_t[k][m], x_t[k][m + 8], x_t[k + 4][m ^ 4], x_t[k + 4][(m + 8) ^ 4]);
 #pragma unroll
       for (int j = 0; j < 4; ++j) mma_3xtf32(z[j], a, fused_frag_b(sm.w_hi, sm.w_lo, k, warp_chain0 + 8 * j + g));
     }
@@ -356,11 +352,8 @@ __global__ void __launch_bounds__(kFusedThreads, 2)
 #pragma unroll 2
       for (int step = 0; step < kFusedTileRows / 8; ++step) {
         const int r = 8 * step + t;  // rows r and r + 4
-        tf32_frag_a a;
-        tf32_split(x_t[m][r ^ flip], &a.hi[0], &a.lo[0]);
-        tf32_split(x_t[m + 8][r ^ flip], &a.hi[1], &a.lo[1]);
-        tf32_split(x_t[m][(r + 4) ^ flip], &a.hi[2], &a.lo[2]);
-        tf32_split(x_t[m + 8][(r + 4) ^ flip], &a.hi[3], &a.lo[3]);
+        const tf32_frag_a a =
+            tf32_frag_a_of(x_t[m][r ^ flip], x_t[m + 8][r ^ flip], x_t[m][(r + 4) ^ flip], x_t[m + 8][(r + 4) ^ flip]);
 #pragma unroll
         for (int j = 0; j < 4; ++j)
           mma_3xtf32(tile_g[j], a, fused_frag_b(sm.r_hi, sm.r_lo, r, warp_chain0 + 8 * j + g));

@@ -160,13 +160,14 @@ int h5out_create(h5out_t **out, MPI_Comm comm, const char *path, const h5out_att
   return DS_OK;
 }
 
-/* Writes `count` int64 values first + step * i, i = offset, offset + 1, ... at [offset,
- * offset+count) of a 1-D dataset; rank 0 writes, the others take part with empty selections. */
+/* Writes `count` int64 values at [offset, offset+count) of a 1-D dataset: given[0 .. count)
+ * when given, else first + step * i, i = offset, offset + 1, ...; rank 0 writes, the others take
+ * part with empty selections. */
 static int write_coordinate_range(h5out_t *f, hid_t dataset, int64_t offset, int64_t count, int64_t first,
-                                  int64_t step) {
+                                  int64_t step, const int64_t *given) {
   int64_t *values = malloc((size_t)(count > 0 ? count : 1) * sizeof *values);
   if (!values) return DS_FAIL_ALLOC("coordinate values", (size_t)count * sizeof(int64_t));
-  for (int64_t i = 0; i < count; ++i) values[i] = first + step * (offset + i);
+  for (int64_t i = 0; i < count; ++i) values[i] = given ? given[i] : first + step * (offset + i);
   hid_t file_space = H5Dget_space(dataset);
   hsize_t start = (hsize_t)offset, n = (hsize_t)(count > 0 ? count : 1);
   hid_t mem_space = H5Screate_simple(1, &n, NULL);
@@ -190,11 +191,9 @@ static int write_coordinate_range(h5out_t *f, hid_t dataset, int64_t offset, int
   return status;
 }
 
-static int write_index_range(h5out_t *f, hid_t dataset, int64_t offset, int64_t count) {
-  return write_coordinate_range(f, dataset, offset, count, 0, 1);
-}
-
-static hid_t create_coordinate(h5out_t *f, hid_t group, const char *name, int64_t size, int growable) {
+/* A coordinate dataset of `size` values: given's, else 0, 1, ... (growable: extended later). */
+static hid_t create_coordinate(h5out_t *f, hid_t group, const char *name, int64_t size, int growable,
+                               const int64_t *given) {
   hsize_t dims = (hsize_t)size, max_dims = growable ? H5S_UNLIMITED : (hsize_t)size;
   hid_t space = H5Screate_simple(1, &dims, &max_dims);
   hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
@@ -206,7 +205,8 @@ static hid_t create_coordinate(h5out_t *f, hid_t group, const char *name, int64_
   H5Pclose(dcpl);
   H5Sclose(space);
   if (dataset < 0) return dataset;
-  if (H5DSset_scale(dataset, name) < 0 || (size > 0 && write_index_range(f, dataset, 0, size) != DS_OK)) {
+  if (H5DSset_scale(dataset, name) < 0 ||
+      (size > 0 && write_coordinate_range(f, dataset, 0, size, 0, 1, given) != DS_OK)) {
     H5Dclose(dataset);
     return H5I_INVALID_HID;
   }
@@ -293,9 +293,9 @@ static int add_group(h5out_t *f, const char *name, const h5out_axes_t *axes, int
   H5Pclose(gcpl);
   H5_CHECK(g->group);
   DS_TRY(write_library_attrs(f, g->group));
-  g->chain_scale = create_coordinate(f, g->group, axes->chain, n_chains, 0);
+  g->chain_scale = create_coordinate(f, g->group, axes->chain, n_chains, 0, NULL);
   H5_CHECK(g->chain_scale);
-  g->draw_scale = create_coordinate(f, g->group, axes->draw, 0, 1);
+  g->draw_scale = create_coordinate(f, g->group, axes->draw, 0, 1, NULL);
   H5_CHECK(g->draw_scale);
   g->dim_scale = H5I_INVALID_HID;
   for (int v = 0; v < n_vars; ++v) {
@@ -303,7 +303,7 @@ static int add_group(h5out_t *f, const char *name, const h5out_axes_t *axes, int
     if (vars[v].has_dim && g->dim_scale < 0) {
       char dim_name[256];
       snprintf(dim_name, sizeof dim_name, "%s_dim_0", vars[v].name);
-      g->dim_scale = create_coordinate(f, g->group, dim_name, dim, 0);
+      g->dim_scale = create_coordinate(f, g->group, dim_name, dim, 0, NULL);
       H5_CHECK(g->dim_scale);
     }
     hsize_t extent[H5OUT_MAX_AXES];
@@ -345,7 +345,7 @@ static int add_group(h5out_t *f, const char *name, const h5out_axes_t *axes, int
     for (int axis = 0; axis < g->shapes[v].n_axes; ++axis) {
       char dim_name[300];
       snprintf(dim_name, sizeof dim_name, "%s_dim_%d", vars[v].name, axis);
-      hid_t scale = create_coordinate(f, g->group, dim_name, (int64_t)extent[axis], 0);
+      hid_t scale = create_coordinate(f, g->group, dim_name, (int64_t)extent[axis], 0, NULL);
       H5_CHECK(scale);
       herr_t attached = H5DSattach_scale(g->datasets[v], scale, (unsigned)(2 + axis));
       H5Dclose(scale);
@@ -419,7 +419,7 @@ int h5out_write_block(h5out_t *f, int group_id, int64_t total_draws, int64_t cha
       status = output_fail(f, "growing the draw coordinate (H5Dset_extent)");
     DS_TRY(h5out_agree(f, status));
     DS_TRY(h5out_agree(f, write_coordinate_range(f, g->draw_scale, g->n_draws, total_draws - g->n_draws,
-                                                 g->draw_first, g->draw_step)));
+                                                 g->draw_first, g->draw_step, NULL)));
     g->n_draws = total_draws;
   }
   const int empty = chain_count <= 0 || draw_count <= 0;
@@ -709,8 +709,8 @@ int h5out_write_summary_group(h5out_t *f, const char *name, const char *dim_name
   H5_CHECK(group);
   int status = write_library_attrs(f, group);
   hid_t scales[2] = {H5I_INVALID_HID, H5I_INVALID_HID};
-  if (status == DS_OK) scales[0] = create_coordinate(f, group, "chain", n_chains, 0);
-  if (status == DS_OK) scales[1] = create_coordinate(f, group, dim_name, dim, 0);
+  if (status == DS_OK) scales[0] = create_coordinate(f, group, "chain", n_chains, 0, NULL);
+  if (status == DS_OK) scales[1] = create_coordinate(f, group, dim_name, dim, 0, NULL);
   if (status == DS_OK && (scales[0] < 0 || scales[1] < 0)) status = h5_fail(__FILE__, __LINE__, "create_coordinate");
   status = h5out_agree(f, status);
   const hsize_t chain_dims[2] = {(hsize_t)n_chains, (hsize_t)dim}, global_dims[1] = {(hsize_t)dim};
@@ -742,27 +742,10 @@ int h5out_write_series(h5out_t *f, const char *name, const char *axis, int64_t c
   int status = write_library_attrs(f, group);
   hid_t scale = H5I_INVALID_HID;
   if (status == DS_OK) {
-    hsize_t dims = (hsize_t)count;
-    hid_t space = H5Screate_simple(1, &dims, NULL);
-    scale = space < 0 ? H5I_INVALID_HID : H5Dcreate2(group, axis, H5T_STD_I64LE, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-    if (space >= 0) H5Sclose(space);
-    if (scale < 0 || H5DSset_scale(scale, axis) < 0) status = h5_fail(__FILE__, __LINE__, "H5Dcreate2/H5DSset_scale");
+    scale = create_coordinate(f, group, axis, count, 0, coordinates);
+    if (scale < 0) status = h5_fail(__FILE__, __LINE__, "creating the series coordinate");
   }
   status = h5out_agree(f, status);
-  /* The coordinate's values, written as the variables are: by rank 0. */
-  if (status == DS_OK && count > 0) {
-    hsize_t dims = (hsize_t)count;
-    hid_t file_space = H5Dget_space(scale), mem_space = H5Screate_simple(1, &dims, NULL);
-    if (f->rank != 0) {
-      H5Sselect_none(file_space);
-      H5Sselect_none(mem_space);
-    }
-    if (H5Dwrite(scale, H5T_NATIVE_INT64, mem_space, file_space, f->xfer, coordinates) < 0)
-      status = output_fail(f, "writing a series coordinate");
-    H5Sclose(file_space);
-    H5Sclose(mem_space);
-    status = h5out_agree(f, status);
-  }
   const hsize_t dims[1] = {(hsize_t)count};
   for (int v = 0; v < n_vars && status == DS_OK && count > 0; ++v)
     status = write_summary_dataset(f, group, vars[v], 1, dims, &scale, 0, f->rank == 0 ? 1 : 0, data[v], 0);

@@ -246,12 +246,13 @@ static int cpu_svgd_phi(backend_t *b, const float *x_all, const float *score_all
   if (row_end <= row_begin) return DS_OK;
   const float h = kernel->h;
   DS_TRY(ensure_scratch(&impl->columns_t, &impl->columns_t_floats, (size_t)(n * dim)));
-  DS_TRY(ensure_scratch(&impl->v_all, &impl->v_all_floats, (size_t)(n * dim)));
   transpose_columns(x_all, n, dim, impl->columns_t);
   const float *columns_t = impl->columns_t;
-  float *v_all = impl->v_all;
   const int rbf = kernel->kind == SVGD_KERNEL_RBF;
+  float *v_all = NULL; /* rbf only: s_j - x_j / h */
   if (rbf) {
+    DS_TRY(ensure_scratch(&impl->v_all, &impl->v_all_floats, (size_t)(n * dim)));
+    v_all = impl->v_all;
 #pragma omp parallel for schedule(static)
     for (int64_t e = 0; e < n * dim; ++e) v_all[e] = score_all[e] - x_all[e] / h;
   }

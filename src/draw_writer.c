@@ -18,11 +18,8 @@ struct draw_writer {
 
 static int run_job(h5out_t *file, const draw_writer_job_t *job) {
   const int64_t total = job->first_draw + job->count;
-  /* n_groups 0 (a job made without it): the first two, as before a third group existed. */
-  const int n_groups = job->n_groups > 0 ? job->n_groups : 2;
-  for (int g = 0; g < n_groups; ++g)
-    if (job->groups[g] >= 0)
-      DS_TRY(h5out_write_block(file, job->groups[g], total, job->chain_begin, job->rows, job->first_draw, job->count,
+  for (int g = 0; g < job->n_groups; ++g)
+    DS_TRY(h5out_write_block(file, job->groups[g], total, job->chain_begin, job->rows, job->first_draw, job->count,
                              job->buffer_draws, job->data[g]));
   h5out_start_writeback(file);
   return DS_OK;

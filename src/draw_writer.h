@@ -14,10 +14,9 @@
 enum { DRAW_WRITER_MAX_GROUPS = 3, DRAW_WRITER_MAX_VARS = 256 };
 
 /* One block: draws [first_draw, first_draw + count) of chains [chain_begin, + rows), from
- * buffers holding buffer_draws draws per chain; each group's variables in its order. A job
- * of one group sets the other's id to -1. */
+ * buffers holding buffer_draws draws per chain; each group's variables in its order. */
 typedef struct draw_writer_job {
-  int n_groups;           /* groups used; 0 means 2 */
+  int n_groups;           /* groups written: groups[0 .. n_groups) */
   int groups[DRAW_WRITER_MAX_GROUPS];
   int n_vars[DRAW_WRITER_MAX_GROUPS];
   const void *data[DRAW_WRITER_MAX_GROUPS][DRAW_WRITER_MAX_VARS];

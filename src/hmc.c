@@ -514,21 +514,26 @@ static void phase_free(backend_t *b, hmc_phase_out_t *phase) {
   free(phase->values);
 }
 
-/* The target's output variables of the block's kept draws (host copy): gathered, keyed by
- * (seed, chain, phase, draw), constrained on the host's threads, then laid out per variable
- * ([rows, capacity, size] each) for the writer. Local. */
-static int constrain_block(run_ctx_t *run, hmc_output_t *output, hmc_phase_out_t *phase, int sampling) {
+/* The target's output variables of the block's kept draws (host copy): keyed by (seed, chain,
+ * phase, draw), constrained on the host's threads, then laid out per variable ([rows, capacity,
+ * size] each) for the writer, whose pointers go to data. A partly filled block is gathered
+ * first. Local. */
+static int constrain_block(run_ctx_t *run, hmc_output_t *output, hmc_phase_out_t *phase, int sampling,
+                           const void **data) {
   const dsampler_target *t = run->target;
   const hmc_draw_block_t *host = &phase->host;
   const int64_t dim = t->dim, rows = output->rows, count = phase->count;
   const int64_t capacity = host->capacity;
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t slot = 0; slot < count; ++slot) {
-      memcpy(phase->gathered + (r * count + slot) * dim, host->q + (r * capacity + slot) * dim, (size_t)dim * sizeof(float));
+      if (count < capacity)
+        memcpy(phase->gathered + (r * count + slot) * dim, host->q + (r * capacity + slot) * dim,
+               (size_t)dim * sizeof(float));
       phase->keys[r * count + slot] = target_output_key(run->cfg->seed, run->item_begin + r, sampling, phase->first_draw + slot);
     }
-  DS_TRY(target_constrain(t, phase->gathered, rows * count, phase->keys, phase->packed));
-  target_unpack_outputs(t, phase->packed, rows, count, capacity, phase->values, NULL);
+  const float *points = count < capacity ? phase->gathered : host->q;
+  DS_TRY(target_constrain(t, points, rows * count, phase->keys, phase->packed));
+  target_unpack_outputs(t, phase->packed, rows, count, capacity, phase->values, data);
   return DS_OK;
 }
 
@@ -536,16 +541,16 @@ static int constrain_block(run_ctx_t *run, hmc_output_t *output, hmc_phase_out_t
 static int phase_flush(run_ctx_t *run, hmc_output_t *output, hmc_phase_out_t *phase) {
   if (phase->count == 0) return DS_OK;
   /* The host copy is the writer's until its job is done. */
+  draw_writer_job_t job;
+  memset(&job, 0, sizeof job);
   int status = draw_writer_wait(output->writer);
   if (status == DS_OK) status = block_download(run->backend, &phase->host, &phase->block);
   const int outputs = target_has_outputs(run->target);
-  if (status == DS_OK && outputs) status = constrain_block(run, output, phase, phase == &output->phase[1]);
+  if (status == DS_OK && outputs) status = constrain_block(run, output, phase, phase == &output->phase[1], job.data[0]);
   DS_TRY(comm_agree(run->comm, status));
   const hmc_draw_block_t *host = &phase->host;
   for (int64_t r = 0; r < output->rows; ++r)
     memcpy(phase->n_steps + r * host->capacity, phase->slot_steps, (size_t)phase->count * sizeof(int32_t));
-  draw_writer_job_t job;
-  memset(&job, 0, sizeof job);
   job.n_groups = outputs ? 3 : 2;
   job.groups[0] = phase->g_posterior;
   job.groups[1] = phase->g_stats;
@@ -554,13 +559,7 @@ static int phase_flush(run_ctx_t *run, hmc_output_t *output, hmc_phase_out_t *ph
   const void *stats[HMC_N_STATS] = {host->logp, host->accept, host->step, host->diverging, host->energy, phase->n_steps};
   memcpy(job.data[1], stats, sizeof stats);
   if (outputs) {
-    const dsampler_target *t = run->target;
-    int64_t offset = 0;
-    for (int v = 0; v < t->n_vars; ++v) {
-      job.data[0][v] = phase->values + output->rows * host->capacity * offset;
-      offset += target_var_size(&t->vars[v]);
-    }
-    job.n_vars[0] = t->n_vars;
+    job.n_vars[0] = run->target->n_vars; /* data[0]: constrain_block's */
     job.n_vars[2] = 1;
     job.data[2][0] = host->q;
   } else {

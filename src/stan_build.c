@@ -8,6 +8,7 @@
  *                 toolchain and the shim's text
  *   model-<key>/  <name>.so with model.cpp (stanc's C++) and build.log; key = hash of the
  *                 tool key and stanc's C++
+ *   failed-build.log  the log of the last compile or link that failed (its folder is removed)
  * Entries are built in a tmp- folder and renamed into place, under a lock on .lock, so runs
  * that start together build once and never see half a library. */
 /* nftw (X/Open) for clearing a failed build's folder. */
@@ -379,8 +380,12 @@ static int compile_step(stan_toolchain_t *tool, const char *what, char *const *t
   char log[8192], message[1024];
   log_tail(log_path, log, sizeof log);
   compiler_message(log, message, sizeof message);
+  /* The build's folder is removed after a failure: keep its log where the message says. */
+  char kept[CONFIG_PATH_MAX + 32];
+  snprintf(kept, sizeof kept, "%s/failed-build.log", tool->cache);
+  const char *shown = rename(log_path, kept) == 0 ? kept : log_path;
   return ds_fail(DS_ERR_INPUT, "Stan: %s failed (%s, exit %d): %s (the whole log: %s)", what, tool->compiler,
-                 exit_code, message, log_path);
+                 exit_code, message, shown);
 }
 
 static int toolchain_key(stan_toolchain_t *tool) {
@@ -463,12 +468,6 @@ static int toolchain_build(stan_toolchain_t *tool, int verbose) {
   if (status == DS_OK) chmod(tmp, 0755);
   if (status == DS_OK && rename(tmp, tool->tool_dir) != 0 && !is_file(done))
     status = ds_fail(DS_ERR_IO, "the Stan cache: cannot rename %s to %s: %s", tmp, tool->tool_dir, strerror(errno));
-  if (status != DS_OK) {
-    /* Keep the log where the message says it is. */
-    char kept[CONFIG_PATH_MAX + 32];
-    snprintf(kept, sizeof kept, "%s/toolchain-failed.log", tool->cache);
-    rename(log, kept);
-  }
   remove_tree(tmp);
   if (status == DS_OK && verbose) {
     fprintf(stderr, "dsampler: Stan toolchain built in %.1f s\n", seconds_since(&start));

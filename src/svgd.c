@@ -248,8 +248,8 @@ static int svgd_snapshot(run_ctx_t *run, svgd_state_t *s, svgd_snapshots_t *snap
   DS_TRY(comm_agree(run->comm, status));
   draw_writer_job_t job;
   memset(&job, 0, sizeof job);
+  job.n_groups = 1;
   job.groups[0] = snapshots->group;
-  job.groups[1] = -1;
   job.n_vars[0] = 1;
   job.data[0][0] = buffer;
   job.chain_begin = run->item_begin;
