@@ -135,6 +135,16 @@ int cuda_logp_grad(backend_t *b, const dsampler_target *t, const float *x, int64
   return DS_OK;
 }
 
+/* The phi scratch (grow-only), which the median's centred rows and the KSD's row sums share. */
+int ensure_phi_scratch(cuda_impl *impl, size_t floats, const char *what) {
+  size_t have_bytes = impl->phi_scratch_floats * sizeof(float);
+  void *scratch = impl->phi_scratch;
+  DS_TRY(ensure_device(&scratch, &have_bytes, floats * sizeof(float), what));
+  impl->phi_scratch = static_cast<float *>(scratch);
+  impl->phi_scratch_floats = have_bytes / sizeof(float);
+  return DS_OK;
+}
+
 int cuda_svgd_pair_counts(backend_t *b, const float *x_all, int64_t n, int64_t dim, int64_t row_begin,
                           int64_t row_end, int pass, uint32_t select_bits, uint64_t **counts_out) {
   cuda_impl *impl = impl_of(b);
@@ -144,9 +154,12 @@ int cuda_svgd_pair_counts(backend_t *b, const float *x_all, int64_t n, int64_t d
   const int counts = pass == SVGD_MEDIAN_PASS_WINDOW ? SVGD_WINDOW_COUNTS : SVGD_HIST_BINS;
   /* Cleared on a rank without rows too: its zeros go into the sum across ranks. */
   CUDA_CHECK(cudaMemsetAsync(impl->hist_dev, 0, (size_t)counts * sizeof(unsigned long long), impl->stream));
-  if (n >= 2 && row_end > row_begin)
+  if (n >= 2 && row_end > row_begin) {
+    /* The centred rows share the phi scratch: the two never run at once. */
+    DS_TRY(ensure_phi_scratch(impl, svgd_pair_histogram_scratch_floats(n, dim), "the median's centred rows"));
     DS_TRY(svgd_launch_pair_histogram(x_all, n, dim, row_begin, row_end, pass, select_bits, impl->hist_dev,
-                                      impl->sm_count, impl->stream));
+                                      impl->phi_scratch, impl->sm_count, impl->stream));
+  }
   /* unsigned long long (the kernels' atomicAdd type) and uint64_t are both 64-bit unsigned. */
   static_assert(sizeof(unsigned long long) == sizeof(uint64_t), "64-bit counts");
   *counts_out = reinterpret_cast<uint64_t *>(impl->hist_dev);
@@ -171,12 +184,7 @@ int cuda_svgd_phi(backend_t *b, const float *x_all, const float *score_all, int6
                   int64_t row_begin, int64_t row_end, const svgd_kernel_t *kernel, float *phi) {
   cuda_impl *impl = impl_of(b);
   if (row_end <= row_begin) return DS_OK;
-  const size_t floats = svgd_phi_scratch_floats(n, dim, row_end - row_begin);
-  size_t have_bytes = impl->phi_scratch_floats * sizeof(float);
-  void *scratch = impl->phi_scratch;
-  DS_TRY(ensure_device(&scratch, &have_bytes, floats * sizeof(float), "SVGD phi scratch"));
-  impl->phi_scratch = static_cast<float *>(scratch);
-  impl->phi_scratch_floats = have_bytes / sizeof(float);
+  DS_TRY(ensure_phi_scratch(impl, svgd_phi_scratch_floats(n, dim, row_end - row_begin), "SVGD phi scratch"));
   return svgd_launch_phi(x_all, score_all, n, dim, row_begin, row_end, kernel, phi, impl->phi_scratch,
                          impl->stream);
 }
@@ -279,11 +287,7 @@ int cuda_svgd_stein_sum(backend_t *b, const float *x_all, const float *score_all
   const int64_t rows = row_end - row_begin;
   /* The rows' sums take the phi scratch (grow-only), as doubles. */
   const size_t floats = 2 * (size_t)(rows > 0 ? rows : 1);
-  size_t have_bytes = impl->phi_scratch_floats * sizeof(float);
-  void *scratch = impl->phi_scratch;
-  DS_TRY(ensure_device(&scratch, &have_bytes, floats * sizeof(float), "KSD row sums"));
-  impl->phi_scratch = static_cast<float *>(scratch);
-  impl->phi_scratch_floats = have_bytes / sizeof(float);
+  DS_TRY(ensure_phi_scratch(impl, floats, "KSD row sums"));
   DS_TRY(ensure_sums(impl, EXACT_DIGITS + 1));
   unsigned long long *totals = static_cast<unsigned long long *>(impl->sums_dev);
   DS_TRY(svgd_launch_stein_sum(x_all, score_all, n, dim, row_begin, row_end, kernel,

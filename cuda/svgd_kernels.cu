@@ -45,7 +45,7 @@
 
 namespace {
 
-svgd_cuda_tuning_t svgd_tuning = {16, 0};
+svgd_cuda_tuning_t svgd_tuning = {0, 0};
 
 /* ---------------------------------------------------------------- pair histogram */
 
@@ -72,9 +72,11 @@ constexpr long long HIST_MAX_N = 1ll << 30;        /* int offsets inside the ker
 struct pair_histogram_args {
   const float *x;
   int n, half, row_begin, row_end, dim, chunks, col_tiles, row_tiles;
+  int col_step;             /* (HIST_THREADS / KC) mod n: hist_stage's step between columns */
   long long total_tiles;
   uint32_t select_bits;     /* PASS_LOW: the top 16 bits; PASS_WINDOW: the window start */
   unsigned long long *hist; /* SVGD_HIST_BINS, or SVGD_WINDOW_COUNTS for PASS_WINDOW */
+  const float *squares;     /* GEMM: |y_j|^2 of the centred rows (svgd_kernel_math.h) */
 };
 
 /* A 16-bit counter wrapped (old was 0xFFFF in its half): settle 65536 counts in the global
@@ -114,8 +116,10 @@ struct hist_cursor {
   }
 };
 
-/* Stages one chunk: rows r0 + ty + 32 l and columns c0 + ty + 32 l (mod n), coordinate
- * k0 + tx, each thread one element per row, transposed to [k][row] in shared memory. */
+/* Stages one chunk: rows r0 + lead + L l and columns c0 + lead + L l (mod n), L = HIST_THREADS / KC,
+ * coordinate chunk KC + kk, each thread one element per row, transposed to [k][row] in shared
+ * memory. Addresses step by L rows (columns: by col_step = L mod n, wrapped once), so a copy
+ * costs a few instructions; a tile whose rows are all in range skips the row checks. */
 template <int KC>
 __device__ __forceinline__ void hist_stage(const pair_histogram_args &a, const hist_cursor &at, int tid,
                                            float *rows_s, float *cols_s) {
@@ -123,30 +127,38 @@ __device__ __forceinline__ void hist_stage(const pair_histogram_args &a, const h
   const int kk = tid % KC, lead = tid / KC, k = at.chunk * KC + kk;
   const bool k_valid = k < a.dim;
   const int r0 = at.r0(a);
+  const size_t step = (size_t)HIST_LOAD_ROWS * (size_t)a.dim;
+  const float *row_src = a.x + ((size_t)(r0 + lead) * (size_t)a.dim + (size_t)k);
+  float *row_dst = rows_s + kk * HIST_ROW_STRIDE + lead;
+  if (k_valid && r0 + HIST_BM <= a.row_end) {
+#pragma unroll
+    for (int l = 0; l < HIST_BM / HIST_LOAD_ROWS; ++l)
+      cp_async_f32(row_dst + l * HIST_LOAD_ROWS, row_src + l * step, true);
+  } else {
+#pragma unroll
+    for (int l = 0; l < HIST_BM / HIST_LOAD_ROWS; ++l) {
+      const bool valid = k_valid && r0 + lead + l * HIST_LOAD_ROWS < a.row_end;
+      cp_async_f32(row_dst + l * HIST_LOAD_ROWS, valid ? row_src + l * step : a.x, valid);
+    }
+  }
   int column = at.c0(a) + lead;
   if (column >= a.n) column -= a.n;
   if (column >= a.n) column %= a.n;
-#pragma unroll
-  for (int l = 0; l < HIST_BM / HIST_LOAD_ROWS; ++l) {
-    const int row = r0 + lead + l * HIST_LOAD_ROWS;
-    const bool valid = k_valid && row < a.row_end;
-    cp_async_f32(rows_s + kk * HIST_ROW_STRIDE + lead + l * HIST_LOAD_ROWS,
-                 valid ? a.x + (size_t)row * a.dim + k : a.x, valid);
-  }
+  const float *x_k = a.x + (k_valid ? k : 0);
+  float *col_dst = cols_s + kk * HIST_COL_STRIDE + lead;
 #pragma unroll
   for (int l = 0; l < HIST_BN / HIST_LOAD_ROWS; ++l) {
-    cp_async_f32(cols_s + kk * HIST_COL_STRIDE + lead + l * HIST_LOAD_ROWS,
-                 k_valid ? a.x + (size_t)column * a.dim + k : a.x, k_valid);
-    column += HIST_LOAD_ROWS;
+    cp_async_f32(col_dst + l * HIST_LOAD_ROWS, x_k + (size_t)column * (size_t)a.dim, k_valid);
+    column += a.col_step;
     if (column >= a.n) column -= a.n;
-    if (column >= a.n) column %= a.n;
   }
 }
 
 /* PASS is a template argument, one kernel per pass: with the pass chosen at run time in the
  * epilogue, the radix passes measured 3-5% slower once the window pass was added (H200,
- * N = 32768 and 65536). */
-template <int KC, int PASS>
+ * N = 32768 and 65536). GEMM: a.x holds the centred rows and the distances are the GEMM
+ * identity's (svgd_kernel_math.h), one fma per pair and coordinate instead of two instructions. */
+template <int KC, int PASS, bool GEMM>
 __global__ void __launch_bounds__(HIST_THREADS, 1)
 svgd_pair_histogram_kernel(const pair_histogram_args a) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -205,8 +217,12 @@ svgd_pair_histogram_kernel(const pair_histogram_args a) {
       for (int r = 0; r < 8; ++r)
 #pragma unroll
         for (int c = 0; c < 8; ++c) {
-          const float diff = __fsub_rn(av[r], bv[c]);
-          acc[r][c] = __fmaf_rn(diff, diff, acc[r][c]);
+          if (GEMM) {
+            acc[r][c] = __fmaf_rn(av[r], bv[c], acc[r][c]);
+          } else {
+            const float diff = __fsub_rn(av[r], bv[c]);
+            acc[r][c] = __fmaf_rn(diff, diff, acc[r][c]);
+          }
         }
     }
 
@@ -216,6 +232,26 @@ svgd_pair_histogram_kernel(const pair_histogram_args a) {
       const bool full = r0 + HIST_BM <= a.row_end && first_offset - (HIST_BM - 1) >= 1 &&
                         first_offset + HIST_BN - 1 <= span_min;
       uint32_t tile_below = 0u, tile_above = 0u;
+      if (GEMM) { /* acc holds dot products: D = |y_i|^2 + |y_j|^2 - 2 y_i . y_j */
+        float column_squares[8];
+        int column = at.c0(a) + tx * 4;
+        if (column >= a.n) column -= a.n;
+        if (column >= a.n) column %= a.n;
+#pragma unroll
+        for (int c = 0; c < 8; ++c) {
+          int j = column + (c & 3) + (c >> 2) * 64;
+          if (j >= a.n) j -= a.n;
+          if (j >= a.n) j %= a.n;
+          column_squares[c] = a.squares[j];
+        }
+#pragma unroll
+        for (int r = 0; r < 8; ++r) {
+          const int i = r0 + ty * 8 + r;
+          const float row_square = i < a.row_end ? a.squares[i] : 0.0f;
+#pragma unroll
+          for (int c = 0; c < 8; ++c) acc[r][c] = svgd_gemm_distance(row_square, column_squares[c], acc[r][c]);
+        }
+      }
 #pragma unroll
       for (int r = 0; r < 8; ++r) {
         const int i = r0 + ty * 8 + r;
@@ -621,14 +657,40 @@ __device__ __forceinline__ void wide_stage_mma(const float (*a_s)[WIDE_K_STRIDE]
       for (int e = 0; e < 4; ++e) acc[i][j][e] = __fadd_rn(acc[i][j][e], part[i][j][e]);
 }
 
-/* |x_j|^2 for every particle: fma chain, k ascending. */
-__global__ void svgd_squares_kernel(const float *x, long long n, int dim, float *squares) {
-  for (long long j = (long long)blockIdx.x * blockDim.x + threadIdx.x; j < n; j += (long long)gridDim.x * blockDim.x) {
+/* |x_j|^2 for every particle: fma chain, k ascending. A warp takes a row: its lanes read 256
+ * coordinates at a time, coalesced, and every lane runs the chain over them through shuffles
+ * (zeros past dim add nothing). */
+constexpr int SQUARES_THREADS = 256;
+
+__global__ void __launch_bounds__(SQUARES_THREADS) svgd_squares_kernel(const float *x, long long n, int dim,
+                                                                       float *squares) {
+  const int lane = threadIdx.x % 32;
+  const long long warps = (long long)gridDim.x * (SQUARES_THREADS / 32);
+  for (long long j = (long long)blockIdx.x * (SQUARES_THREADS / 32) + threadIdx.x / 32; j < n; j += warps) {
     const float *x_j = x + j * dim;
     float sum = 0.0f;
-    for (int k = 0; k < dim; ++k) sum = __fmaf_rn(x_j[k], x_j[k], sum);
-    squares[j] = sum;
+    for (int k0 = 0; k0 < dim; k0 += 256) {
+      float v[8];
+#pragma unroll
+      for (int c = 0; c < 8; ++c) {
+        const int k = k0 + 32 * c + lane;
+        v[c] = k < dim ? x_j[k] : 0.0f;
+      }
+#pragma unroll
+      for (int c = 0; c < 8; ++c)
+#pragma unroll
+        for (int i = 0; i < 32; ++i) {
+          const float value = __shfl_sync(0xFFFFFFFFu, v[c], i);
+          sum = __fmaf_rn(value, value, sum);
+        }
+    }
+    if (lane == 0) squares[j] = sum;
   }
+}
+
+int squares_grid(long long n) {
+  const long long blocks = (n + SQUARES_THREADS / 32 - 1) / (SQUARES_THREADS / 32);
+  return blocks > 65536 ? 65536 : blocks < 1 ? 1 : (int)blocks;
 }
 
 /* grid (row blocks, column tiles of the slab), WIDE_THREADS, sizeof(wide_tile_shared) dynamic.
@@ -1074,20 +1136,38 @@ int launch_phi_tiled(const phi_args &a, long long row_blocks, cudaStream_t strea
   return DS_OK;
 }
 
-template <int KC, int PASS>
-int launch_pair_histogram(const pair_histogram_args &a, long long blocks, cudaStream_t stream) {
-  CUDA_CHECK(cudaFuncSetAttribute(svgd_pair_histogram_kernel<KC, PASS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  (int)hist_smem_bytes(KC)));
-  svgd_pair_histogram_kernel<KC, PASS><<<(unsigned)blocks, HIST_THREADS, hist_smem_bytes(KC), stream>>>(a);
+template <int KC, int PASS, bool GEMM>
+int launch_pair_histogram_kernel(const pair_histogram_args &a, long long blocks, cudaStream_t stream) {
+  CUDA_CHECK(cudaFuncSetAttribute(svgd_pair_histogram_kernel<KC, PASS, GEMM>,
+                                  cudaFuncAttributeMaxDynamicSharedMemorySize, (int)hist_smem_bytes(KC)));
+  svgd_pair_histogram_kernel<KC, PASS, GEMM><<<(unsigned)blocks, HIST_THREADS, hist_smem_bytes(KC), stream>>>(a);
   CUDA_CHECK_LAUNCH("svgd_pair_histogram_kernel");
   return DS_OK;
 }
 
+template <int KC, bool GEMM>
+int launch_pair_histogram(const pair_histogram_args &a, int pass, long long blocks, cudaStream_t stream) {
+  if (pass == SVGD_MEDIAN_PASS_HIGH) return launch_pair_histogram_kernel<KC, SVGD_MEDIAN_PASS_HIGH, GEMM>(a, blocks, stream);
+  if (pass == SVGD_MEDIAN_PASS_LOW) return launch_pair_histogram_kernel<KC, SVGD_MEDIAN_PASS_LOW, GEMM>(a, blocks, stream);
+  return launch_pair_histogram_kernel<KC, SVGD_MEDIAN_PASS_WINDOW, GEMM>(a, blocks, stream);
+}
+
+/* y_j = x_j - x_0 (svgd_kernel_math.h's centring); blocks over rows. */
+__global__ void svgd_centre_kernel(const float *x, long long n, int dim, float *y) {
+  for (long long j = blockIdx.x; j < n; j += gridDim.x)
+    for (int k = threadIdx.x; k < dim; k += blockDim.x) y[j * dim + k] = __fsub_rn(x[j * dim + k], x[k]);
+}
+
 } /* namespace */
+
+/* The centred rows [n][dim] and their squares [n] for the GEMM identity (dim > 128). */
+extern "C" size_t svgd_pair_histogram_scratch_floats(int64_t n, int64_t dim) {
+  return svgd_median_by_gemm(dim) ? (size_t)n * (size_t)dim + (size_t)n : 0;
+}
 
 extern "C" int svgd_launch_pair_histogram(const float *x_all, int64_t n, int64_t dim,
                                           int64_t row_begin, int64_t row_end, int pass,
-                                          uint32_t select_bits, unsigned long long *hist_dev,
+                                          uint32_t select_bits, unsigned long long *hist_dev, float *scratch,
                                           int sm_count, cudaStream_t stream) {
   if (dim < 1 || dim > INT32_MAX || n < 0 || row_begin < 0 || row_end > n || row_begin > row_end)
     return ds_fail(DS_ERR_INTERNAL, "svgd_launch_pair_histogram: bad sizes n=%lld dim=%lld rows [%lld, %lld)",
@@ -1104,25 +1184,32 @@ extern "C" int svgd_launch_pair_histogram(const float *x_all, int64_t n, int64_t
   a.row_begin = (int)row_begin;
   a.row_end = (int)row_end;
   a.dim = (int)dim;
-  const int chunk = svgd_tuning.hist_chunk == 32 ? 32 : 16;
+  const bool gemm = svgd_median_by_gemm(dim);
+  const int chunk = svgd_tuning.hist_chunk == 0 ? (gemm ? 32 : 16) : svgd_tuning.hist_chunk == 32 ? 32 : 16;
   a.chunks = (int)((dim + chunk - 1) / chunk);
+  a.col_step = (HIST_THREADS / chunk) % a.n;
   a.col_tiles = (int)((HIST_BM - 1 + a.half + HIST_BN - 1) / HIST_BN);
   a.row_tiles = (int)((row_end - row_begin + HIST_BM - 1) / HIST_BM);
   a.total_tiles = (long long)a.row_tiles * a.col_tiles;
   a.select_bits = select_bits;
   a.hist = hist_dev;
+  a.squares = NULL;
+  if (gemm) { /* the centred rows and their squares, [n x dim][n] */
+    if (!scratch) return ds_fail(DS_ERR_INTERNAL, "svgd_launch_pair_histogram: no scratch for dim %lld", (long long)dim);
+    const long long count = n * dim;
+    svgd_centre_kernel<<<grid_for(n, 1), 256, 0, stream>>>(x_all, n, a.dim, scratch);
+    CUDA_CHECK_LAUNCH("svgd_centre_kernel");
+    svgd_squares_kernel<<<squares_grid(n), SQUARES_THREADS, 0, stream>>>(scratch, n, a.dim, scratch + count);
+    CUDA_CHECK_LAUNCH("svgd_squares_kernel");
+    a.x = scratch;
+    a.squares = scratch + count;
+  }
   long long blocks = sm_count > 0 ? sm_count : 1;
   if (blocks > a.total_tiles) blocks = a.total_tiles;
-  if (chunk == 32) {
-    if (pass == SVGD_MEDIAN_PASS_HIGH) DS_TRY((launch_pair_histogram<32, SVGD_MEDIAN_PASS_HIGH>(a, blocks, stream)));
-    if (pass == SVGD_MEDIAN_PASS_LOW) DS_TRY((launch_pair_histogram<32, SVGD_MEDIAN_PASS_LOW>(a, blocks, stream)));
-    if (pass == SVGD_MEDIAN_PASS_WINDOW) DS_TRY((launch_pair_histogram<32, SVGD_MEDIAN_PASS_WINDOW>(a, blocks, stream)));
-  } else {
-    if (pass == SVGD_MEDIAN_PASS_HIGH) DS_TRY((launch_pair_histogram<16, SVGD_MEDIAN_PASS_HIGH>(a, blocks, stream)));
-    if (pass == SVGD_MEDIAN_PASS_LOW) DS_TRY((launch_pair_histogram<16, SVGD_MEDIAN_PASS_LOW>(a, blocks, stream)));
-    if (pass == SVGD_MEDIAN_PASS_WINDOW) DS_TRY((launch_pair_histogram<16, SVGD_MEDIAN_PASS_WINDOW>(a, blocks, stream)));
-  }
-  return DS_OK;
+  if (chunk == 32) return gemm ? launch_pair_histogram<32, true>(a, pass, blocks, stream)
+                               : launch_pair_histogram<32, false>(a, pass, blocks, stream);
+  return gemm ? launch_pair_histogram<16, true>(a, pass, blocks, stream)
+              : launch_pair_histogram<16, false>(a, pass, blocks, stream);
 }
 
 /* Scratch: [2 sets of splits x rows x (dim + 1) partial sums] [v: n x dim] [dim > 128: slab, tile
@@ -1132,8 +1219,8 @@ extern "C" size_t svgd_phi_scratch_floats(int64_t n, int64_t dim, int64_t rows) 
   size_t floats = 2 * (size_t)splits * (size_t)rows * (size_t)(dim + 1) + (size_t)n * (size_t)dim;
   if (dim > PHI_MAX_DIM) {
     const long long slab = wide_slab_columns(n, rows);
-    /* 8: the alignment of v and of the slab */
-    floats += 8 + (size_t)rows * (size_t)(slab + slab / WIDE_BN) + (size_t)n;
+    /* 12: the alignment of v, of the slab and of the centred rows */
+    floats += 12 + (size_t)rows * (size_t)(slab + slab / WIDE_BN) + (size_t)n + (size_t)n * (size_t)dim;
   }
   return floats;
 }
@@ -1233,7 +1320,16 @@ extern "C" int svgd_launch_phi(const float *x_all, const float *score_all, int64
     k_slab = reinterpret_cast<float *>((after_v + 15) & ~static_cast<uintptr_t>(15));
     k_tile_sums = k_slab + (size_t)rows * (size_t)slab;
     squares = k_tile_sums + (size_t)rows * (size_t)(slab / WIDE_BN);
-    svgd_squares_kernel<<<grid_for(n, 256), 256, 0, stream>>>(x_all, n, (int)dim, squares);
+    /* Centred rows y = x - x_0 stand for x from here on: phi depends on differences only, and
+     * the GEMM identity's |y|^2 stays on the scale of the distances however far the cloud is
+     * from the origin (a cloud at 20 with spread 1 in d = 300 kept |x|^2 / D near 140). */
+    float *centred = reinterpret_cast<float *>((reinterpret_cast<uintptr_t>(squares + n) + 15) &
+                                               ~static_cast<uintptr_t>(15));
+    svgd_centre_kernel<<<grid_for(n, 1), 256, 0, stream>>>(x_all, n, (int)dim, centred);
+    CUDA_CHECK_LAUNCH("svgd_centre_kernel");
+    x_all = centred;
+    a.x = centred;
+    svgd_squares_kernel<<<squares_grid(n), SQUARES_THREADS, 0, stream>>>(x_all, n, (int)dim, squares);
     CUDA_CHECK_LAUNCH("svgd_squares_kernel");
   }
   if (kernel->kind == SVGD_KERNEL_RBF) {

@@ -16,7 +16,8 @@ extern "C" {
 #endif
 
 /* Kernel variant, chosen by measurement (tests/bench/BENCHMARKS.md); settable for benchmarks.
- * hist_chunk: coordinates staged per step of the histogram kernel (16, the default, or 32).
+ * hist_chunk: coordinates staged per step of the histogram kernel (16 or 32; 0, the default:
+ * 16 for direct differences, 32 for the GEMM identity, the faster of each on the H200).
  * wide_slab: columns per kernel slab of phi for dim > 128 (a multiple of 128; 0, the default:
  * sized by memory). Results do not depend on it (tested). */
 typedef struct svgd_cuda_tuning {
@@ -26,12 +27,16 @@ typedef struct svgd_cuda_tuning {
 void svgd_cuda_set_tuning(svgd_cuda_tuning_t tuning);
 svgd_cuda_tuning_t svgd_cuda_get_tuning(void);
 
+/* Floats of device scratch svgd_launch_pair_histogram needs: the centred rows and their
+ * squares when the distances are the GEMM identity's (dim > 128, svgd_kernel_math.h), else 0. */
+size_t svgd_pair_histogram_scratch_floats(int64_t n, int64_t dim);
 /* Pairs of rows [row_begin, row_end) with their next floor(n/2) columns (backend.h), counted
  * with weight 2 into hist_dev[SVGD_HIST_BINS], or [SVGD_WINDOW_COUNTS] for the window pass
- * (added to what is there). sm_count sizes the persistent grid. */
+ * (added to what is there). scratch: svgd_pair_histogram_scratch_floats() floats. sm_count
+ * sizes the persistent grid. */
 int svgd_launch_pair_histogram(const float *x_all, int64_t n, int64_t dim, int64_t row_begin,
                                int64_t row_end, int pass, uint32_t select_bits,
-                               unsigned long long *hist_dev, int sm_count, cudaStream_t stream);
+                               unsigned long long *hist_dev, float *scratch, int sm_count, cudaStream_t stream);
 
 /* Floats of device scratch svgd_launch_phi needs for these sizes. */
 size_t svgd_phi_scratch_floats(int64_t n, int64_t dim, int64_t rows);

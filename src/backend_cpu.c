@@ -26,6 +26,8 @@ typedef struct cpu_impl {
   float *v_all;           /* v_j = s_j - x_j / h, [n, dim] */
   size_t v_all_floats;
   uint64_t *pair_counts;  /* SVGD_WINDOW_COUNTS: svgd_pair_counts' result */
+  float *centred;         /* the GEMM identity's rows y = x - x_0, [n, dim], then |y_j|^2, [n] */
+  size_t centred_floats;
 } cpu_impl_t;
 
 static int cpu_alloc(backend_t *b, void **ptr, size_t bytes) {
@@ -83,41 +85,61 @@ static void transpose_columns(const float *x_all, int64_t n, int64_t dim, float 
     for (int64_t j = 0; j < n; ++j) columns_t[k * n + j] = x_all[j * dim + k];
 }
 
-/* Squared distances from row x_i to columns [j0, j0 + CPU_COLUMN_BLOCK). */
-static inline void distance_block(const float *x_i, const float *columns_t, int64_t n,
-                                  int64_t dim, int64_t j0, float *dist) {
+/* The rows of the median's distances: x itself (direct differences), or, for the GEMM
+ * identity (svgd_kernel_math.h), y = x - x_0 with squares[j] = |y_j|^2. columns_t is the same
+ * rows transposed. */
+typedef struct pair_rows {
+  const float *rows, *columns_t, *squares;
+  int64_t n, dim;
+} pair_rows_t;
+
+/* Squared distances from row i to columns [j0, j0 + CPU_COLUMN_BLOCK). */
+static inline void distance_block(const pair_rows_t *p, int64_t i, int64_t j0, float *dist) {
+  const float *x_i = p->rows + i * p->dim;
   float acc[CPU_COLUMN_BLOCK] = {0};
-  for (int64_t k = 0; k < dim; ++k) {
-    const float xik = x_i[k];
-    const float *col = columns_t + k * n + j0;
-    for (int c = 0; c < CPU_COLUMN_BLOCK; ++c) {
-      float diff = xik - col[c];
-      acc[c] = fmaf(diff, diff, acc[c]);
+  if (p->squares) {
+    for (int64_t k = 0; k < p->dim; ++k) {
+      const float xik = x_i[k];
+      const float *col = p->columns_t + k * p->n + j0;
+      for (int c = 0; c < CPU_COLUMN_BLOCK; ++c) acc[c] = fmaf(xik, col[c], acc[c]);
+    }
+    for (int c = 0; c < CPU_COLUMN_BLOCK; ++c) acc[c] = svgd_gemm_distance(p->squares[i], p->squares[j0 + c], acc[c]);
+  } else {
+    for (int64_t k = 0; k < p->dim; ++k) {
+      const float xik = x_i[k];
+      const float *col = p->columns_t + k * p->n + j0;
+      for (int c = 0; c < CPU_COLUMN_BLOCK; ++c) {
+        float diff = xik - col[c];
+        acc[c] = fmaf(diff, diff, acc[c]);
+      }
     }
   }
   memcpy(dist, acc, sizeof acc);
 }
 
 /* The same, one column: the rounding is identical, lane for lane. */
-static inline float distance_one(const float *x_i, const float *columns_t, int64_t n,
-                                 int64_t dim, int64_t j) {
+static inline float distance_one(const pair_rows_t *p, int64_t i, int64_t j) {
+  const float *x_i = p->rows + i * p->dim;
   float acc = 0.0f;
-  for (int64_t k = 0; k < dim; ++k) {
-    float diff = x_i[k] - columns_t[k * n + j];
+  if (p->squares) {
+    for (int64_t k = 0; k < p->dim; ++k) acc = fmaf(x_i[k], p->columns_t[k * p->n + j], acc);
+    return svgd_gemm_distance(p->squares[i], p->squares[j], acc);
+  }
+  for (int64_t k = 0; k < p->dim; ++k) {
+    float diff = x_i[k] - p->columns_t[k * p->n + j];
     acc = fmaf(diff, diff, acc);
   }
   return acc;
 }
 
-/* Distances from x_i to the next block of columns from j (CPU_COLUMN_BLOCK, fewer at the end);
+/* Distances from row i to the next block of columns from j (CPU_COLUMN_BLOCK, fewer at the end);
  * returns how many. */
-static inline int distance_columns(const float *x_i, const float *columns_t, int64_t n, int64_t dim, int64_t j,
-                                   float *dist) {
-  const int width = n - j < CPU_COLUMN_BLOCK ? (int)(n - j) : CPU_COLUMN_BLOCK;
+static inline int distance_columns(const pair_rows_t *p, int64_t i, int64_t j, float *dist) {
+  const int width = p->n - j < CPU_COLUMN_BLOCK ? (int)(p->n - j) : CPU_COLUMN_BLOCK;
   if (width == CPU_COLUMN_BLOCK)
-    distance_block(x_i, columns_t, n, dim, j, dist);
+    distance_block(p, i, j, dist);
   else
-    for (int c = 0; c < width; ++c) dist[c] = distance_one(x_i, columns_t, n, dim, j + c);
+    for (int c = 0; c < width; ++c) dist[c] = distance_one(p, i, j + c);
   return width;
 }
 
@@ -145,17 +167,29 @@ static inline void count_distance(float dist, int pass, uint32_t select_bits, ui
 }
 
 /* Counts pairs (i, j) for j in the contiguous column range [j_begin, j_end). */
-static void count_segment(const float *x_i, const float *columns_t, int64_t n, int64_t dim,
-                          int64_t j_begin, int64_t j_end, int pass, uint32_t select_bits,
-                          uint64_t *hist) {
+static void count_segment(const pair_rows_t *p, int64_t i, int64_t j_begin, int64_t j_end, int pass,
+                          uint32_t select_bits, uint64_t *hist) {
   float dist[CPU_COLUMN_BLOCK];
   int64_t j = j_begin;
   for (; j + CPU_COLUMN_BLOCK <= j_end; j += CPU_COLUMN_BLOCK) {
-    distance_block(x_i, columns_t, n, dim, j, dist);
+    distance_block(p, i, j, dist);
     for (int c = 0; c < CPU_COLUMN_BLOCK; ++c) count_distance(dist[c], pass, select_bits, hist);
   }
-  for (; j < j_end; ++j)
-    count_distance(distance_one(x_i, columns_t, n, dim, j), pass, select_bits, hist);
+  for (; j < j_end; ++j) count_distance(distance_one(p, i, j), pass, select_bits, hist);
+}
+
+/* y = x - x_0 and squares[j] = |y_j|^2 (svgd_kernel_math.h), into rows (n x dim) and squares. */
+static void centre_rows(const float *x_all, int64_t n, int64_t dim, float *rows, float *squares) {
+#pragma omp parallel for schedule(static) if (n * dim > CPU_PARALLEL_MIN)
+  for (int64_t j = 0; j < n; ++j) {
+    float sum = 0.0f;
+    for (int64_t k = 0; k < dim; ++k) {
+      const float y = x_all[j * dim + k] - x_all[k];
+      rows[j * dim + k] = y;
+      sum = fmaf(y, y, sum);
+    }
+    squares[j] = sum;
+  }
 }
 
 static int cpu_svgd_pair_histogram(backend_t *b, const float *x_all, int64_t n, int64_t dim,
@@ -166,9 +200,16 @@ static int cpu_svgd_pair_histogram(backend_t *b, const float *x_all, int64_t n, 
     return ds_fail(DS_ERR_INTERNAL, "svgd_pair_histogram: bad pass %d", pass);
   if (n < 2 || row_end <= row_begin) return DS_OK;
   const int counts = pass == SVGD_MEDIAN_PASS_WINDOW ? SVGD_WINDOW_COUNTS : SVGD_HIST_BINS;
+  pair_rows_t p = {x_all, NULL, NULL, n, dim};
+  if (svgd_median_by_gemm(dim)) {
+    DS_TRY(ensure_scratch(&impl->centred, &impl->centred_floats, (size_t)(n * dim + n)));
+    centre_rows(x_all, n, dim, impl->centred, impl->centred + n * dim);
+    p.rows = impl->centred;
+    p.squares = impl->centred + n * dim;
+  }
   DS_TRY(ensure_scratch(&impl->columns_t, &impl->columns_t_floats, (size_t)(n * dim)));
-  const float *columns_t = impl->columns_t;
-  transpose_columns(x_all, n, dim, impl->columns_t);
+  transpose_columns(p.rows, n, dim, impl->columns_t);
+  p.columns_t = impl->columns_t;
   const int64_t half = n / 2;
   int failed = 0;
 #pragma omp parallel
@@ -183,11 +224,10 @@ static int cpu_svgd_pair_histogram(backend_t *b, const float *x_all, int64_t n, 
       if (!local) continue;
       int64_t span = half;
       if (n % 2 == 0 && i >= half) span = half - 1; /* the pair at distance n/2 counted once */
-      const float *x_i = x_all + i * dim;
       int64_t first = i + 1, last = i + span; /* j in [first, last] modulo n */
       int64_t end_direct = last < n ? last + 1 : n;
-      count_segment(x_i, columns_t, n, dim, first, end_direct, pass, select_bits, local);
-      if (last >= n) count_segment(x_i, columns_t, n, dim, 0, last - n + 1, pass, select_bits, local);
+      count_segment(&p, i, first, end_direct, pass, select_bits, local);
+      if (last >= n) count_segment(&p, i, 0, last - n + 1, pass, select_bits, local);
     }
     if (local) {
 #pragma omp critical
@@ -215,13 +255,15 @@ static int cpu_svgd_pair_counts(backend_t *b, const float *x_all, int64_t n, int
 }
 
 /* IMQ phi of row i into phi_i: k_ii s_i + sum_{j != i} (k_ij s_j - w_ij x_j) + x_i sum_{j != i} w_ij, over n. */
-static void imq_phi_row(const float *x_all, const float *score_all, const float *columns_t, int64_t n, int64_t dim,
-                        int64_t i, const svgd_kernel_t *kernel, float *sum_ks, float *sum_wx, float *phi_i) {
+static void imq_phi_row(const pair_rows_t *p, const float *score_all, int64_t i, const svgd_kernel_t *kernel,
+                        float *sum_ks, float *sum_wx, float *phi_i) {
+  const float *x_all = p->rows;
+  const int64_t n = p->n, dim = p->dim;
   const float *x_i = x_all + i * dim;
   float sum_w = 0.0f, dist[CPU_COLUMN_BLOCK];
   for (int64_t k = 0; k < dim; ++k) sum_ks[k] = sum_wx[k] = 0.0f;
   for (int64_t j = 0; j < n; j += CPU_COLUMN_BLOCK) {
-    const int width = distance_columns(x_i, columns_t, n, dim, j, dist);
+    const int width = distance_columns(p, i, j, dist);
     for (int c = 0; c < width; ++c) {
       if (j + c == i) continue;
       float value, weight;
@@ -247,7 +289,7 @@ static int cpu_svgd_phi(backend_t *b, const float *x_all, const float *score_all
   const float h = kernel->h;
   DS_TRY(ensure_scratch(&impl->columns_t, &impl->columns_t_floats, (size_t)(n * dim)));
   transpose_columns(x_all, n, dim, impl->columns_t);
-  const float *columns_t = impl->columns_t;
+  const pair_rows_t pairs = {x_all, impl->columns_t, NULL, n, dim};
   const int rbf = kernel->kind == SVGD_KERNEL_RBF;
   float *v_all = NULL; /* rbf only: s_j - x_j / h */
   if (rbf) {
@@ -271,7 +313,7 @@ static int cpu_svgd_phi(backend_t *b, const float *x_all, const float *score_all
       if (!sum_kv) continue;
       float *phi_i = phi + (i - row_begin) * dim;
       if (!rbf) {
-        imq_phi_row(x_all, score_all, columns_t, n, dim, i, kernel, sum_kv, sum_kv + dim, phi_i);
+        imq_phi_row(&pairs, score_all, i, kernel, sum_kv, sum_kv + dim, phi_i);
         continue;
       }
       const float *x_i = x_all + i * dim;
@@ -279,7 +321,7 @@ static int cpu_svgd_phi(backend_t *b, const float *x_all, const float *score_all
       for (int64_t k = 0; k < dim; ++k) sum_kv[k] = 0.0f;
       float dist[CPU_COLUMN_BLOCK];
       for (int64_t j = 0; j < n; j += CPU_COLUMN_BLOCK) {
-        const int width = distance_columns(x_i, columns_t, n, dim, j, dist);
+        const int width = distance_columns(&pairs, i, j, dist);
         for (int c = 0; c < width; ++c) {
           /* j = i adds s_i exactly, below; through v it would cancel x_i / h against itself. */
           if (j + c == i) continue;
@@ -677,6 +719,7 @@ static void cpu_destroy(backend_t *b) {
     free(impl->columns_t);
     free(impl->v_all);
     free(impl->pair_counts);
+    free(impl->centred);
     free(impl);
   }
   free(b);

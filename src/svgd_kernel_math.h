@@ -30,6 +30,24 @@ SVGD_KERNEL_FN float svgd_imq_power(float q, float beta) {
   return beta == -0.5f ? 1.0f / sqrtf(q) : powf(q, beta);
 }
 
+/* The median's squared distances (DESIGN.md). Up to SVGD_DIRECT_MAX_DIM coordinates the
+ * difference-square sum. Beyond, the GEMM identity on coordinates centred at particle 0,
+ * y_j = x_j - x_0 (one subtraction each, so |y| is on the scale of the distances and the
+ * identity cancels little): D_ij = |y_i|^2 + |y_j|^2 - 2 y_i . y_j, each of |y|^2 and y_i . y_j
+ * an fma chain from 0, k ascending, and D clamped at +0 (a negative or -0 result is +0; NaN
+ * stays NaN). Both backends compute it this way, so the median is the same bits on both. */
+#define SVGD_DIRECT_MAX_DIM 128
+SVGD_KERNEL_FN int svgd_median_by_gemm(long long dim) { return dim > SVGD_DIRECT_MAX_DIM; }
+
+SVGD_KERNEL_FN float svgd_gemm_distance(float square_i, float square_j, float dot) {
+#ifdef __CUDA_ARCH__
+  const float d = __fmaf_rn(-2.0f, dot, __fadd_rn(square_i, square_j));
+#else
+  const float d = fmaf(-2.0f, dot, square_i + square_j);
+#endif
+  return (d > 0.0f || d != d) ? d : 0.0f;
+}
+
 /* The update's kernel value k and weight w (backend.h) of one pair at squared distance D. */
 SVGD_KERNEL_FN void svgd_kernel_pair(const svgd_kernel_t *kernel, float D, float *k, float *w) {
   if (kernel->kind == SVGD_KERNEL_RBF) {

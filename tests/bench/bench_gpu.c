@@ -431,6 +431,12 @@ static int run_logistic(const char *data, int64_t chains, const char *gpu_name) 
  * radix passes (src/median.h). */
 static int run_svgd_dim(int64_t dim, const char *sizes, const char *gpu_name) {
   bench_dim = dim;
+  const char *chunk = getenv("DSAMPLER_BENCH_HIST_CHUNK"); /* 16 or 32: the histogram's stage */
+  if (chunk) {
+    svgd_cuda_tuning_t tuning = svgd_cuda_get_tuning();
+    tuning.hist_chunk = atoi(chunk);
+    svgd_cuda_set_tuning(tuning);
+  }
   char args[64];
   snprintf(args, sizeof args, "dim=%lld", (long long)dim);
   dsampler_target target;

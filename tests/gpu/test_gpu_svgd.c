@@ -133,7 +133,8 @@ static void check_median_case(const char *label, const float *x, int64_t n, int6
 
 static void test_medians(void) {
   printf("median histograms, GPU vs CPU (exact):\n");
-  const int64_t sizes[][2] = {{2, 64}, {3, 64}, {7, 64}, {4096, 64}, {4097, 64}, {1000, 5}, {999, 200}, {300, 1}};
+  const int64_t sizes[][2] = {{2, 64}, {3, 64}, {7, 64}, {4096, 64}, {4097, 64}, {1000, 5}, {999, 200}, {300, 1},
+                              {2, 129}, {4097, 256}, {1500, 1024}};
   for (size_t c = 0; c < sizeof sizes / sizeof sizes[0]; ++c) {
     int64_t n = sizes[c][0], dim = sizes[c][1];
     float *x = test_malloc((size_t)(n * dim) * sizeof *x);
@@ -172,6 +173,22 @@ static void test_medians(void) {
       check_windows("rank share of 3, n=4096", x, x_dev, n, dim, r * n / 3, (r + 1) * n / 3, median);
     }
     gpu->release(gpu, x_dev);
+    free(x);
+  }
+  { /* Past 128 coordinates (the GEMM identity), a cloud away from the origin, rows as 3 ranks
+     * hold them; and identical particles there (every distance exactly 0). */
+    const int64_t n = 3001, dim = 300;
+    float *x = test_malloc((size_t)(n * dim) * sizeof *x);
+    test_fill_normal(x, n * dim, 1.0, 81);
+    for (int64_t e = 0; e < n * dim; ++e) x[e] += 50.0f;
+    check_median_case("offset 50 n=3001 d=300", x, n, dim);
+    float *x_dev = device_copy(x, n * dim);
+    const float median = backend_median(cpu, x, n, dim, NULL);
+    for (int r = 0; r < 3; ++r)
+      check_windows("rank share of 3, n=3001 d=300", x, x_dev, n, dim, r * n / 3, (r + 1) * n / 3, median);
+    gpu->release(gpu, x_dev);
+    for (int64_t i = 1; i < n; ++i) memcpy(x + i * dim, x, (size_t)dim * sizeof *x);
+    check_median_case("identical n=3001 d=300", x, n, dim);
     free(x);
   }
   {
@@ -214,9 +231,10 @@ static void phi_reference(const float *x, const float *s, int64_t n, int64_t dim
   }
 }
 
-static void test_phi_case(int64_t n, int64_t dim, int64_t check_rows, int with_reference) {
-  char args[64];
-  snprintf(args, sizeof args, "dim=%lld,mean=0.25,scale=1.5", (long long)dim);
+/* offset: particles (and the target's mean) moved that far from the origin along every axis. */
+static void test_phi_case(int64_t n, int64_t dim, int64_t check_rows, int with_reference, float offset) {
+  char args[96];
+  snprintf(args, sizeof args, "dim=%lld,mean=%g,scale=1.5", (long long)dim, 0.25 + (double)offset);
   dsampler_target target;
   GPU_TRY(builtin_target_create("gaussian", args, MPI_COMM_NULL, &target));
   const int64_t count = n * dim, rows = check_rows < n ? check_rows : n;
@@ -224,6 +242,7 @@ static void test_phi_case(int64_t n, int64_t dim, int64_t check_rows, int with_r
   float *logp = test_malloc((size_t)n * sizeof *logp), *s_gpu = test_malloc((size_t)count * sizeof *s_gpu);
   float *logp_gpu = test_malloc((size_t)n * sizeof *logp_gpu);
   test_fill_normal(x, count, 1.2, 5000 + (uint64_t)n * 131 + (uint64_t)dim);
+  for (int64_t e = 0; e < count; ++e) x[e] += offset;
   GPU_TRY(cpu->logp_grad(cpu, &target, x, n, logp, s));
 
   float *x_dev = device_copy(x, count), *s_dev = NULL, *logp_dev = NULL, *phi_dev = NULL, *g_dev = NULL;
@@ -328,9 +347,9 @@ static void test_phi_case(int64_t n, int64_t dim, int64_t check_rows, int with_r
     same_update = same_update && same;
     free(g_gpu);
   }
-  printf("  n=%-6lld d=%-4lld rows %-6lld h=%-10.5g phi vs cpu %.2e  vs f64 %s%.2e  step sgd %.2e adagrad %.2e %.2e "
+  printf("  n=%-6lld d=%-4lld offset %-3g rows %-6lld h=%-10.5g phi vs cpu %.2e  vs f64 %s%.2e  step sgd %.2e adagrad %.2e %.2e "
          "adam %.2e %.2e; same phi, 3 steps: %s\n",
-         (long long)n, (long long)dim, (long long)rows, (double)h, phi_err, ref_err < 0 ? "(n/a) " : "", ref_err < 0 ? 0.0 : ref_err,
+         (long long)n, (long long)dim, (double)offset, (long long)rows, (double)h, phi_err, ref_err < 0 ? "(n/a) " : "", ref_err < 0 ? 0.0 : ref_err,
          step_err[0], step_err[1], step_err[2], step_err[3], step_err[4], same_update ? "bitwise equal" : "DIFFER");
 
   free(x_cpu); free(x_gpu); free(g_cpu); free(phi_cpu); free(phi_gpu);
@@ -445,19 +464,20 @@ int main(void) {
     test_medians();
   }
   svgd_cuda_tuning_t tuning = svgd_cuda_get_tuning();
-  tuning.hist_chunk = 16;
+  tuning.hist_chunk = 0;
   svgd_cuda_set_tuning(tuning);
   printf("phi and one step, GPU vs CPU (tolerance 1e-5 relative):\n");
-  test_phi_case(1, 64, 1, 1);
-  test_phi_case(7, 64, 7, 1);
-  test_phi_case(4096, 64, 4096, 1);
-  test_phi_case(65536, 64, 512, 1);
-  test_phi_case(1000, 3, 1000, 1);
-  test_phi_case(1000, 30, 1000, 1);
-  test_phi_case(1000, 100, 1000, 1);
-  test_phi_case(300, 200, 300, 1);
-  test_phi_case(2000, 300, 300, 1);
-  test_phi_case(1100, 1030, 130, 1);
+  test_phi_case(1, 64, 1, 1, 0.0f);
+  test_phi_case(7, 64, 7, 1, 0.0f);
+  test_phi_case(4096, 64, 4096, 1, 0.0f);
+  test_phi_case(65536, 64, 512, 1, 0.0f);
+  test_phi_case(1000, 3, 1000, 1, 0.0f);
+  test_phi_case(1000, 30, 1000, 1, 0.0f);
+  test_phi_case(1000, 100, 1000, 1, 0.0f);
+  test_phi_case(300, 200, 300, 1, 0.0f);
+  test_phi_case(2000, 300, 300, 1, 0.0f);
+  test_phi_case(2000, 300, 300, 1, 20.0f); /* a cloud far from the origin (dim > 128: centred) */
+  test_phi_case(1100, 1030, 130, 1, 0.0f);
   /* dim > 128 goes by slabs of columns: any slab width gives bitwise the same phi. 260: 16-byte
    * copies of x and v; 261: 4-byte copies. */
   for (int64_t dim = 260; dim <= 261; ++dim) {

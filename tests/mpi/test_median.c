@@ -21,20 +21,60 @@ static int compare_float(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-/* The reference: every ordered pair, the same difference-square sum, then a full sort. */
+/* One squared distance as DESIGN.md defines it: the difference-square sum up to 128
+ * coordinates; past 128 the GEMM identity on coordinates centred at particle 0, each sum an fma
+ * chain from 0 with k ascending, clamped at +0. Written out here, apart from the backends. */
+static float reference_distance(const float *x, int64_t dim, int64_t i, int64_t j) {
+  float acc = 0.0f;
+  if (dim <= 128) {
+    for (int64_t k = 0; k < dim; ++k) {
+      float diff = x[i * dim + k] - x[j * dim + k];
+      acc = fmaf(diff, diff, acc);
+    }
+    return acc;
+  }
+  if (i == j) return 0.0f;
+  float square_i = 0.0f, square_j = 0.0f;
+  for (int64_t k = 0; k < dim; ++k) {
+    const float yi = x[i * dim + k] - x[k], yj = x[j * dim + k] - x[k];
+    square_i = fmaf(yi, yi, square_i);
+    square_j = fmaf(yj, yj, square_j);
+    acc = fmaf(yi, yj, acc);
+  }
+  const float d = fmaf(-2.0f, acc, square_i + square_j);
+  return d > 0.0f ? d : 0.0f;
+}
+
+/* The reference: every ordered pair by reference_distance, then a full sort. */
 static float sorted_lower_median(const float *x, int64_t n, int64_t dim) {
   float *all = malloc((size_t)(n * n) * sizeof *all);
   for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < n; ++j) all[i * n + j] = reference_distance(x, dim, i, j);
+  qsort(all, (size_t)(n * n), sizeof *all, compare_float);
+  float median = all[(n * n - 1) / 2];
+  free(all);
+  return median;
+}
+
+static int compare_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+/* The lower median of the exact squared distances, in float64. */
+static double float64_lower_median(const float *x, int64_t n, int64_t dim) {
+  double *all = malloc((size_t)(n * n) * sizeof *all);
+  for (int64_t i = 0; i < n; ++i)
     for (int64_t j = 0; j < n; ++j) {
-      float acc = 0.0f;
+      double acc = 0.0;
       for (int64_t k = 0; k < dim; ++k) {
-        float diff = x[i * dim + k] - x[j * dim + k];
-        acc = fmaf(diff, diff, acc);
+        double diff = (double)x[i * dim + k] - (double)x[j * dim + k];
+        acc += diff * diff;
       }
       all[i * n + j] = acc;
     }
-  qsort(all, (size_t)(n * n), sizeof *all, compare_float);
-  float median = all[(n * n - 1) / 2];
+  qsort(all, (size_t)(n * n), sizeof *all, compare_double);
+  double median = all[(n * n - 1) / 2];
   free(all);
   return median;
 }
@@ -135,7 +175,9 @@ int main(int argc, char **argv) {
   if (backend_cpu_create(&cpu) != DS_OK) return 1;
   struct { int64_t n, dim; int levels; } cases[] = {
       {1, 3, 0}, {2, 1, 0}, {3, 2, 0}, {5, 4, 0}, {7, 1, 3}, {10, 2, 2}, {64, 3, 0}, {101, 8, 0},
-      {128, 2, 4}, {257, 5, 0}, {300, 1, 5}, {513, 16, 0}, {64, 64, 0}};
+      {128, 2, 4}, {257, 5, 0}, {300, 1, 5}, {513, 16, 0}, {64, 64, 0},
+      /* past 128 coordinates: the GEMM identity */
+      {64, 128, 0}, {101, 129, 0}, {3, 200, 0}, {64, 200, 3}, {257, 300, 0}};
   int failures = 0;
   int64_t hits = 0, misses = 0;
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; ++c) {
@@ -145,6 +187,28 @@ int main(int argc, char **argv) {
     float want = sorted_lower_median(x, n, dim);
     failures += check_median(&comm, cpu, x, n, dim, NULL, want, "radix select");
     failures += check_windows(&comm, cpu, x, n, dim, want, &hits, &misses);
+    free(x);
+  }
+
+  /* Past 128 coordinates, the median of the GEMM identity's distances against the exact one
+   * (float64, direct differences), on clouds far from the origin: the centring at particle 0
+   * keeps it within 1e-5 relative. Uncentred, |x|^2 / D would be about 1e4 here. */
+  for (int c = 0; c < 3; ++c) {
+    const int64_t n = 200, dim = c == 0 ? 129 : c == 1 ? 512 : 1024;
+    const float offset = c == 0 ? 0.0f : c == 1 ? 100.0f : -300.0f;
+    float *x = malloc((size_t)(n * dim) * sizeof *x);
+    fill(x, n, dim, 9000 + (uint64_t)c, 0);
+    for (int64_t e = 0; e < n * dim; ++e) x[e] += offset;
+    const float want = sorted_lower_median(x, n, dim);
+    failures += check_median(&comm, cpu, x, n, dim, NULL, want, "offset cloud");
+    const double exact = float64_lower_median(x, n, dim);
+    const double error = fabs((double)want - exact) / exact;
+    if (comm.rank == 0) printf("d=%lld offset %g: median %.9g, float64 %.9g, relative error %.2e\n", (long long)dim,
+                               (double)offset, (double)want, exact, error);
+    if (!(error <= 1e-5)) {
+      if (comm.rank == 0) printf("FAIL: d=%lld offset %g: median off by %.2e relative\n", (long long)dim, (double)offset, error);
+      failures++;
+    }
     free(x);
   }
 
@@ -173,7 +237,7 @@ int main(int argc, char **argv) {
   /* A sequence of steps as SVGD makes them: positions spread out 0.3% per step, then settle
    * and jitter, then jump; one state carries the medians along, as svgd.c keeps it. */
   int64_t steps = 0;
-  for (int dim = 1; dim <= 16; dim += 15) {
+  for (int dim = 1; dim <= 256; dim *= 16) {
     const int64_t n = 203;
     float *x = malloc((size_t)(n * dim) * sizeof *x), *jitter = malloc((size_t)(n * dim) * sizeof *jitter);
     fill(x, n, dim, 4242 + (uint64_t)dim, 0);
