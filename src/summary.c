@@ -25,6 +25,16 @@
 /* Draws read per rank and round, in doubles (128 MiB): a round covers as many parameters as
  * fit, so memory stays bounded whatever the number of chains and parameters. */
 #define SUMMARY_READ_VALUES ((int64_t)1 << 24)
+
+/* SUMMARY_READ_VALUES, or DSAMPLER_SUMMARY_READ_VALUES where set to a positive count (nodes short
+ * of memory; the tests, to make a variable take many rounds). At least one parameter's draws
+ * are read at a time whatever it says. */
+static int64_t summary_read_values(void) {
+  const char *text = getenv("DSAMPLER_SUMMARY_READ_VALUES");
+  char *end = NULL;
+  long long value = text ? strtoll(text, &end, 10) : 0;
+  return text && end != text && *end == '\0' && value > 0 ? (int64_t)value : SUMMARY_READ_VALUES;
+}
 /* Vehtari et al. (2021): trust R-hat below 1.01 and ESS above 400. */
 #define SUMMARY_RHAT_WARN 1.01
 #define SUMMARY_ESS_WARN 400.0
@@ -41,10 +51,7 @@ typedef struct summary_var {
   int has_dim;       /* [chain, draw, dim...] rather than [chain, draw] */
   int n_axes;        /* axes after chain and draw */
   int64_t shape[SUMMARY_MAX_AXES];
-  int64_t n_params;  /* the product of shape, or 1 */
-  /* The ranks share a variable's parameters in units of its first axis: unit u holds
-   * parameters [u inner, (u + 1) inner), inner the product of the other axes. */
-  int64_t n_units, inner;
+  int64_t n_params;  /* the product of shape, or 1; the ranks share them in C order */
 } summary_var_t;
 
 /* Every chain's moments (group `moments`, written by HMC runs): a classic R-hat over all
@@ -192,8 +199,6 @@ static int check_variable(hid_t posterior, const char *path, summary_result_t *r
     hsize_t table[2] = {(hsize_t)var->n_params, DIAG_N_STATS};
     DS_TRY(h5util_checked_bytes("summary", path, var->name, 2, table, sizeof(double), &bytes));
   }
-  var->n_units = ndims >= 3 ? var->shape[0] : 1;
-  var->inner = var->n_params / var->n_units;
   return DS_OK;
 }
 
@@ -347,18 +352,56 @@ static int read_box(hid_t dataset, int ndims, const hsize_t *start, const hsize_
   return status;
 }
 
-/* Units [unit_begin, + unit_count) of the variable (all of its later axes) into values
- * [chain][draw][unit_count inner]. */
-static int read_params(hid_t dataset, const summary_var_t *var, int64_t chains, int64_t draws, int64_t unit_begin,
-                       int64_t unit_count, double *values) {
+/* Selects in `space` ([chain, draw, axes...]) every chain's and draw's parameters [a, b) of the
+ * variable, in C order of its axes: at most 2 n_axes boxes, each the largest run of whole
+ * sub-blocks that starts where the last ended. */
+static herr_t select_params(hid_t space, const summary_var_t *var, int64_t chains, int64_t draws, int64_t a,
+                            int64_t b) {
+  const int m = var->n_axes;
   hsize_t start[2 + SUMMARY_MAX_AXES] = {0, 0}, count[2 + SUMMARY_MAX_AXES] = {(hsize_t)chains, (hsize_t)draws};
-  for (int axis = 0; axis < var->n_axes; ++axis) {
-    start[2 + axis] = axis == 0 ? (hsize_t)unit_begin : 0;
-    count[2 + axis] = axis == 0 ? (hsize_t)unit_count : (hsize_t)var->shape[axis];
+  if (m == 0) return H5Sselect_hyperslab(space, H5S_SELECT_SET, start, NULL, count, NULL);
+  int64_t block[SUMMARY_MAX_AXES]; /* parameters one index of axis k spans */
+  block[m - 1] = 1;
+  for (int k = m - 2; k >= 0; --k) block[k] = block[k + 1] * var->shape[k + 1];
+  H5S_seloper_t op = H5S_SELECT_SET;
+  while (a < b) {
+    int k = m - 1;
+    while (k > 0 && a % block[k - 1] == 0 && a + block[k - 1] <= b) --k;
+    int64_t steps = (b - a) / block[k], left = var->shape[k] - (a / block[k]) % var->shape[k];
+    if (steps > left) steps = left;
+    for (int d = 0; d < m; ++d) {
+      start[2 + d] = (hsize_t)((a / block[d]) % var->shape[d]);
+      count[2 + d] = d < k ? 1 : d == k ? (hsize_t)steps : (hsize_t)var->shape[d];
+    }
+    if (H5Sselect_hyperslab(space, op, start, NULL, count, NULL) < 0) return -1;
+    op = H5S_SELECT_OR;
+    a += steps * block[k];
   }
-  /* A scalar's one "unit": a rank with none selects nothing. */
-  if (var->n_axes == 0 && unit_count == 0) count[0] = 0;
-  return read_box(dataset, 2 + var->n_axes, start, count, H5T_NATIVE_DOUBLE, values, "H5Dread(posterior)");
+  return 0;
+}
+
+/* Parameters [first, + n) of the variable into values[chain][draw][n] (n may be 0: the rank
+ * selects nothing). Collective. */
+static int read_params(hid_t dataset, const summary_var_t *var, int64_t chains, int64_t draws, int64_t first,
+                       int64_t n, double *values) {
+  int status = DS_OK;
+  hsize_t elements = (hsize_t)(chains * draws * n);
+  hsize_t mem_elements = elements ? elements : 1;
+  hid_t file_space = H5Dget_space(dataset);
+  hid_t mem_space = H5Screate_simple(1, &mem_elements, NULL);
+  hid_t xfer = H5Pcreate(H5P_DATASET_XFER);
+  if (file_space < 0 || mem_space < 0 || xfer < 0) status = h5_fail(__FILE__, __LINE__, "H5Dget_space/H5Screate/H5Pcreate");
+  if (status == DS_OK) {
+    herr_t rc = elements ? select_params(file_space, var, chains, draws, first, first + n) : H5Sselect_none(file_space);
+    if (rc >= 0 && !elements) rc = H5Sselect_none(mem_space);
+    if (rc >= 0) rc = H5Pset_dxpl_mpio(xfer, H5FD_MPIO_COLLECTIVE);
+    if (rc >= 0) rc = H5Dread(dataset, H5T_NATIVE_DOUBLE, mem_space, file_space, xfer, values);
+    if (rc < 0) status = h5_fail(__FILE__, __LINE__, "H5Dread(posterior)");
+  }
+  if (xfer >= 0) H5Pclose(xfer);
+  if (mem_space >= 0) H5Sclose(mem_space);
+  if (file_space >= 0) H5Sclose(file_space);
+  return status;
 }
 
 /* Summarises this rank's share of one variable's parameters into stats_local
@@ -366,16 +409,15 @@ static int read_params(hid_t dataset, const summary_var_t *var, int64_t chains, 
  * reads, ranks past their share reading nothing. */
 static int summarize_variable(comm_ctx_t *comm, hid_t posterior, const summary_var_t *var, int64_t chains,
                               int64_t draws, diag_workspace_t *ws, double *stats_local) {
-  int64_t param_begin, param_end; /* in units */
-  comm_partition(var->n_units, comm->size, comm->rank, &param_begin, &param_end);
-  const int64_t inner = var->inner;
-  int64_t per_param = chains * draws;
-  int64_t batch = SUMMARY_READ_VALUES / (per_param * inner);
+  int64_t param_begin, param_end;
+  comm_partition(var->n_params, comm->size, comm->rank, &param_begin, &param_end);
+  const int64_t per_param = chains * draws;
+  int64_t batch = summary_read_values() / per_param;
   if (batch < 1) batch = 1;
-  int64_t largest_share = (var->n_units + comm->size - 1) / comm->size;
-  int64_t rounds = (largest_share + batch - 1) / batch;
-  int64_t local = param_end - param_begin;
-  int64_t buffer_params = (local < batch ? local : batch) * inner;
+  const int64_t largest_share = (var->n_params + comm->size - 1) / comm->size;
+  const int64_t rounds = (largest_share + batch - 1) / batch;
+  const int64_t local = param_end - param_begin;
+  const int64_t buffer_params = local < batch ? local : batch;
 
   int status = DS_OK;
   hid_t dataset = H5Dopen2(posterior, var->name, H5P_DEFAULT);
@@ -388,16 +430,14 @@ static int summarize_variable(comm_ctx_t *comm, hid_t posterior, const summary_v
   status = comm_agree(comm, status);
 
   for (int64_t round = 0; round < rounds && status == DS_OK; ++round) {
-    int64_t first = param_begin + round * batch;
-    int64_t units = first < param_end ? (param_end - first < batch ? param_end - first : batch) : 0;
-    if (!var->has_dim) first = 0;
-    status = comm_agree(comm, read_params(dataset, var, chains, draws, first, units, values));
-    const int64_t count = units * inner;
+    const int64_t first = param_begin + round * batch;
+    const int64_t count = first < param_end ? (param_end - first < batch ? param_end - first : batch) : 0;
+    status = comm_agree(comm, read_params(dataset, var, chains, draws, first, count, values));
     for (int64_t j = 0; j < count && status == DS_OK; ++j) {
       for (int64_t i = 0; i < per_param; ++i) one[i] = values[i * count + j];
       diag_stats_t stats;
       diag_summarize(ws, one, &stats);
-      memcpy(stats_local + ((first - param_begin) * inner + j) * DIAG_N_STATS, &stats, sizeof stats);
+      memcpy(stats_local + (first - param_begin + j) * DIAG_N_STATS, &stats, sizeof stats);
     }
   }
   if (buffer_params > 0) {
@@ -675,9 +715,7 @@ static int summary_compute(comm_ctx_t *comm, const summary_options_t *options, s
       break;
     }
     int64_t begin, end;
-    comm_partition(var->n_units, comm->size, comm->rank, &begin, &end);
-    begin *= var->inner;
-    end *= var->inner;
+    comm_partition(var->n_params, comm->size, comm->rank, &begin, &end);
     double *stats_local = malloc((size_t)((end - begin) > 0 ? end - begin : 1) * DIAG_N_STATS * sizeof(double));
     status = comm_agree(comm, stats_local ? DS_OK
                                           : DS_FAIL_ALLOC("summary rows", (size_t)(end - begin) * DIAG_N_STATS * sizeof(double)));
@@ -686,9 +724,7 @@ static int summary_compute(comm_ctx_t *comm, const summary_options_t *options, s
     if (status == DS_OK) {
       for (int r = 0; r < comm->size; ++r) {
         int64_t rb, re;
-        comm_partition(var->n_units, comm->size, r, &rb, &re);
-        rb *= var->inner;
-        re *= var->inner;
+        comm_partition(var->n_params, comm->size, r, &rb, &re);
         counts[r] = (int)((re - rb) * DIAG_N_STATS);
         displs[r] = (int)(rb * DIAG_N_STATS);
       }

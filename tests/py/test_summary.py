@@ -6,6 +6,7 @@ dsampler's layout cover iid and AR(1) chains, chains that disagree, a stuck chai
 parameter, ties, odd and tiny draw counts, one chain, many parameters over uneven rank shares,
 variables of two and three axes (rows A[i,j]), and a file written by `dsampler hmc`. The CSV must be byte-identical on 1 and 3 ranks."""
 import math
+import os
 
 import arviz as az
 import h5py
@@ -90,14 +91,20 @@ def compare(case, rows, ref):
                      f"(largest relative difference {worst[0]:.2e} at {worst[1]}){': ' + '; '.join(bad[:6]) if bad else ''}")
 
 
-def run_case(case, posterior, diverging=None, ranks=(1, 3)):
-    """Writes the file, runs the summary on each rank count, compares; returns rank 1's stdout."""
+def run_case(case, posterior, diverging=None, ranks=(1, 3), read_values=None):
+    """Writes the file, runs the summary on each rank count, compares; returns rank 1's stdout.
+    read_values: DSAMPLER_SUMMARY_READ_VALUES for the runs (draws read per rank and round)."""
     p = write_run(f"{case}.h5", posterior, diverging)
     ref = reference(posterior)
     texts, stdout = [], None
     for np_ranks in ranks:
         out = t.path(f"{case}.np{np_ranks}.csv")
-        _, stdout_r, _ = t.run(np_ranks, "summary", p, "--csv", out)
+        if read_values is not None:
+            os.environ["DSAMPLER_SUMMARY_READ_VALUES"] = str(read_values)
+        try:
+            _, stdout_r, _ = t.run(np_ranks, "summary", p, "--csv", out)
+        finally:
+            os.environ.pop("DSAMPLER_SUMMARY_READ_VALUES", None)
         stdout = stdout if stdout is not None else stdout_r
         header, rows = t.read_csv(out)
         t.check(header == ["variable"] + COLUMNS, f"{case} np{np_ranks}: CSV header {header}")
@@ -162,9 +169,14 @@ def main():
     # Many parameters over uneven rank shares, a scalar variable, a float64 variable, and a
     # variable with fewer parameters than ranks (one rank reads nothing).
     # Variables of several axes (a Stan model's matrix, an array of vectors) beside a scalar, the
-    # ranks sharing them by their first axis: rows A[i,j] and B[i,j,k] in C order.
+    # ranks sharing their parameters in C order: rows A[i,j] and B[i,j,k].
     run_case("axes", {"A": ar1(rng, 4, 60, 6, 0.3).reshape(4, 60, 3, 2), "s": ar1(rng, 4, 60, 1, 0.1)[..., 0],
                       "B": ar1(rng, 4, 60, 8, 0.0).reshape(4, 60, 2, 2, 2)}, ranks=(1, 2, 3))
+    # Reads of a few parameters a round (3 of 4 x 60 draws), so a rank's share of a [5, 7] matrix
+    # takes several rounds whose ranges start and end inside rows: each read is a union of boxes.
+    run_case("rounds", {"A": ar1(rng, 4, 60, 35, 0.3).reshape(4, 60, 5, 7),
+                        "C": ar1(rng, 4, 60, 24, 0.1).reshape(4, 60, 2, 3, 4), "v": ar1(rng, 4, 60, 13, 0.5)},
+             ranks=(1, 2, 3), read_values=3 * 4 * 60)
     run_case("many", {"x": ar1(rng, 5, 50, 37, 0.2), "sigma": np.exp(rng.standard_normal((5, 50))).astype(f32),
                       "w": rng.standard_normal((5, 50, 2)), "z": rng.standard_normal((5, 50, 1)).astype(f32)})
 
