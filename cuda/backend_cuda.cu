@@ -32,6 +32,13 @@ struct cuda_impl {
   size_t sums_dev_bytes, sums_host_bytes;
   void *center_dev;             /* column_sums' centre, grow-only */
   size_t center_bytes;
+  /* Distances a median pass keeps for phi (backend.h's svgd_keep_distances), grow-only. */
+  void *dist;
+  size_t dist_bytes;
+  int keep_pending;             /* the next median pass keeps its distances */
+  int kept;                     /* dist holds them for kept_x, kept_n, kept_dim, the kept rows */
+  const float *kept_x;
+  int64_t kept_n, kept_dim, kept_begin, kept_end;
 };
 
 cuda_impl *impl_of(backend_t *b) { return static_cast<cuda_impl *>(b->impl); }
@@ -154,11 +161,29 @@ int cuda_svgd_pair_counts(backend_t *b, const float *x_all, int64_t n, int64_t d
   const int counts = pass == SVGD_MEDIAN_PASS_WINDOW ? SVGD_WINDOW_COUNTS : SVGD_HIST_BINS;
   /* Cleared on a rank without rows too: its zeros go into the sum across ranks. */
   CUDA_CHECK(cudaMemsetAsync(impl->hist_dev, 0, (size_t)counts * sizeof(unsigned long long), impl->stream));
+  /* The first pass after svgd_keep_distances keeps them; later passes of the median (after a
+   * window miss) count the same pairs and leave them as they are. */
+  const bool keep = impl->keep_pending && svgd_keeps_distances(n, dim);
+  impl->keep_pending = 0;
+  float *dist = NULL;
+  if (keep && row_end > row_begin) {
+    const size_t bytes = (size_t)(row_end - row_begin) * (size_t)svgd_kept_distances_ld(n) * sizeof(float);
+    DS_TRY(ensure_device(&impl->dist, &impl->dist_bytes, bytes, "the median's distances kept for phi"));
+    dist = static_cast<float *>(impl->dist);
+  }
   if (n >= 2 && row_end > row_begin) {
     /* The centred rows share the phi scratch: the two never run at once. */
     DS_TRY(ensure_phi_scratch(impl, svgd_pair_histogram_scratch_floats(n, dim), "the median's centred rows"));
     DS_TRY(svgd_launch_pair_histogram(x_all, n, dim, row_begin, row_end, pass, select_bits, impl->hist_dev,
-                                      impl->phi_scratch, impl->sm_count, impl->stream));
+                                      impl->phi_scratch, dist, impl->sm_count, impl->stream));
+  }
+  if (keep) {
+    impl->kept = 1;
+    impl->kept_x = x_all;
+    impl->kept_n = n;
+    impl->kept_dim = dim;
+    impl->kept_begin = row_begin;
+    impl->kept_end = row_end;
   }
   /* unsigned long long (the kernels' atomicAdd type) and uint64_t are both 64-bit unsigned. */
   static_assert(sizeof(unsigned long long) == sizeof(uint64_t), "64-bit counts");
@@ -185,8 +210,17 @@ int cuda_svgd_phi(backend_t *b, const float *x_all, const float *score_all, int6
   cuda_impl *impl = impl_of(b);
   if (row_end <= row_begin) return DS_OK;
   DS_TRY(ensure_phi_scratch(impl, svgd_phi_scratch_floats(n, dim, row_end - row_begin), "SVGD phi scratch"));
+  const bool kept = impl->kept && impl->kept_x == x_all && impl->kept_n == n && impl->kept_dim == dim &&
+                    impl->kept_begin == row_begin && impl->kept_end == row_end;
+  impl->kept = 0; /* used once: the particles move after phi */
   return svgd_launch_phi(x_all, score_all, n, dim, row_begin, row_end, kernel, phi, impl->phi_scratch,
-                         impl->stream);
+                         kept ? static_cast<const float *>(impl->dist) : NULL, impl->stream);
+}
+
+int cuda_svgd_keep_distances(backend_t *b) {
+  impl_of(b)->keep_pending = 1;
+  impl_of(b)->kept = 0;
+  return DS_OK;
 }
 
 int cuda_svgd_update(backend_t *b, float *x, const float *phi, float *g, int64_t count, svgd_update_t kind,
@@ -349,6 +383,7 @@ void cuda_destroy(backend_t *b) {
     if (impl->hist_dev) CUDA_CHECK_NORETURN(cudaFree(impl->hist_dev));
     if (impl->hist_host) CUDA_CHECK_NORETURN(cudaFreeHost(impl->hist_host));
     if (impl->phi_scratch) CUDA_CHECK_NORETURN(cudaFree(impl->phi_scratch));
+    if (impl->dist) CUDA_CHECK_NORETURN(cudaFree(impl->dist));
     if (impl->hmc_work) CUDA_CHECK_NORETURN(cudaFree(impl->hmc_work));
     if (impl->stage) CUDA_CHECK_NORETURN(cudaFreeHost(impl->stage));
     if (impl->sums_dev) CUDA_CHECK_NORETURN(cudaFree(impl->sums_dev));
@@ -405,6 +440,7 @@ extern "C" int backend_cuda_create(int device, backend_t **out) {
   b->svgd_pair_histogram = cuda_svgd_pair_histogram;
   b->svgd_pair_counts = cuda_svgd_pair_counts;
   b->svgd_phi = cuda_svgd_phi;
+  b->svgd_keep_distances = cuda_svgd_keep_distances;
   b->svgd_stein_sum = cuda_svgd_stein_sum;
   b->svgd_update = cuda_svgd_update;
   b->hmc_transition = cuda_hmc_transition;

@@ -77,7 +77,14 @@ struct pair_histogram_args {
   uint32_t select_bits;     /* PASS_LOW: the top 16 bits; PASS_WINDOW: the window start */
   unsigned long long *hist; /* SVGD_HIST_BINS, or SVGD_WINDOW_COUNTS for PASS_WINDOW */
   const float *squares;     /* GEMM: |y_j|^2 of the centred rows (svgd_kernel_math.h) */
+  int band_lo;              /* a row's first column offset: 1 (median passes), half (PASS_COMPLEMENT) */
+  float *dist;              /* GEMM: D kept for phi at [i - row_begin][j] (svgd_keeps_distances); NULL: not kept */
+  long long dist_ld;
 };
+
+/* Not a median pass: the pairs (i, j) of local rows i whose j lies outside i's band (the pairs
+ * other ranks' rows hold), D written to a.dist, nothing counted. */
+constexpr int PASS_COMPLEMENT = 4;
 
 /* A 16-bit counter wrapped (old was 0xFFFF in its half): settle 65536 counts in the global
  * histogram. A wrap of the low counter also carried one into the high counter of the word,
@@ -112,7 +119,7 @@ struct hist_cursor {
   __device__ __forceinline__ int r0(const pair_histogram_args &a) const { return a.row_begin + row_tile * HIST_BM; }
   /* First virtual column: row + offset, not yet reduced modulo n. */
   __device__ __forceinline__ int c0(const pair_histogram_args &a) const {
-    return r0(a) + 1 + col_tile * HIST_BN;
+    return r0(a) + a.band_lo + col_tile * HIST_BN;
   }
 };
 
@@ -158,7 +165,7 @@ __device__ __forceinline__ void hist_stage(const pair_histogram_args &a, const h
  * epilogue, the radix passes measured 3-5% slower once the window pass was added (H200,
  * N = 32768 and 65536). GEMM: a.x holds the centred rows and the distances are the GEMM
  * identity's (svgd_kernel_math.h), one fma per pair and coordinate instead of two instructions. */
-template <int KC, int PASS, bool GEMM>
+template <int KC, int PASS, bool GEMM, bool KEEP>
 __global__ void __launch_bounds__(HIST_THREADS, 1)
 svgd_pair_histogram_kernel(const pair_histogram_args a) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -229,8 +236,9 @@ svgd_pair_histogram_kernel(const pair_histogram_args a) {
     if (at.chunk == a.chunks - 1) { /* the tile's distances are complete */
       const int r0 = at.r0(a);
       const int first_offset = at.c0(a) - r0; /* offset of (row r0, column c0) */
-      const bool full = r0 + HIST_BM <= a.row_end && first_offset - (HIST_BM - 1) >= 1 &&
+      const bool full = PASS != PASS_COMPLEMENT && r0 + HIST_BM <= a.row_end && first_offset - (HIST_BM - 1) >= 1 &&
                         first_offset + HIST_BN - 1 <= span_min;
+      int columns[8]; /* the thread's columns j, reduced modulo n */
       uint32_t tile_below = 0u, tile_above = 0u;
       if (GEMM) { /* acc holds dot products: D = |y_i|^2 + |y_j|^2 - 2 y_i . y_j */
         float column_squares[8];
@@ -242,6 +250,7 @@ svgd_pair_histogram_kernel(const pair_histogram_args a) {
           int j = column + (c & 3) + (c >> 2) * 64;
           if (j >= a.n) j -= a.n;
           if (j >= a.n) j %= a.n;
+          if (KEEP) columns[c] = j;
           column_squares[c] = a.squares[j];
         }
 #pragma unroll
@@ -260,10 +269,19 @@ svgd_pair_histogram_kernel(const pair_histogram_args a) {
 #pragma unroll
         for (int c = 0; c < 8; ++c) {
           const int offset = first_offset + tx * 4 + (c & 3) + (c >> 2) * 64 - ty * 8 - r;
-          const bool counted = full || (row_valid && offset >= 1 && offset <= span);
+          const bool counted = PASS == PASS_COMPLEMENT ? row_valid && offset > span && offset < a.n
+                                                       : full || (row_valid && offset >= 1 && offset <= span);
           const uint32_t bits = __float_as_uint(acc[r][c]);
           acc[r][c] = 0.0f;
           if (!counted) continue;
+          if (KEEP) { /* D kept for phi, both ways round where both rows are local */
+            const int j = columns[c];
+            const float d = __uint_as_float(bits);
+            a.dist[(long long)(i - a.row_begin) * a.dist_ld + j] = d;
+            if (PASS != PASS_COMPLEMENT && j >= a.row_begin && j < a.row_end)
+              a.dist[(long long)(j - a.row_begin) * a.dist_ld + i] = d;
+          }
+          if (PASS == PASS_COMPLEMENT) continue;
           if (PASS == SVGD_MEDIAN_PASS_HIGH) {
             hist_count(hist_s, a.hist, bits >> 16);
           } else if (PASS == SVGD_MEDIAN_PASS_LOW) {
@@ -885,6 +903,36 @@ __global__ void __launch_bounds__(WIDE_THREADS, 1) svgd_wide_accumulate_kernel(c
   }
 }
 
+/* The slab's K and its tile row sums from distances the median pass kept (svgd_keeps_distances):
+ * what svgd_wide_kernel_tile_kernel writes, with D_ij the median's own. A warp takes a row's
+ * 128-column tile, a lane 4 adjacent columns; the tile's sum adds the lanes' sums in a fixed
+ * tree. grid_for(rows * tiles, 8 warps). */
+__global__ void svgd_wide_kernel_from_distances_kernel(const wide_args a, const float *dist, long long dist_ld) {
+  const int lane = threadIdx.x % 32;
+  const long long rows = a.row_end - a.row_begin;
+  const int tiles = a.slab_cols / WIDE_BN;
+  for (long long item = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / 32; item < rows * tiles;
+       item += (long long)gridDim.x * blockDim.x / 32) {
+    const long long local = item / tiles, row = a.row_begin + local;
+    const int tile = (int)(item - local * tiles);
+    const long long column0 = a.slab0 + (long long)tile * WIDE_BN + 4 * lane;
+    const float4 d = *reinterpret_cast<const float4 *>(dist + local * dist_ld + column0);
+    const float dv[4] = {d.x, d.y, d.z, d.w};
+    float kv[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const long long column = column0 + e;
+      kv[e] = (column >= a.n || column == row) ? 0.0f : pair_weight(a.weight, dv[e]);
+    }
+    *reinterpret_cast<float4 *>(a.k_slab + local * a.slab_cols + (long long)tile * WIDE_BN + 4 * lane) =
+        make_float4(kv[0], kv[1], kv[2], kv[3]);
+    float part = __fadd_rn(__fadd_rn(__fadd_rn(kv[0], kv[1]), kv[2]), kv[3]);
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1) part = __fadd_rn(part, __shfl_xor_sync(0xFFFFFFFFu, part, offset));
+    if (lane == 0) a.k_tile_sums[local * tiles + tile] = part;
+  }
+}
+
 /* Columns per slab: the tuning's, else as many as WIDE_SLAB_FLOATS holds for these rows. */
 long long wide_slab_columns(long long n, long long rows) {
   const long long all = (n + WIDE_BN - 1) / WIDE_BN * WIDE_BN;
@@ -1136,20 +1184,28 @@ int launch_phi_tiled(const phi_args &a, long long row_blocks, cudaStream_t strea
   return DS_OK;
 }
 
-template <int KC, int PASS, bool GEMM>
+template <int KC, int PASS, bool GEMM, bool KEEP>
 int launch_pair_histogram_kernel(const pair_histogram_args &a, long long blocks, cudaStream_t stream) {
-  CUDA_CHECK(cudaFuncSetAttribute(svgd_pair_histogram_kernel<KC, PASS, GEMM>,
+  CUDA_CHECK(cudaFuncSetAttribute(svgd_pair_histogram_kernel<KC, PASS, GEMM, KEEP>,
                                   cudaFuncAttributeMaxDynamicSharedMemorySize, (int)hist_smem_bytes(KC)));
-  svgd_pair_histogram_kernel<KC, PASS, GEMM><<<(unsigned)blocks, HIST_THREADS, hist_smem_bytes(KC), stream>>>(a);
+  svgd_pair_histogram_kernel<KC, PASS, GEMM, KEEP><<<(unsigned)blocks, HIST_THREADS, hist_smem_bytes(KC), stream>>>(a);
   CUDA_CHECK_LAUNCH("svgd_pair_histogram_kernel");
   return DS_OK;
 }
 
 template <int KC, bool GEMM>
 int launch_pair_histogram(const pair_histogram_args &a, int pass, long long blocks, cudaStream_t stream) {
-  if (pass == SVGD_MEDIAN_PASS_HIGH) return launch_pair_histogram_kernel<KC, SVGD_MEDIAN_PASS_HIGH, GEMM>(a, blocks, stream);
-  if (pass == SVGD_MEDIAN_PASS_LOW) return launch_pair_histogram_kernel<KC, SVGD_MEDIAN_PASS_LOW, GEMM>(a, blocks, stream);
-  return launch_pair_histogram_kernel<KC, SVGD_MEDIAN_PASS_WINDOW, GEMM>(a, blocks, stream);
+  /* Keeping the distances is a kernel of its own: the writes cost the others registers (the
+   * window pass at d = 1024, N = 16384 measured 8.9 ms with them compiled in, 7.3 without). */
+  if (GEMM && a.dist) {
+    if (pass == PASS_COMPLEMENT) return launch_pair_histogram_kernel<KC, PASS_COMPLEMENT, true, true>(a, blocks, stream);
+    if (pass == SVGD_MEDIAN_PASS_HIGH) return launch_pair_histogram_kernel<KC, SVGD_MEDIAN_PASS_HIGH, true, true>(a, blocks, stream);
+    if (pass == SVGD_MEDIAN_PASS_LOW) return launch_pair_histogram_kernel<KC, SVGD_MEDIAN_PASS_LOW, true, true>(a, blocks, stream);
+    return launch_pair_histogram_kernel<KC, SVGD_MEDIAN_PASS_WINDOW, true, true>(a, blocks, stream);
+  }
+  if (pass == SVGD_MEDIAN_PASS_HIGH) return launch_pair_histogram_kernel<KC, SVGD_MEDIAN_PASS_HIGH, GEMM, false>(a, blocks, stream);
+  if (pass == SVGD_MEDIAN_PASS_LOW) return launch_pair_histogram_kernel<KC, SVGD_MEDIAN_PASS_LOW, GEMM, false>(a, blocks, stream);
+  return launch_pair_histogram_kernel<KC, SVGD_MEDIAN_PASS_WINDOW, GEMM, false>(a, blocks, stream);
 }
 
 /* y_j = x_j - x_0 (svgd_kernel_math.h's centring); blocks over rows. */
@@ -1165,10 +1221,16 @@ extern "C" size_t svgd_pair_histogram_scratch_floats(int64_t n, int64_t dim) {
   return svgd_median_by_gemm(dim) ? (size_t)n * (size_t)dim + (size_t)n : 0;
 }
 
+extern "C" int svgd_keeps_distances(int64_t n, int64_t dim) {
+  return svgd_median_by_gemm(dim) && n >= 2 && (double)n * (double)svgd_kept_distances_ld(n) <= (double)WIDE_SLAB_FLOATS;
+}
+
+extern "C" int64_t svgd_kept_distances_ld(int64_t n) { return (n + WIDE_BN - 1) / WIDE_BN * WIDE_BN; }
+
 extern "C" int svgd_launch_pair_histogram(const float *x_all, int64_t n, int64_t dim,
                                           int64_t row_begin, int64_t row_end, int pass,
                                           uint32_t select_bits, unsigned long long *hist_dev, float *scratch,
-                                          int sm_count, cudaStream_t stream) {
+                                          float *dist, int sm_count, cudaStream_t stream) {
   if (dim < 1 || dim > INT32_MAX || n < 0 || row_begin < 0 || row_end > n || row_begin > row_end)
     return ds_fail(DS_ERR_INTERNAL, "svgd_launch_pair_histogram: bad sizes n=%lld dim=%lld rows [%lld, %lld)",
                    (long long)n, (long long)dim, (long long)row_begin, (long long)row_end);
@@ -1194,6 +1256,13 @@ extern "C" int svgd_launch_pair_histogram(const float *x_all, int64_t n, int64_t
   a.select_bits = select_bits;
   a.hist = hist_dev;
   a.squares = NULL;
+  a.band_lo = 1;
+  a.dist = NULL;
+  a.dist_ld = svgd_kept_distances_ld(n);
+  if (dist && !svgd_keeps_distances(n, dim))
+    return ds_fail(DS_ERR_INTERNAL, "svgd_launch_pair_histogram: distances kept for n=%lld dim=%lld", (long long)n,
+                   (long long)dim);
+  a.dist = dist;
   if (gemm) { /* the centred rows and their squares, [n x dim][n] */
     if (!scratch) return ds_fail(DS_ERR_INTERNAL, "svgd_launch_pair_histogram: no scratch for dim %lld", (long long)dim);
     const long long count = n * dim;
@@ -1206,10 +1275,20 @@ extern "C" int svgd_launch_pair_histogram(const float *x_all, int64_t n, int64_t
   }
   long long blocks = sm_count > 0 ? sm_count : 1;
   if (blocks > a.total_tiles) blocks = a.total_tiles;
-  if (chunk == 32) return gemm ? launch_pair_histogram<32, true>(a, pass, blocks, stream)
-                               : launch_pair_histogram<32, false>(a, pass, blocks, stream);
-  return gemm ? launch_pair_histogram<16, true>(a, pass, blocks, stream)
-              : launch_pair_histogram<16, false>(a, pass, blocks, stream);
+  const int launched = chunk == 32 ? (gemm ? launch_pair_histogram<32, true>(a, pass, blocks, stream)
+                                          : launch_pair_histogram<32, false>(a, pass, blocks, stream))
+                                   : (gemm ? launch_pair_histogram<16, true>(a, pass, blocks, stream)
+                                          : launch_pair_histogram<16, false>(a, pass, blocks, stream));
+  if (launched != DS_OK) return launched;
+  if (!dist || (row_begin == 0 && row_end == n)) return DS_OK; /* one rank's band holds every pair */
+  /* The rest of the local rows' pairs: offsets half .. n - 1 past each row's span. */
+  a.band_lo = a.half;
+  a.col_tiles = (int)((HIST_BM - 1 + (n - a.half) + HIST_BN - 1) / HIST_BN);
+  a.total_tiles = (long long)a.row_tiles * a.col_tiles;
+  blocks = sm_count > 0 ? sm_count : 1;
+  if (blocks > a.total_tiles) blocks = a.total_tiles;
+  return chunk == 32 ? launch_pair_histogram<32, true>(a, PASS_COMPLEMENT, blocks, stream)
+                     : launch_pair_histogram<16, true>(a, PASS_COMPLEMENT, blocks, stream);
 }
 
 /* Scratch: [2 sets of splits x rows x (dim + 1) partial sums] [v: n x dim] [dim > 128: slab, tile
@@ -1229,8 +1308,8 @@ namespace {
 
 /* One pass of the phi kernels: a.partial_sums, a.partial_k = the weighted sums of a.v over the
  * columns, by a.weight. wide: the slab buffer, its tile sums and |x_j|^2 (dim > 128). */
-int phi_pass(const phi_args &a, float *k_slab, float *k_tile_sums, const float *squares, long long row_blocks,
-             cudaStream_t stream) {
+int phi_pass(const phi_args &a, float *k_slab, float *k_tile_sums, const float *squares, const float *dist,
+             long long row_blocks, cudaStream_t stream) {
   if (a.dim <= 16) return launch_phi_tiled<16>(a, row_blocks, stream);
   if (a.dim <= 32) return launch_phi_tiled<32>(a, row_blocks, stream);
   if (a.dim <= 64) return launch_phi_tiled<64>(a, row_blocks, stream);
@@ -1267,8 +1346,15 @@ int phi_pass(const phi_args &a, float *k_slab, float *k_tile_sums, const float *
     const long long left = (a.n - slab0 + WIDE_BN - 1) / WIDE_BN * WIDE_BN;
     w.slab0 = slab0;
     w.slab_cols = (int)(left < slab ? left : slab);
-    tile_kernel<<<dim3((unsigned)row_blocks, (unsigned)(w.slab_cols / WIDE_BN)), WIDE_THREADS, tile_smem, stream>>>(w);
-    CUDA_CHECK_LAUNCH("svgd_wide_kernel_tile_kernel");
+    if (dist) {
+      const long long items = rows * (w.slab_cols / WIDE_BN);
+      svgd_wide_kernel_from_distances_kernel<<<grid_for(items * 32, 256), 256, 0, stream>>>(
+          w, dist, svgd_kept_distances_ld(a.n));
+      CUDA_CHECK_LAUNCH("svgd_wide_kernel_from_distances_kernel");
+    } else {
+      tile_kernel<<<dim3((unsigned)row_blocks, (unsigned)(w.slab_cols / WIDE_BN)), WIDE_THREADS, tile_smem, stream>>>(w);
+      CUDA_CHECK_LAUNCH("svgd_wide_kernel_tile_kernel");
+    }
     accumulate_kernel<<<dim3((unsigned)row_blocks, coordinate_blocks), WIDE_THREADS, accumulate_smem, stream>>>(
         w, slab0 == 0);
     CUDA_CHECK_LAUNCH("svgd_wide_accumulate_kernel");
@@ -1280,7 +1366,7 @@ int phi_pass(const phi_args &a, float *k_slab, float *k_tile_sums, const float *
 
 extern "C" int svgd_launch_phi(const float *x_all, const float *score_all, int64_t n, int64_t dim,
                                int64_t row_begin, int64_t row_end, const svgd_kernel_t *kernel, float *phi,
-                               float *scratch, cudaStream_t stream) {
+                               float *scratch, const float *dist, cudaStream_t stream) {
   if (dim < 1 || dim > INT32_MAX || n < 1 || row_begin < 0 || row_end > n || row_begin > row_end)
     return ds_fail(DS_ERR_INTERNAL, "svgd_launch_phi: bad sizes n=%lld dim=%lld rows [%lld, %lld)",
                    (long long)n, (long long)dim, (long long)row_begin, (long long)row_end);
@@ -1288,6 +1374,8 @@ extern "C" int svgd_launch_phi(const float *x_all, const float *score_all, int64
   if (!(h > 0.0f)) return ds_fail(DS_ERR_INTERNAL, "svgd_launch_phi: bandwidth h=%g is not positive", (double)h);
   const long long rows = row_end - row_begin;
   if (rows == 0) return DS_OK;
+  if (dist && !svgd_keeps_distances(n, dim))
+    return ds_fail(DS_ERR_INTERNAL, "svgd_launch_phi: kept distances for n=%lld dim=%lld", (long long)n, (long long)dim);
   phi_args a;
   a.x = x_all;
   a.score = score_all;
@@ -1329,14 +1417,16 @@ extern "C" int svgd_launch_phi(const float *x_all, const float *score_all, int64
     CUDA_CHECK_LAUNCH("svgd_centre_kernel");
     x_all = centred;
     a.x = centred;
-    svgd_squares_kernel<<<squares_grid(n), SQUARES_THREADS, 0, stream>>>(x_all, n, (int)dim, squares);
-    CUDA_CHECK_LAUNCH("svgd_squares_kernel");
+    if (!dist) { /* the tile kernel's GEMM identity */
+      svgd_squares_kernel<<<squares_grid(n), SQUARES_THREADS, 0, stream>>>(x_all, n, (int)dim, squares);
+      CUDA_CHECK_LAUNCH("svgd_squares_kernel");
+    }
   }
   if (kernel->kind == SVGD_KERNEL_RBF) {
     a.v = v_all;
     svgd_v_kernel<<<grid_for(n * dim, 256), 256, 0, stream>>>(x_all, score_all, n * dim, h, v_all);
     CUDA_CHECK_LAUNCH("svgd_v_kernel");
-    DS_TRY(phi_pass(a, k_slab, k_tile_sums, squares, row_blocks, stream));
+    DS_TRY(phi_pass(a, k_slab, k_tile_sums, squares, dist, row_blocks, stream));
     svgd_phi_finish_kernel<<<grid_for(rows * dim, 256), 256, 0, stream>>>(a, phi);
     CUDA_CHECK_LAUNCH("svgd_phi_finish_kernel");
     return DS_OK;
@@ -1345,12 +1435,12 @@ extern "C" int svgd_launch_phi(const float *x_all, const float *score_all, int64
   phi_args weight = a;
   a.v = score_all;
   a.weight.mode = PHI_WEIGHT_IMQ_VALUE;
-  DS_TRY(phi_pass(a, k_slab, k_tile_sums, squares, row_blocks, stream));
+  DS_TRY(phi_pass(a, k_slab, k_tile_sums, squares, dist, row_blocks, stream));
   weight.v = x_all;
   weight.weight.mode = PHI_WEIGHT_IMQ_WEIGHT;
   weight.partial_sums = scratch + set_floats;
   weight.partial_k = weight.partial_sums + (size_t)a.splits * (size_t)rows * (size_t)dim;
-  DS_TRY(phi_pass(weight, k_slab, k_tile_sums, squares, row_blocks, stream));
+  DS_TRY(phi_pass(weight, k_slab, k_tile_sums, squares, dist, row_blocks, stream));
   svgd_phi_finish_imq_kernel<<<grid_for(rows * dim, 256), 256, 0, stream>>>(a, weight, svgd_kernel_diagonal(kernel),
                                                                            phi);
   CUDA_CHECK_LAUNCH("svgd_phi_finish_imq_kernel");

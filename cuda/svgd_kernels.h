@@ -36,14 +36,24 @@ size_t svgd_pair_histogram_scratch_floats(int64_t n, int64_t dim);
  * sizes the persistent grid. */
 int svgd_launch_pair_histogram(const float *x_all, int64_t n, int64_t dim, int64_t row_begin,
                                int64_t row_end, int pass, uint32_t select_bits,
-                               unsigned long long *hist_dev, float *scratch, int sm_count, cudaStream_t stream);
+                               unsigned long long *hist_dev, float *scratch, float *dist, int sm_count,
+                               cudaStream_t stream);
+/* Whether a median pass can keep its distances for phi (dist above): the GEMM identity's
+ * (dim > 128) and n x svgd_kept_distances_ld(n) floats within phi's slab budget (512 MB), so
+ * phi's K then comes from the median's own D (rank count aside: the rule depends on n and dim).
+ * dist: [row_end - row_begin][svgd_kept_distances_ld(n)] floats; the pass writes D_ij of every
+ * local row and j != i, its band's pairs (both ways round where both rows are local) and, when
+ * the rows are not all n, a second pass for the rest. */
+int svgd_keeps_distances(int64_t n, int64_t dim);
+int64_t svgd_kept_distances_ld(int64_t n);
 
 /* Floats of device scratch svgd_launch_phi needs for these sizes. */
 size_t svgd_phi_scratch_floats(int64_t n, int64_t dim, int64_t rows);
-/* phi [row_end - row_begin, dim] with the kernel; scratch of svgd_phi_scratch_floats() floats. */
+/* phi [row_end - row_begin, dim] with the kernel; scratch of svgd_phi_scratch_floats() floats;
+ * dist: distances a median pass kept for these rows (svgd_keeps_distances), or NULL. */
 int svgd_launch_phi(const float *x_all, const float *score_all, int64_t n, int64_t dim,
                     int64_t row_begin, int64_t row_end, const svgd_kernel_t *kernel, float *phi, float *scratch,
-                    cudaStream_t stream);
+                    const float *dist, cudaStream_t stream);
 /* backend.h's svgd_stein_sum: row_sums [row_end - row_begin] doubles of scratch; totals
  * (EXACT_DIGITS + 1) receive the exact digits of the sum and, last, how many rows fell outside
  * the exact sums' range. */

@@ -161,7 +161,8 @@ struct backend {
    * SVGD_WINDOW_COUNTS for PASS_WINDOW) over this rank's share of the unordered pairs: each
    * local row i in [row_begin, row_end) with j = (i + k) mod n for k = 1 .. floor(n/2), except
    * k = n/2 for i >= n/2 when n is even. Each pair counts 2. D_ij = sum_k (x_ik - x_jk)^2
-   * with fmaf in k order from 0. The n zeros of the diagonal are not counted here. */
+   * with fmaf in k order from 0 up to 128 coordinates, beyond them the GEMM identity on
+   * centred coordinates (svgd_kernel_math.h). The n zeros of the diagonal are not counted here. */
   int (*svgd_pair_histogram)(backend_t *b, const float *x_all, int64_t n, int64_t dim,
                              int64_t row_begin, int64_t row_end, int pass, uint32_t select_bits,
                              uint64_t *hist);
@@ -180,6 +181,12 @@ struct backend {
    * loses all precision when h is small (N <= 2, or collapsed particles). No n x n array. */
   int (*svgd_phi)(backend_t *b, const float *x_all, const float *score_all, int64_t n,
                   int64_t dim, int64_t row_begin, int64_t row_end, const svgd_kernel_t *kernel, float *phi);
+  /* May be NULL. The next median pass keeps its squared distances for the next svgd_phi of the
+   * same particles (x_all, n, dim, rows unchanged in between), which then forms K from them
+   * instead of computing the distances again; where the backend keeps them is its rule, one
+   * that depends on n and dim alone, so results stay the same on any number of ranks. svgd.c
+   * calls it at the start of each step's bandwidth. */
+  int (*svgd_keep_distances)(backend_t *b);
   /* The Stein kernel's sum for the kernel Stein discrepancy: *sum (host, cleared first) = the
    * exact sum over local rows i of u_ii + 2 sum_{k=1..span(i)} u(i, (i + k) mod n), the pairs of
    * svgd_pair_histogram (each unordered pair once), so the ranks' sums add up to

@@ -136,6 +136,8 @@ static int svgd_bandwidth(run_ctx_t *run, svgd_state_t *s, svgd_median_state_t *
     return DS_OK;
   }
   float median;
+  /* The median's first pass may keep its distances for this step's phi (backend.h). */
+  if (run->backend->svgd_keep_distances) DS_TRY(run->backend->svgd_keep_distances(run->backend));
   DS_TRY(svgd_exact_median(run->comm, run->backend, s->x_all, n, run->target->dim, run->item_begin,
                            run->item_end, median_state, &median));
   *median_out = median;

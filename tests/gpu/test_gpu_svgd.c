@@ -231,6 +231,80 @@ static void phi_reference(const float *x, const float *s, int64_t n, int64_t dim
   }
 }
 
+/* phi from the distances a median pass kept (backend.h's svgd_keep_distances, dim > 128): within
+ * 1e-5 of float64 and of the CPU; rows split as 3 ranks would hold them, each share keeping its
+ * own distances in one pass (its band, then the rest), give bitwise the rows of the full launch;
+ * and the rbf and imq kernels both take them. */
+static void test_phi_kept(int64_t n, int64_t dim, float offset) {
+  const int64_t count = n * dim;
+  float *x = test_malloc((size_t)count * sizeof *x), *s = test_malloc((size_t)count * sizeof *s);
+  test_fill_normal(x, count, 1.2, 7000 + (uint64_t)n + (uint64_t)dim);
+  test_fill_normal(s, count, 1.0, 7100 + (uint64_t)n + (uint64_t)dim);
+  for (int64_t e = 0; e < count; ++e) x[e] += offset;
+  float *x_dev = device_copy(x, count), *s_dev = device_copy(s, count), *phi_dev = NULL;
+  GPU_TRY(gpu->alloc(gpu, (void **)&phi_dev, (size_t)count * sizeof(float)));
+  float *phi_full = test_malloc((size_t)count * sizeof *phi_full), *phi_part = test_malloc((size_t)count * sizeof *phi_part);
+  float *phi_fresh = test_malloc((size_t)count * sizeof *phi_fresh), *phi_cpu = test_malloc((size_t)count * sizeof *phi_cpu);
+  GPU_EXPECT(gpu->svgd_keep_distances != NULL, "the CUDA backend keeps distances");
+  for (int kind = SVGD_KERNEL_RBF; kind <= SVGD_KERNEL_IMQ; ++kind) {
+    GPU_TRY(gpu->svgd_keep_distances(gpu));
+    float median = backend_median(gpu, x_dev, n, dim, NULL);
+    if (median < 1e-5f) median = 1e-5f;
+    const svgd_kernel_t kernel = {kind, median / fmaxf(logf((float)n), 1.0f), 1.0f, -0.5f};
+    GPU_TRY(gpu->svgd_phi(gpu, x_dev, s_dev, n, dim, 0, n, &kernel, phi_dev));
+    GPU_TRY(gpu->download(gpu, phi_full, phi_dev, (size_t)count * sizeof(float)));
+    /* The same call again keeps nothing: the distances are computed afresh (tensor cores). */
+    GPU_TRY(gpu->svgd_phi(gpu, x_dev, s_dev, n, dim, 0, n, &kernel, phi_dev));
+    GPU_TRY(gpu->download(gpu, phi_fresh, phi_dev, (size_t)count * sizeof(float)));
+    GPU_TRY(cpu->svgd_phi(cpu, x, s, n, dim, 0, n, &kernel, phi_cpu));
+    const double cpu_err = test_rel_err(phi_full, phi_cpu, count), fresh_err = test_rel_err(phi_full, phi_fresh, count);
+    GPU_EXPECT(cpu_err <= 1e-5, "kept n=%lld d=%lld kind %d: phi rel err vs CPU %.3g > 1e-5", (long long)n,
+               (long long)dim, kind, cpu_err);
+    GPU_EXPECT(fresh_err <= 1e-5, "kept n=%lld d=%lld kind %d: phi rel err vs fresh distances %.3g > 1e-5",
+               (long long)n, (long long)dim, kind, fresh_err);
+    double ref_err = -1.0;
+    if (kind == SVGD_KERNEL_RBF) {
+      double *ref = test_malloc((size_t)count * sizeof *ref), num = 0.0, den = 0.0;
+      phi_reference(x, s, n, dim, 0, n, (double)kernel.h, ref);
+      for (int64_t e = 0; e < count; ++e) {
+        num += ((double)phi_full[e] - ref[e]) * ((double)phi_full[e] - ref[e]);
+        den += ref[e] * ref[e];
+      }
+      ref_err = sqrt(num / den);
+      GPU_EXPECT(ref_err <= 1e-5, "kept n=%lld d=%lld: phi rel err vs float64 %.3g > 1e-5", (long long)n,
+                 (long long)dim, ref_err);
+      free(ref);
+    }
+    int same = 1;
+    for (int r = 0; r < 3; ++r) {
+      const int64_t rb = r * n / 3, re = (r + 1) * n / 3;
+      if (re == rb) continue;
+      GPU_TRY(gpu->svgd_keep_distances(gpu));
+      uint64_t *counts = NULL;
+      /* Any pass keeps them: the window pass for one share, the radix pass for the others. */
+      GPU_TRY(gpu->svgd_pair_counts(gpu, x_dev, n, dim, rb, re, r == 1 ? SVGD_MEDIAN_PASS_WINDOW : SVGD_MEDIAN_PASS_HIGH,
+                                    0, &counts));
+      GPU_TRY(gpu->svgd_phi(gpu, x_dev, s_dev, n, dim, rb, re, &kernel, phi_dev));
+      GPU_TRY(gpu->download(gpu, phi_part, phi_dev, (size_t)((re - rb) * dim) * sizeof(float)));
+      same = same && memcmp(phi_part, phi_full + rb * dim, (size_t)((re - rb) * dim) * sizeof(float)) == 0;
+    }
+    GPU_EXPECT(same, "kept n=%lld d=%lld kind %d: phi of 3 rank shares differs from the full launch", (long long)n,
+               (long long)dim, kind);
+    printf("  kept distances n=%-5lld d=%-4lld offset %-3g %s: phi vs cpu %.2e, vs fresh %.2e, vs f64 %s%.2e; "
+           "3 rank shares %s\n", (long long)n, (long long)dim, (double)offset, kind == SVGD_KERNEL_RBF ? "rbf" : "imq",
+           cpu_err, fresh_err, ref_err < 0 ? "(n/a) " : "", ref_err < 0 ? 0.0 : ref_err, same ? "bitwise equal" : "DIFFER");
+  }
+  gpu->release(gpu, phi_dev);
+  gpu->release(gpu, x_dev);
+  gpu->release(gpu, s_dev);
+  free(x);
+  free(s);
+  free(phi_full);
+  free(phi_part);
+  free(phi_fresh);
+  free(phi_cpu);
+}
+
 /* offset: particles (and the target's mean) moved that far from the origin along every axis. */
 static void test_phi_case(int64_t n, int64_t dim, int64_t check_rows, int with_reference, float offset) {
   char args[96];
@@ -478,6 +552,9 @@ int main(void) {
   test_phi_case(2000, 300, 300, 1, 0.0f);
   test_phi_case(2000, 300, 300, 1, 20.0f); /* a cloud far from the origin (dim > 128: centred) */
   test_phi_case(1100, 1030, 130, 1, 0.0f);
+  test_phi_kept(1000, 200, 0.0f);  /* even n */
+  test_phi_kept(1537, 300, 20.0f); /* odd n, a cloud far from the origin */
+  test_phi_kept(5, 129, 0.0f);     /* fewer rows than a tile */
   /* dim > 128 goes by slabs of columns: any slab width gives bitwise the same phi. 260: 16-byte
    * copies of x and v; 261: 4-byte copies. */
   for (int64_t dim = 260; dim <= 261; ++dim) {

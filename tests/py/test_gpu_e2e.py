@@ -1,7 +1,7 @@
 """The whole program on the GPU: `dsampler --backend cuda` on 1 rank (NCCL transport for SVGD; HMC
 takes MPI) and on 2
 ranks sharing the one GPU (MPI transport, staged through host memory) gives bitwise the same
-output, for HMC (fixed step, and pooled adaptation) and SVGD; against the CPU backend, one HMC
+output, for HMC (fixed step, and pooled adaptation) and SVGD (also past 128 coordinates); against the CPU backend, one HMC
 iteration makes the same accept decision on >= 99.9% of chains with positions within 1e-5
 relative, and one SVGD step agrees within 1e-5 relative. Exits 77 where no GPU can be used."""
 import subprocess
@@ -43,6 +43,12 @@ def main():
         "hmc_banana": (["hmc", "--target", "banana", "--chains", 512, "--warmup", 100, "--draws", 20, "--seed", 7],
                        DATASETS),
         "svgd": (["svgd", "--dim", 64, "--particles", 3000, "--iters", 10, "--step-size", 0.05, "--seed", 5], DATASETS),
+        # Past 128 coordinates phi takes the distances the median kept: on 2 ranks each keeps its
+        # rows' band and computes the rest, on 1 the band holds every pair (odd n, then even).
+        "svgd_wide": (["svgd", "--dim", 200, "--particles", 1001, "--iters", 6, "--step-size", 0.05, "--seed", 8],
+                      DATASETS),
+        "svgd_wide_even": (["svgd", "--dim", 257, "--particles", 998, "--iters", 4, "--kernel", "imq", "--seed", 9],
+                           DATASETS),
     }
     for name, (args, names) in runs.items():
         one, two = t.path(f"gpu_{name}_np1.h5"), t.path(f"gpu_{name}_np2.h5")
