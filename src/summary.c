@@ -323,24 +323,18 @@ static int inspect_posterior(hid_t file, const summary_options_t *options, summa
   return status;
 }
 
-/* One collective read of parameters [param_begin, +param_count) of a variable into
- * values[chain][draw][param_count] (param_count may be 0: the rank selects nothing). For a
- * [chain, draw] variable only the first two entries of start and count are used. */
-/* Box start[] + count[] (ndims axes) of a dataset into values, as mem_type; a rank with an empty
- * box reads nothing. Collective. */
-static int read_box(hid_t dataset, int ndims, const hsize_t *start, const hsize_t *count, hid_t mem_type,
-                    void *values, const char *what) {
+/* `elements` values of a dataset into values, as mem_type, the file's elements chosen by
+ * select(space, ctx) in the file's (C) order; a rank with none selects nothing. Collective. */
+static int read_selected(hid_t dataset, hsize_t elements, herr_t (*select)(hid_t space, const void *ctx),
+                         const void *ctx, hid_t mem_type, void *values, const char *what) {
   int status = DS_OK;
-  hsize_t elements = 1;
-  for (int d = 0; d < ndims; ++d) elements *= count[d];
   hsize_t mem_elements = elements ? elements : 1;
   hid_t file_space = H5Dget_space(dataset);
   hid_t mem_space = H5Screate_simple(1, &mem_elements, NULL);
   hid_t xfer = H5Pcreate(H5P_DATASET_XFER);
   if (file_space < 0 || mem_space < 0 || xfer < 0) status = h5_fail(__FILE__, __LINE__, "H5Dget_space/H5Screate/H5Pcreate");
   if (status == DS_OK) {
-    herr_t rc = elements ? H5Sselect_hyperslab(file_space, H5S_SELECT_SET, start, NULL, count, NULL)
-                         : H5Sselect_none(file_space);
+    herr_t rc = elements ? select(file_space, ctx) : H5Sselect_none(file_space);
     if (rc >= 0 && !elements) rc = H5Sselect_none(mem_space);
     if (rc >= 0) rc = H5Pset_dxpl_mpio(xfer, H5FD_MPIO_COLLECTIVE);
     if (rc >= 0) rc = H5Dread(dataset, mem_type, mem_space, file_space, xfer, values);
@@ -350,6 +344,25 @@ static int read_box(hid_t dataset, int ndims, const hsize_t *start, const hsize_
   if (mem_space >= 0) H5Sclose(mem_space);
   if (file_space >= 0) H5Sclose(file_space);
   return status;
+}
+
+typedef struct box {
+  const hsize_t *start, *count;
+} box_t;
+
+static herr_t select_box(hid_t space, const void *ctx) {
+  const box_t *box = ctx;
+  return H5Sselect_hyperslab(space, H5S_SELECT_SET, box->start, NULL, box->count, NULL);
+}
+
+/* Box start[] + count[] (ndims axes) of a dataset into values, as mem_type; a rank with an empty
+ * box reads nothing. Collective. */
+static int read_box(hid_t dataset, int ndims, const hsize_t *start, const hsize_t *count, hid_t mem_type,
+                    void *values, const char *what) {
+  hsize_t elements = 1;
+  for (int d = 0; d < ndims; ++d) elements *= count[d];
+  const box_t box = {start, count};
+  return read_selected(dataset, elements, select_box, &box, mem_type, values, what);
 }
 
 /* Selects in `space` ([chain, draw, axes...]) every chain's and draw's parameters [a, b) of the
@@ -380,28 +393,23 @@ static herr_t select_params(hid_t space, const summary_var_t *var, int64_t chain
   return 0;
 }
 
+typedef struct param_range {
+  const summary_var_t *var;
+  int64_t chains, draws, first, end;
+} param_range_t;
+
+static herr_t select_param_range(hid_t space, const void *ctx) {
+  const param_range_t *range = ctx;
+  return select_params(space, range->var, range->chains, range->draws, range->first, range->end);
+}
+
 /* Parameters [first, + n) of the variable into values[chain][draw][n] (n may be 0: the rank
  * selects nothing). Collective. */
 static int read_params(hid_t dataset, const summary_var_t *var, int64_t chains, int64_t draws, int64_t first,
                        int64_t n, double *values) {
-  int status = DS_OK;
-  hsize_t elements = (hsize_t)(chains * draws * n);
-  hsize_t mem_elements = elements ? elements : 1;
-  hid_t file_space = H5Dget_space(dataset);
-  hid_t mem_space = H5Screate_simple(1, &mem_elements, NULL);
-  hid_t xfer = H5Pcreate(H5P_DATASET_XFER);
-  if (file_space < 0 || mem_space < 0 || xfer < 0) status = h5_fail(__FILE__, __LINE__, "H5Dget_space/H5Screate/H5Pcreate");
-  if (status == DS_OK) {
-    herr_t rc = elements ? select_params(file_space, var, chains, draws, first, first + n) : H5Sselect_none(file_space);
-    if (rc >= 0 && !elements) rc = H5Sselect_none(mem_space);
-    if (rc >= 0) rc = H5Pset_dxpl_mpio(xfer, H5FD_MPIO_COLLECTIVE);
-    if (rc >= 0) rc = H5Dread(dataset, H5T_NATIVE_DOUBLE, mem_space, file_space, xfer, values);
-    if (rc < 0) status = h5_fail(__FILE__, __LINE__, "H5Dread(posterior)");
-  }
-  if (xfer >= 0) H5Pclose(xfer);
-  if (mem_space >= 0) H5Sclose(mem_space);
-  if (file_space >= 0) H5Sclose(file_space);
-  return status;
+  const param_range_t range = {var, chains, draws, first, first + n};
+  return read_selected(dataset, (hsize_t)(chains * draws * n), select_param_range, &range, H5T_NATIVE_DOUBLE, values,
+                       "H5Dread(posterior)");
 }
 
 /* Summarises this rank's share of one variable's parameters into stats_local
