@@ -792,8 +792,7 @@ __global__ void __launch_bounds__(WIDE_THREADS, 1) svgd_wide_kernel_tile_kernel(
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           const long long column = c0 + wn + 8 * j + 2 * t + e;
-          const float dist = fmaxf(
-              __fmaf_rn(-2.0f, dot[i][j][2 * h + e], __fadd_rn(row_squares[i][h], column_squares[j][e])), 0.0f);
+          const float dist = svgd_gemm_distance(row_squares[i][h], column_squares[j][e], dot[i][j][2 * h + e]);
           kv[j][e] = pair_weight(a.weight, dist);
           if (column >= a.n || column == row) kv[j][e] = 0.0f;
         }
@@ -1214,6 +1213,18 @@ __global__ void svgd_centre_kernel(const float *x, long long n, int dim, float *
     for (int k = threadIdx.x; k < dim; k += blockDim.x) y[j * dim + k] = __fsub_rn(x[j * dim + k], x[k]);
 }
 
+/* The centred rows y [n][dim] of x and, unless squares is NULL, |y_j|^2 [n]: the GEMM identity's
+ * inputs, for the median's passes and for phi. */
+int launch_centred_rows(const float *x, long long n, int dim, float *y, float *squares, cudaStream_t stream) {
+  svgd_centre_kernel<<<grid_for(n, 1), 256, 0, stream>>>(x, n, dim, y);
+  CUDA_CHECK_LAUNCH("svgd_centre_kernel");
+  if (squares) {
+    svgd_squares_kernel<<<squares_grid(n), SQUARES_THREADS, 0, stream>>>(y, n, dim, squares);
+    CUDA_CHECK_LAUNCH("svgd_squares_kernel");
+  }
+  return DS_OK;
+}
+
 } /* namespace */
 
 /* The centred rows [n][dim] and their squares [n] for the GEMM identity (dim > 128). */
@@ -1257,21 +1268,16 @@ extern "C" int svgd_launch_pair_histogram(const float *x_all, int64_t n, int64_t
   a.hist = hist_dev;
   a.squares = NULL;
   a.band_lo = 1;
-  a.dist = NULL;
-  a.dist_ld = svgd_kept_distances_ld(n);
   if (dist && !svgd_keeps_distances(n, dim))
     return ds_fail(DS_ERR_INTERNAL, "svgd_launch_pair_histogram: distances kept for n=%lld dim=%lld", (long long)n,
                    (long long)dim);
   a.dist = dist;
+  a.dist_ld = svgd_kept_distances_ld(n);
   if (gemm) { /* the centred rows and their squares, [n x dim][n] */
     if (!scratch) return ds_fail(DS_ERR_INTERNAL, "svgd_launch_pair_histogram: no scratch for dim %lld", (long long)dim);
-    const long long count = n * dim;
-    svgd_centre_kernel<<<grid_for(n, 1), 256, 0, stream>>>(x_all, n, a.dim, scratch);
-    CUDA_CHECK_LAUNCH("svgd_centre_kernel");
-    svgd_squares_kernel<<<squares_grid(n), SQUARES_THREADS, 0, stream>>>(scratch, n, a.dim, scratch + count);
-    CUDA_CHECK_LAUNCH("svgd_squares_kernel");
+    DS_TRY(launch_centred_rows(x_all, n, a.dim, scratch, scratch + n * dim, stream));
     a.x = scratch;
-    a.squares = scratch + count;
+    a.squares = scratch + n * dim;
   }
   long long blocks = sm_count > 0 ? sm_count : 1;
   if (blocks > a.total_tiles) blocks = a.total_tiles;
@@ -1413,14 +1419,10 @@ extern "C" int svgd_launch_phi(const float *x_all, const float *score_all, int64
      * from the origin (a cloud at 20 with spread 1 in d = 300 kept |x|^2 / D near 140). */
     float *centred = reinterpret_cast<float *>((reinterpret_cast<uintptr_t>(squares + n) + 15) &
                                                ~static_cast<uintptr_t>(15));
-    svgd_centre_kernel<<<grid_for(n, 1), 256, 0, stream>>>(x_all, n, (int)dim, centred);
-    CUDA_CHECK_LAUNCH("svgd_centre_kernel");
+    /* The tile kernel's GEMM identity needs the squares; kept distances do not. */
+    DS_TRY(launch_centred_rows(x_all, n, (int)dim, centred, dist ? NULL : squares, stream));
     x_all = centred;
     a.x = centred;
-    if (!dist) { /* the tile kernel's GEMM identity */
-      svgd_squares_kernel<<<squares_grid(n), SQUARES_THREADS, 0, stream>>>(x_all, n, (int)dim, squares);
-      CUDA_CHECK_LAUNCH("svgd_squares_kernel");
-    }
   }
   if (kernel->kind == SVGD_KERNEL_RBF) {
     a.v = v_all;

@@ -491,18 +491,8 @@ static int count_divergent(comm_ctx_t *comm, hid_t file, int64_t *divergent) {
   unsigned char *buffer = malloc((size_t)(elements ? elements : 1) * (element_size ? element_size : 1));
   if (status == DS_OK && (mem_type < 0 || !buffer)) status = DS_FAIL_ALLOC("sample_stats/diverging", elements);
   if (status == DS_OK) {
-    hsize_t start[2] = {(hsize_t)chain_begin, 0}, count[2] = {(hsize_t)(chain_end - chain_begin), dims[1]};
-    hsize_t mem_elements = elements ? elements : 1;
-    hid_t mem_space = H5Screate_simple(1, &mem_elements, NULL);
-    hid_t xfer = H5Pcreate(H5P_DATASET_XFER);
-    herr_t rc = elements ? H5Sselect_hyperslab(file_space, H5S_SELECT_SET, start, NULL, count, NULL)
-                         : H5Sselect_none(file_space);
-    if (rc >= 0 && !elements) rc = H5Sselect_none(mem_space);
-    if (rc >= 0) rc = H5Pset_dxpl_mpio(xfer, H5FD_MPIO_COLLECTIVE);
-    if (rc >= 0) rc = H5Dread(dataset, mem_type, mem_space, file_space, xfer, buffer);
-    if (rc < 0) status = h5_fail(__FILE__, __LINE__, "H5Dread(sample_stats/diverging)");
-    H5Pclose(xfer);
-    H5Sclose(mem_space);
+    const hsize_t start[2] = {(hsize_t)chain_begin, 0}, count[2] = {(hsize_t)(chain_end - chain_begin), dims[1]};
+    status = read_box(dataset, 2, start, count, mem_type, buffer, "H5Dread(sample_stats/diverging)");
   }
   uint64_t count_local = 0;
   for (hsize_t i = 0; status == DS_OK && i < elements; ++i) {
