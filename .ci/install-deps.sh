@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what dsampler needs to build and test on Debian 12: a C compiler, CMake, Open MPI,
 # parallel HDF5, inih, FFTW, and Python with venv for the tests; and the Stan toolchain (stanc and
-# Stan Math from the httpstan wheel, src/stan/install-stan.sh: once, then a no-op) with the C++
+# Stan Math from the httpstan wheel, src/targets/stan/install-stan.sh: once, then a no-op) with the C++
 # compiler it needs. CUDA is optional and not installed here: where nvcc and NCCL are present, the
 # CUDA backend is built too.
 set -euo pipefail
@@ -14,4 +14,4 @@ $SUDO apt-get install -y -qq --no-install-recommends \
   openmpi-bin libopenmpi-dev libhdf5-openmpi-dev hdf5-tools libinih-dev libfftw3-dev \
   python3 python3-venv python3-pip \
   slurmctld slurmd slurm-client munge >/dev/null
-bash "$(dirname "$0")/../src/stan/install-stan.sh"
+bash "$(dirname "$0")/../src/targets/stan/install-stan.sh"

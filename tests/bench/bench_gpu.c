@@ -428,7 +428,7 @@ static int run_logistic(const char *data, int64_t chains, const char *gpu_name) 
 
 /* SVGD steps at dimension `dim` for each N (target N(0, I)): the kernels of one step, CUDA
  * events, median of 5 after a warm-up. A step in a run takes the window pass in place of the two
- * radix passes (src/median.h). */
+ * radix passes (src/svgd/median.h). */
 static int run_svgd_dim(int64_t dim, const char *sizes, const char *gpu_name) {
   bench_dim = dim;
   const char *chunk = getenv("DSAMPLER_BENCH_HIST_CHUNK"); /* 16 or 32: the histogram's stage */

@@ -11,7 +11,7 @@ mkdir -p "$work"
 here=$(cd "$(dirname "$0")" && pwd)
 home=${DSAMPLER_STAN_HOME:-${XDG_DATA_HOME:-$HOME/.local/share}/dsampler/stan/httpstan}
 if [ ! -x "$home/stanc" ]; then
-  echo "skipped: no Stan toolchain at $home (bash src/stan/install-stan.sh installs it)"
+  echo "skipped: no Stan toolchain at $home (bash src/targets/stan/install-stan.sh installs it)"
   exit 77
 fi
 stan=$here/../stan
@@ -37,7 +37,7 @@ for model in eight_schools logistic; do
   done
   start=$(date +%s.%N)
   # shellcheck disable=SC2046
-  $(cat "$tool/compile-command.txt") -I"$here/../../src" -include "$model_dir/model.cpp" "$here/bench_stan.cpp" \
+  $(cat "$tool/compile-command.txt") -I"$here/../../src/shared" -include "$model_dir/model.cpp" "$here/bench_stan.cpp" \
     -o "$work/bench_$model" -L"$tool" -l:libtbb.so.2 -Wl,-rpath,"$tool" -ldl
   echo "== $model (benchmark compiled in $(echo "$(date +%s.%N) - $start" | bc) s)"
   OMP_NUM_THREADS=1 "$work/bench_$model" "$library" "$data" 7

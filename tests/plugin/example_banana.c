@@ -1,6 +1,6 @@
 /* example_banana.c: an example dsampler target plugin, to copy for your own model. It is the
  * banana density of the built-in `banana`, written here as a user would, against
- * src/dsampler_target.h alone:
+ * src/shared/dsampler_target.h alone:
  *
  *   coordinates in pairs (u, v): u ~ N(0, a^2), v | u ~ N(b (u^2 - a^2), 1); an odd last
  *   coordinate N(0, 1). Parameters: dim (default 2), a (1), b (0.5).

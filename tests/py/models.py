@@ -128,7 +128,7 @@ LOGP_GRAD = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctype
 
 
 class Target(ctypes.Structure):
-    """struct dsampler_target of src/dsampler_target.h, all of it (ABI version 2): a plugin built
+    """struct dsampler_target of src/shared/dsampler_target.h, all of it (ABI version 2): a plugin built
     against that header clears the whole struct, so the caller's must be as large."""
     _fields_ = [("abi_version", ctypes.c_int), ("name", ctypes.c_char_p), ("var_name", ctypes.c_char_p),
                 ("dim", ctypes.c_int64), ("self", ctypes.c_void_p), ("logp_grad", LOGP_GRAD),

@@ -19,7 +19,7 @@ Run as `test_stan.py PART`, one CTest test per part:
   errors     bad input gets one line naming it before sampling: a syntax error (stanc's line
              and column), a missing data variable, a wrong shape, a file that is not JSON, no
              toolchain, no compiler, an impossible start, --backend cuda
-Exit 77 (skipped) where the Stan toolchain is not installed (src/stan/install-stan.sh)."""
+Exit 77 (skipped) where the Stan toolchain is not installed (src/targets/stan/install-stan.sh)."""
 import ctypes
 import json
 import os
@@ -44,7 +44,7 @@ def toolchain_or_skip():
     home = os.environ.get("DSAMPLER_STAN_HOME") or os.path.join(
         os.environ.get("XDG_DATA_HOME") or os.path.expanduser("~/.local/share"), "dsampler", "stan", "httpstan")
     if not os.access(os.path.join(home, "stanc"), os.X_OK):
-        print(f"skipped: no Stan toolchain at {home} (bash src/stan/install-stan.sh installs it)")
+        print(f"skipped: no Stan toolchain at {home} (bash src/targets/stan/install-stan.sh installs it)")
         sys.exit(77)
 
 

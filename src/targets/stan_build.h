@@ -1,6 +1,6 @@
 /* stan_build.h: compiling a Stan model into a target plugin of ABI version 2. stanc (from the
- * httpstan wheel, see src/stan/install-stan.sh) translates the model to C++; a C++ compiler
- * builds it against Stan Math and links it with dsampler's shim (src/stan/shim.cpp, kept in
+ * httpstan wheel, see src/targets/stan/install-stan.sh) translates the model to C++; a C++ compiler
+ * builds it against Stan Math and links it with dsampler's shim (src/targets/stan/shim.cpp, kept in
  * this program's text, so the program needs no file beside it). Libraries are kept in a cache
  * keyed by the content hash of what goes into them (the C++ stanc writes, the shim, the
  * compiler, its flags, the toolchain): an unchanged model is compiled once. The parts that
@@ -22,8 +22,8 @@ int stan_build_library(const char *model_path, MPI_Comm comm, int verbose, char 
  * path on stdout, for --target plugin:PATH or for building once before a job. Collective. */
 int stan_main(MPI_Comm comm, int argc, char **argv);
 
-/* The embedded sources (stan_embedded.c, made by CMake from src/stan/shim.cpp and
- * src/dsampler_target.h). */
+/* The embedded sources (stan_embedded.c, made by CMake from src/targets/stan/shim.cpp and
+ * src/shared/dsampler_target.h). */
 extern const char stan_shim_source[];
 extern const char stan_target_header[];
 

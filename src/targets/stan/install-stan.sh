@@ -5,7 +5,7 @@
 # runs from it), so the wheel is unpacked with pip into a folder of its own, whatever the local
 # Python version. pip keeps the downloaded wheel in its cache; a second run does nothing.
 #
-# Usage: bash src/stan/install-stan.sh [DIR]
+# Usage: bash src/targets/stan/install-stan.sh [DIR]
 #   DIR defaults to $DSAMPLER_STAN_PREFIX, else ${XDG_DATA_HOME:-$HOME/.local/share}/dsampler/stan,
 #   where dsampler looks for it (DSAMPLER_STAN_HOME=DIR/httpstan names another place).
 set -euo pipefail

@@ -1,5 +1,5 @@
 /* model_math.h: the built-in models' arithmetic, one coordinate, pair or data row at a time,
- * compiled for the host (src/targets_builtin.c) and the GPU (cuda/targets_builtin.cu) from this
+ * compiled for the host (src/targets/targets_builtin.c) and the GPU (cuda/targets_builtin.cu) from this
  * one source, as rng.h is for Philox. The backends differ only in how they walk rows and
  * coordinates and in the order of the log density's sum; every term below is the same code.
  *

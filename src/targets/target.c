@@ -197,7 +197,7 @@ static int create_from_plugin(const char *spec, const char *args, const char *ar
     snprintf(why, sizeof why, "%s", error ? error : "symbol not found");
     return ds_fail(DS_ERR_INPUT,
                    "--target %s: the plugin exports neither dsampler_target_create_v2 nor dsampler_target_create "
-                   "(%s); define one with C linkage as in src/dsampler_target.h",
+                   "(%s); define one with C linkage as in src/shared/dsampler_target.h",
                    spec, why);
   }
   /* A version 1 plugin takes its dataset as data=FILE among its arguments. */

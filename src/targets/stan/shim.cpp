@@ -1,4 +1,4 @@
-/* shim.cpp: a Stan model as a dsampler target of ABI version 2 (src/dsampler_target.h). It is
+/* shim.cpp: a Stan model as a dsampler target of ABI version 2 (src/shared/dsampler_target.h). It is
  * compiled once per toolchain (stan_build.c) and linked with each model's C++, which stanc
  * writes and which defines new_model(); the shim sees the model only through Stan's
  * stan::model::model_base, so one object serves every model.

@@ -303,7 +303,7 @@ static int toolchain_home(stan_toolchain_t *tool) {
   snprintf(version, sizeof version, "%s/include/stan/version.hpp", tool->home);
   if (access(stanc, X_OK) != 0 || !is_file(version))
     return ds_fail(DS_ERR_INPUT, "no Stan toolchain (stanc and Stan Math) at %s: install it with `bash "
-                   "src/stan/install-stan.sh` (httpstan %s from PyPI), or set DSAMPLER_STAN_HOME to an httpstan "
+                   "src/targets/stan/install-stan.sh` (httpstan %s from PyPI), or set DSAMPLER_STAN_HOME to an httpstan "
                    "package folder", looked, STAN_HTTPSTAN_VERSION);
   return DS_OK;
 }
