@@ -67,9 +67,9 @@ for index in "${!jobs[@]}"; do
     cmp -s "$b/summary" "$a/summary" || verdict="summary differs"
   fi
   if [ "$verdict" = same ]; then
-    for ckpt in "$b"/run.h5.ckpt/ckpt-*.h5; do
+    for ckpt in "$b"/run.ckpt/ckpt-*.h5; do
       [ -f "$ckpt" ] || continue
-      "$python" "$here/h5_same.py" "$ckpt" "$a/run.h5.ckpt/$(basename "$ckpt")" >"$a/diff" || verdict="$(basename "$ckpt") differs"
+      "$python" "$here/h5_same.py" "$ckpt" "$a/run.ckpt/$(basename "$ckpt")" >"$a/diff" || verdict="$(basename "$ckpt") differs"
     done
   fi
   if [ "$verdict" = same ]; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
