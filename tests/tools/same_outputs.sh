@@ -43,6 +43,9 @@ jobs=(
   "2|svgd --target gaussian --dim 200 --particles 41 --iters 10 --ksd-kernel imq"
   "2|svgd --target logistic --data $work/data/logistic.h5 --particles 30 --iters 20 --batch-size 50"
 )
+if [ -d "${DSAMPLER_STAN_HOME:-$HOME/.local/share/dsampler/stan}" ]; then
+  jobs+=("2|hmc --target stan:$here/../stan/eight_schools.stan --data $here/../stan/eight_schools.json --chains 4 --warmup 100 --draws 50")
+fi
 if [ -n "$plugins" ] && [ -f "$plugins/example_banana.so" ]; then
   jobs+=("2|hmc --target plugin:$(realpath "$plugins/example_banana.so") --chains 4 --warmup 60 --draws 40")
 fi
