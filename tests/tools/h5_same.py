@@ -1,14 +1,16 @@
 #!/usr/bin/env python3
 """h5_same.py A.h5 B.h5: exit 0 when two HDF5 files hold the same groups, datasets (shape,
-dtype and every byte) and attributes, and 1 with the first differences listed otherwise. The
-attributes created_at, run_id and a checkpoint's meta_checksum (it covers the run_id) are left out; dimension scales
-are compared by the names of the scales attached to each axis, not by their object references."""
+dtype and every byte) and attributes, and 1 with the first differences listed otherwise. Left
+out: the attributes created_at and run_id (they differ from run to run), a checkpoint's
+meta_checksum (it covers the run id) and stan_model (the build cache key, which covers the
+shim's text). Dimension scales are compared by the names of the scales on each axis, not by
+their object references."""
 import sys
 
 import h5py
 import numpy as np
 
-IGNORED_ATTRIBUTES = {"created_at", "run_id", "meta_checksum", "DIMENSION_LIST", "REFERENCE_LIST"}
+IGNORED_ATTRIBUTES = {"created_at", "run_id", "meta_checksum", "stan_model", "DIMENSION_LIST", "REFERENCE_LIST"}
 
 
 def attributes(obj):
