@@ -91,8 +91,6 @@ int comm_allreduce_sum_u64(comm_ctx_t *ctx, uint64_t *buf, int64_t count);
 int comm_allreduce_sum_u64_to_host(comm_ctx_t *ctx, uint64_t *counts, int64_t count, int on_device,
                                    uint64_t *host_sums);
 int comm_allreduce_sum_double(comm_ctx_t *ctx, double *buf, int64_t count);
-int comm_allreduce_max_double(comm_ctx_t *ctx, double *buf, int64_t count);
-int comm_barrier(comm_ctx_t *ctx);
 int comm_bcast(comm_ctx_t *ctx, void *buf, int64_t bytes, int root);
 
 /* Agreement on a status after a step that may fail on some ranks: every rank gets the

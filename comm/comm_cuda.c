@@ -46,11 +46,6 @@ int comm_cuda_device_count(void) {
   return count;
 }
 
-int comm_cuda_set_device(int device) {
-  CUDA_CHECK(cudaSetDevice(device));
-  return DS_OK;
-}
-
 int comm_cuda_gpu_identity(int device, comm_gpu_identity_t *identity) {
   memset(identity, 0, sizeof *identity);
   struct cudaDeviceProp properties;

@@ -11,8 +11,6 @@ extern "C" {
 
 /* Number of visible CUDA devices; 0 without CUDA or without a driver. */
 int comm_cuda_device_count(void);
-/* Makes `device` current for this rank. */
-int comm_cuda_set_device(int device);
 /* The physical identity of visible device `device`: its UUID and PCI address. */
 int comm_cuda_gpu_identity(int device, comm_gpu_identity_t *identity);
 /* Creates the NCCL communicator over ctx->world (rank 0's unique id broadcast with MPI) and

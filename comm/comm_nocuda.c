@@ -7,7 +7,6 @@
 static int no_cuda(void) { return ds_fail(DS_ERR_INPUT, "this dsampler was built without CUDA"); }
 
 int comm_cuda_device_count(void) { return 0; }
-int comm_cuda_set_device(int device) { (void)device; return no_cuda(); }
 int comm_cuda_gpu_identity(int device, comm_gpu_identity_t *identity) {
   (void)device;
   memset(identity, 0, sizeof *identity);

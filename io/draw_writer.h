@@ -1,7 +1,7 @@
 /* draw_writer.h: writes blocks of draws to the output while the sampler goes on: each block's
  * collective writes run on a thread of their own (the output has its own communicator), and
  * the caller waits for them before it reuses the buffers or touches HDF5 itself. Where MPI
- * was not given MPI_THREAD_MULTIPLE the writes run in the caller, as before. */
+ * was not given MPI_THREAD_MULTIPLE the writes run in the caller. */
 #ifndef DSAMPLER_DRAW_WRITER_H
 #define DSAMPLER_DRAW_WRITER_H
 

@@ -136,7 +136,11 @@ int h5out_create(h5out_t **out, MPI_Comm comm, const char *path, const h5out_att
     gmtime_r(&now, &utc);
     strftime(f->created_at, sizeof f->created_at, "%Y-%m-%dT%H:%M:%S+00:00", &utc);
   }
-  MPI_Bcast(f->created_at, sizeof f->created_at, MPI_CHAR, 0, comm);
+  if (MPI_Bcast(f->created_at, sizeof f->created_at, MPI_CHAR, 0, comm) != MPI_SUCCESS) {
+    MPI_Comm_free(&f->comm);
+    free(f);
+    return ds_fail(DS_ERR_MPI, "--out %s: MPI_Bcast(the creation time) failed", path);
+  }
 
   f->serial = output_driver_serial(comm);
   hid_t fapl = output_fapl(comm, f->serial);
@@ -515,11 +519,6 @@ static int open_group(h5out_t *f, const char *name, const h5out_axes_t *axes, in
                       const h5out_var_t *vars, const h5out_shape_t *shapes, int n_vars, int64_t keep_draws,
                       int *group_id);
 
-int h5out_open_group(h5out_t *f, const char *name, int64_t n_chains, int64_t dim, const h5out_var_t *vars,
-                     int n_vars, int64_t keep_draws, int *group_id) {
-  return open_group(f, name, &h5out_default_axes, n_chains, dim, vars, NULL, n_vars, keep_draws, group_id);
-}
-
 int h5out_open_group_axes(h5out_t *f, const char *name, const h5out_axes_t *axes, int64_t n_chains, int64_t dim,
                           const h5out_var_t *vars, int n_vars, int64_t keep_draws, int *group_id) {
   return open_group(f, name, axes, n_chains, dim, vars, NULL, n_vars, keep_draws, group_id);
@@ -602,7 +601,7 @@ void h5out_start_writeback(h5out_t *f) {
     const char *flag = getenv("DSAMPLER_H5_EARLY_WRITEBACK");
     f->writeback_fd = flag && strcmp(flag, "0") == 0 ? -2 : open(f->path, O_WRONLY | O_CLOEXEC);
     if (f->writeback_fd < 0) {
-      f->writeback_fd = -2; /* only a help to the page cache: without it the run is as before */
+      f->writeback_fd = -2; /* only a help to the page cache: the run does not need it */
       return;
     }
   }

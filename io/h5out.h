@@ -76,14 +76,12 @@ int h5out_write_summary_group(h5out_t *f, const char *name, const char *dim_name
                               const double *const *global_data, int n_global_vars);
 /* Opens an existing output file for appending (resume). Collective. */
 int h5out_open(h5out_t **out, MPI_Comm comm, const char *path);
-/* Opens group `name` of an opened file: its variables must exist with n_chains chains (and the
- * trailing axis dim); the group is truncated to `keep_draws` draws, which it must hold. */
-int h5out_open_group(h5out_t *f, const char *name, int64_t n_chains, int64_t dim, const h5out_var_t *vars,
-                     int n_vars, int64_t keep_draws, int *group_id);
-/* As h5out_open_group, for a group made by h5out_add_group_shaped with these shapes. */
+/* Opens group `name` of an opened file, made by h5out_add_group_shaped with these shapes: its
+ * variables must exist with n_chains chains (and the trailing axis dim); the group is
+ * truncated to `keep_draws` draws, which it must hold. */
 int h5out_open_group_shaped(h5out_t *f, const char *name, int64_t n_chains, int64_t dim, const h5out_var_t *vars,
                             const h5out_shape_t *shapes, int n_vars, int64_t keep_draws, int *group_id);
-/* As h5out_open_group, with the given axes. */
+/* As h5out_open_group_shaped, with the given axes and the variables' default shapes. */
 int h5out_open_group_axes(h5out_t *f, const char *name, const h5out_axes_t *axes, int64_t n_chains, int64_t dim,
                           const h5out_var_t *vars, int n_vars, int64_t keep_draws, int *group_id);
 /* Removes group `name` (and everything in it) when it exists. Collective. */

@@ -410,7 +410,6 @@ static int apply_command_line(config_t *cfg, int argc, char **argv, int skip, in
         char where[80];
         snprintf(where, sizeof where, "--%s", spec->name);
         DS_TRY(config_set(cfg, spec, optarg, where));
-        cfg->given |= (uint64_t)1 << (c - 1000);
       }
     }
     if (optind < argc - skip)

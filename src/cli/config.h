@@ -33,7 +33,7 @@ typedef struct config {
   int64_t output_chains; /* HMC: draws written for global chains [0, output_chains); 0: all */
   double step_size;
   uint64_t seed;
-  char update[16];     /* SVGD: sgd | adagrad */
+  char update[16];     /* SVGD: sgd | adagrad | adam */
   char bandwidth[64];  /* SVGD: median | a positive number */
   int64_t batch_size;  /* SVGD: data rows per gradient (logistic), drawn each iteration; 0: all */
   double bandwidth_value; /* > 0 when fixed */
@@ -52,7 +52,6 @@ typedef struct config {
   int64_t checkpoint_every;  /* iterations between checkpoints; 0: only on a signal */
   char checkpoint_dir[CONFIG_PATH_MAX]; /* default: the output's name with .ckpt */
   int64_t keep;              /* checkpoints kept */
-  uint64_t given;            /* bit i: option i of the table was on the command line */
 } config_t;
 
 /* Parses `dsampler <hmc|svgd> [options]` (argv[0] is the program, argv[1] the command) and

@@ -24,7 +24,7 @@
 #include "draw_writer.h"
 #include "exactsum.h"
 #include "moments.h"
-#include "run.h"
+#include "hmc.h"
 #include "signals.h"
 #include "status.h"
 #include "summary.h"

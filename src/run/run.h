@@ -1,79 +1,15 @@
-/* run.h: what a running algorithm holds: the communicator, this rank's backend, the target,
- * the configuration, and the progress line; and the steps both algorithms share. */
+/* run.h: the run driver, the one entry point of a run (main and resume call it). */
 #ifndef DSAMPLER_RUN_H
 #define DSAMPLER_RUN_H
 
-#include "backend.h"
 #include "ckpt.h"
 #include "comm.h"
 #include "config.h"
-#include "dsampler_target.h"
-#include "h5out.h"
-#include "progress.h"
-
-typedef struct run_ctx {
-  comm_ctx_t *comm;
-  backend_t *backend;
-  const config_t *cfg;
-  const dsampler_target *target;
-  progress_t progress;
-  int64_t item_begin, item_end; /* this rank's global items */
-  const char *resume_path;      /* the checkpoint to continue from, or NULL */
-  const ckpt_meta_t *resume_meta;
-  char run_id[64];              /* made at a fresh start, kept across resumes */
-  int output_created;           /* rank 0: the output did not exist before this run */
-  char stan_model[64];          /* a Stan target's cache entry, model-<hash> ("" otherwise): the
-                                 * output records it, and a resume must find the same */
-} run_ctx_t;
 
 /* Runs the configured algorithm end to end, or continues it from a checkpoint (resume_path
  * and resume_meta, else NULL). Returns DS_INTERRUPTED after a checkpoint when a stop signal
  * arrived, DS_ERR_CHECKPOINT when the checkpoint proved unusable before anything was written.
  * Collective. */
 int run_main(comm_ctx_t *comm, const config_t *cfg, const char *resume_path, const ckpt_meta_t *resume_meta);
-
-/* Collective, before any work: inputs are regular readable files, --out and --checkpoint-dir
- * can be written, and the output is none of the inputs. Agreed. */
-int run_check_paths(run_ctx_t *run);
-/* Collective: rank 0 takes an advisory lock on the output (held in *lock_fd until
- * run_unlock_output); a second run writing the same file is refused. Agreed. */
-int run_lock_output(run_ctx_t *run, int *lock_fd);
-void run_unlock_output(run_ctx_t *run, int lock_fd, int status);
-/* Collective: the target's dimension is the same on every rank and the run's sizes do not
- * overflow. */
-int run_check_target(run_ctx_t *run);
-/* Collective: 1 when any rank received a stop signal. */
-int run_stop_requested(run_ctx_t *run, int *stop);
-/* Collective: refuses a fresh run whose checkpoint directory holds checkpoints already. */
-int run_check_checkpoint_dir(run_ctx_t *run);
-/* Fills the metadata every checkpoint of this run carries. */
-int run_checkpoint_meta(run_ctx_t *run, int64_t iteration, int64_t draws_written, ckpt_meta_t *meta);
-/* Writes a checkpoint; rank 0 says where when the run is stopping. Collective. */
-int run_write_checkpoint(run_ctx_t *run, const ckpt_meta_t *meta, const ckpt_array_t *arrays, int n_arrays,
-                         const ckpt_global_t *globals, int n_globals, int stopping);
-/* Reopens the output of a resumed run, checking it belongs to the checkpoint's run. */
-int run_reopen_output(run_ctx_t *run, h5out_t **out);
-/* Checks a checkpoint's metadata against this run; DS_ERR_CHECKPOINT when it does not fit. */
-int run_check_resume_meta(run_ctx_t *run);
-
-/* Starting positions of this rank's items into host x_local [rows, dim]: from --init, or
- * uniform on (-2, 2] keyed by global item id (HMC with --chains-per-start K: by the first
- * chain id of the item's superchain, floor(c / K) K). Non-finite values are an input error on every
- * rank. Collective. */
-int run_initial_positions(run_ctx_t *run, int64_t n_total, float *x_local);
-/* Creates the output file with the run's attributes. Collective. */
-int run_open_output(run_ctx_t *run, h5out_t **out);
-/* The target's output variables as the output declares them: float64, their own shapes
- * (vars and shapes [n_vars]). */
-void run_output_vars(const run_ctx_t *run, h5out_var_t *vars, h5out_shape_t *shapes);
-/* Writes SVGD's n particles as draws of one chain, this rank's x_host [rows, dim] at draws
- * [item_begin, + rows): to posterior/<var_name>, or, for a target with output variables, its
- * variables of each particle to posterior (keyed as HMC's draws: chain 0, draw = particle) and
- * the particles to unconstrained_posterior. The groups must not exist (svgd.c removes those of
- * an earlier end of an extended run). Collective. */
-int run_write_particles(run_ctx_t *run, h5out_t *out, int64_t n, const float *x_host, int64_t rows);
-
-int svgd_run(run_ctx_t *run);
-int hmc_run(run_ctx_t *run);
 
 #endif

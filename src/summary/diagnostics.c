@@ -538,50 +538,7 @@ static int nested_valid(const diag_workspace_t *ws, const double *draws) {
   return ws->superchain_size > 0 && ws->chains / ws->superchain_size >= 2 && !has_nan(draws, ws->n_all);
 }
 
-static int mcmc_valid(const diag_workspace_t *ws, const double *draws) {
-  return ws->draws >= DIAG_MIN_DRAWS && !has_nan(draws, ws->n_all);
-}
-
 /* --- public ------------------------------------------------------------------------------ */
-
-double diag_ess_bulk(diag_workspace_t *ws, const double *draws) {
-  if (!mcmc_valid(ws, draws)) return NAN;
-  split_chains(ws, draws, ws->split);
-  return ess_bulk_split(ws);
-}
-
-double diag_ess_tail(diag_workspace_t *ws, const double *draws) {
-  if (!mcmc_valid(ws, draws)) return NAN;
-  sort_all(ws, draws);
-  return ess_tail_sorted(ws, draws);
-}
-
-double diag_ess_mean(diag_workspace_t *ws, const double *draws) {
-  if (!mcmc_valid(ws, draws)) return NAN;
-  split_chains(ws, draws, ws->split);
-  return ess_basic(ws, ws->split, ws->rows, ws->half);
-}
-
-double diag_rhat_rank(diag_workspace_t *ws, const double *draws) {
-  if (!mcmc_valid(ws, draws) || ws->chains < DIAG_MIN_CHAINS_RHAT) return NAN;
-  split_chains(ws, draws, ws->split);
-  return rhat_rank_split(ws, 0);
-}
-
-double diag_mcse_mean(diag_workspace_t *ws, const double *draws) {
-  if (!mcmc_valid(ws, draws)) return NAN;
-  split_chains(ws, draws, ws->split);
-  return mcse_mean_split(ws, draws);
-}
-
-double diag_mcse_sd(diag_workspace_t *ws, const double *draws) {
-  if (!mcmc_valid(ws, draws)) return NAN;
-  return mcse_sd_all(ws, draws);
-}
-
-double diag_rhat_nested(diag_workspace_t *ws, const double *draws) {
-  return nested_valid(ws, draws) ? rhat_nested(ws, draws) : NAN;
-}
 
 void diag_summarize(diag_workspace_t *ws, const double *draws, diag_stats_t *out) {
   if (has_nan(draws, ws->n_all)) {

@@ -49,18 +49,6 @@ void diag_workspace_free(diag_workspace_t *ws);
 /* All columns for one parameter; draws[chain * n_draws + draw]. */
 void diag_summarize(diag_workspace_t *ws, const double *draws, diag_stats_t *out);
 
-/* The individual diagnostics, as arviz.ess(method="bulk"/"tail"/"mean"), arviz.rhat(method=
- * "rank") and arviz.mcse(method="mean"/"sd"). */
-double diag_ess_bulk(diag_workspace_t *ws, const double *draws);
-double diag_ess_tail(diag_workspace_t *ws, const double *draws);
-double diag_ess_mean(diag_workspace_t *ws, const double *draws);
-double diag_rhat_rank(diag_workspace_t *ws, const double *draws);
-double diag_mcse_mean(diag_workspace_t *ws, const double *draws);
-double diag_mcse_sd(diag_workspace_t *ws, const double *draws);
-/* Nested R-hat over the workspace's superchains, not rank-normalised, not split; NaN without
- * superchains, with fewer than 2 of them, or with a NaN among the draws. */
-double diag_rhat_nested(diag_workspace_t *ws, const double *draws);
-
 /* The standard normal quantile function (Wichura's AS 241, relative error about 1e-16):
  * -inf at 0, +inf at 1, NaN outside [0, 1]. */
 double diag_normal_quantile(double p);

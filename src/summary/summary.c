@@ -4,7 +4,7 @@
  * which prints an aligned table (and, with --csv, the same columns at full precision). Nothing
  * printed depends on the rank count: each parameter is computed whole by one rank. When the
  * chains form superchains (`hmc --chains-per-start K` records K as config_chains_per_start, or
- * --superchain-size K), a last column r_hat_nested is added; without, the table is as before. */
+ * --superchain-size K), a last column r_hat_nested is added; without, the table has none. */
 #include "summary.h"
 
 #include <errno.h>

@@ -9,7 +9,7 @@
 #include "draw_writer.h"
 #include "exactsum.h"
 #include "median.h"
-#include "run.h"
+#include "svgd.h"
 #include "status.h"
 #include "target.h"
 
