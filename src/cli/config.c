@@ -1,6 +1,7 @@
 /* config.c: options from the command line and from a --config file (inih), one table. */
 #include "config.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <getopt.h>
 #include <ini.h>
@@ -141,6 +142,10 @@ static int config_set(config_t *cfg, const option_spec_t *spec, const char *valu
   char *field = (char *)cfg + spec->offset;
   char *end = NULL;
   errno = 0;
+  /* strtoll and strtod skip leading blanks, and strtoull takes " -1" as 2^64 - 1: a number is
+   * its digits alone. */
+  if (spec->type != OPT_STRING && spec->type != OPT_FLAG && value && isspace((unsigned char)value[0]))
+    return ds_fail(DS_ERR_INPUT, "%s: expected a number without leading blanks, got '%s'", where, value);
   switch (spec->type) {
     case OPT_STRING:
       if (strlen(value) >= spec->size)
@@ -216,6 +221,13 @@ static int config_ini_entry(void *user, const char *section, const char *name, c
     ctx->status = ds_fail(DS_ERR_INPUT, "%s: unknown key (keys are the long options, e.g. dim = 64)", where);
     return 0;
   }
+  /* As on the command line: a key of the other algorithm is refused, not ignored. */
+  if (!(spec->applies & (ctx->cfg->algorithm == ALGO_HMC ? FOR_HMC : FOR_SVGD))) {
+    ctx->status = ds_fail(DS_ERR_INPUT, "%s: not an option of dsampler %s (it is %s's; keys of one algorithm go in "
+                          "an [hmc] or [svgd] section)", where, config_algorithm_name(ctx->cfg->algorithm),
+                          config_algorithm_name(ctx->cfg->algorithm == ALGO_HMC ? ALGO_SVGD : ALGO_HMC));
+    return 0;
+  }
   ctx->status = config_set(ctx->cfg, spec, value, where);
   return ctx->status == DS_OK;
 }
@@ -226,6 +238,20 @@ static int config_read_file(config_t *cfg, const char *path) {
   DS_TRY(h5util_check_input("--config", path, CONFIG_FILE_MAX_BYTES));
   FILE *file = fopen(path, "r");
   if (!file) return ds_fail(DS_ERR_INPUT, "--config %s: cannot open: %s", path, strerror(errno));
+  /* inih reads an indented line as the continuation of the value above it, which would take
+   * "  chains = 6" under "out = run.h5" as part of the file name: refuse it instead. */
+  char line[4096];
+  for (int number = 1; fgets(line, sizeof line, file); ++number) {
+    const char *text = line;
+    while (*text == ' ' || *text == '\t') ++text;
+    if (text != line && *text && *text != '\n' && *text != '\r' && *text != ';' && *text != '#') {
+      fclose(file);
+      return ds_fail(DS_ERR_INPUT, "--config %s: line %d is indented; give each key = value at the start of its "
+                     "line (continuation lines are not read)", path, number);
+    }
+    while (!strchr(line, '\n') && fgets(line, sizeof line, file)) {} /* the rest of a long line */
+  }
+  rewind(file);
   int rc = ini_parse_file(file, config_ini_entry, &ctx);
   fclose(file);
   if (ctx.status != DS_OK) return ctx.status;
@@ -387,6 +413,10 @@ static int apply_command_line(config_t *cfg, int argc, char **argv, int skip, in
       }
       if (c == '?' || c == ':') {
         const char *bad = argv[skip + optind - 1];
+        if (optopt && optopt >= 1000 && option_table[optopt - 1000].type == OPT_FLAG)
+          return ds_fail(DS_ERR_INPUT, "--%s takes no value (give --%s alone, or %s = true in a --config file)",
+                         option_table[optopt - 1000].name, option_table[optopt - 1000].name,
+                         option_table[optopt - 1000].name);
         if (optopt && optopt >= 1000)
           return ds_fail(DS_ERR_INPUT, "--%s: needs a value", option_table[optopt - 1000].name);
         return ds_fail(DS_ERR_INPUT, "unknown option '%s' for dsampler %s (see dsampler %s --help)",

@@ -5,7 +5,8 @@ on one --out, --out equal to an input, summary --csv over its input or after a f
 (FIFOs, devices and directories as inputs, sizes declared in HDF5 metadata that overflow,
 plugins that exit() on one rank or disagree on their dimension, a file-size limit while
 writing); silent wrong answers (counts that wrap, over-long or repeated target-args, a
-misspelled INI section, resume --draws recorded in the output); signals under mpirun through
+misspelled INI section, indented INI lines, INI keys of the other algorithm, numbers with
+blanks before them, resume --draws recorded in the output); signals under mpirun through
 jobs/dsampler-job.sh; early path checks; HDF5's own error stacks never shown."""
 import glob
 import os
@@ -197,6 +198,23 @@ def wrong_answers():
     with open(cfg, "w") as f:
         f.write("[hcm]\ndim = 3\nchains = 4\n")
     refused("ini_section", ["hmc", "--config", cfg, "--out", out], "unknown section [hcm]", protect=[cfg])
+    # An indented line is not a continuation of the value above it (the output's name would
+    # become "chains = 6"): the file is refused, naming the line.
+    cfg = t.path("rb_indented.ini")
+    with open(cfg, "w") as f:
+        f.write("dim = 3\nout = rb_indented.h5\n  chains = 6\n")
+    refused("ini_indented", ["hmc", "--config", cfg], "line 3 is indented", protect=[cfg])
+    t.check(not os.path.exists("chains = 6") and not os.path.exists(t.path("chains = 6")),
+            "ini_indented: no file named after the indented line")
+    # A key of the other algorithm is refused in a file as it is on the command line.
+    cfg = t.path("rb_other_algorithm.ini")
+    with open(cfg, "w") as f:
+        f.write("dim = 2\nthin = 2\n")
+    refused("ini_other_algorithm", ["svgd", "--config", cfg, "--iters", 3, "--out", out, "--backend", "cpu"],
+            "key 'thin': not an option of dsampler svgd", protect=[cfg])
+    # Numbers with blanks before them: " -1" must not become 2^64 - 1.
+    refused("seed_blank_negative", [*SMALL, "--seed", " -1", "--out", out], "--seed")
+    refused("flag_with_value", [*SMALL, "--save-warmup=yes", "--out", out], "--save-warmup takes no value")
     # resume --draws N: the output's attributes record N.
     res_out, res_ckpt = make_run("rb_resume", "--checkpoint-every", 10)
     t.run(2, "resume", res_ckpt, "--draws", 40, "--quiet")
