@@ -45,6 +45,13 @@ int comm_init(comm_ctx_t *ctx, int *argc, char ***argv) {
   MPI_CHECK(MPI_Initialized(&initialized));
   /* Threads: the output's writer runs its collectives beside the sampler's (draw_writer.h). */
   int provided = MPI_THREAD_SINGLE;
+  /* Open MPI's MPI-IO picks a shared-file-pointer component at every collective open, HDF5's
+   * too, although dsampler never uses a shared file pointer; its `lockedfile` component
+   * formats a lock file's name from the path into a fixed buffer and aborts the process
+   * (glibc's buffer overflow check) once the path passes about 245 characters. Excluding it
+   * (unless the user chose the components) leaves `sm` and `individual`, which take any
+   * path. */
+  if (!initialized) setenv("OMPI_MCA_sharedfp", "^lockedfile", 0);
   if (!initialized) MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided));
   MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &ctx->world));
   /* Errors come back as codes, so every failure is reported where it happens. */

@@ -37,7 +37,7 @@ typedef struct ckpt_meta {
   uint64_t seed;
   char target[256];
   char run_id[64];        /* also in the output file's root attributes: pairs the two */
-  char config[CKPT_CONFIG_MAX]; /* the run's options as INI text */
+  char config[CKPT_CONFIG_MAX]; /* the run's options (config_write_checkpoint_text) */
 } ckpt_meta_t;
 
 /* Collective. Writes DIR/ckpt-<iteration>.h5 and removes all but the newest `keep`. */

@@ -448,13 +448,91 @@ static int apply_command_line(config_t *cfg, int argc, char **argv, int skip, in
   return DS_OK;
 }
 
+/* A checkpoint's options are "key = value" lines, each value as it was but for three bytes
+ * written as %XX: '%', newline and carriage return. No INI reader is involved, so a path keeps
+ * its blanks, semicolons and newlines exactly. */
+static const char checkpoint_escaped[] = "%\n\r";
+static void format_value(const config_t *cfg, const option_spec_t *o, char *out, size_t size);
+
+static int append_text(char *out, size_t size, size_t *used, const char *text, size_t length) {
+  if (*used + length >= size) return 0;
+  memcpy(out + *used, text, length);
+  *used += length;
+  out[*used] = '\0';
+  return 1;
+}
+
+int config_write_checkpoint_text(const config_t *cfg, char *out, size_t size) {
+  const int mask = cfg->algorithm == ALGO_HMC ? FOR_HMC : FOR_SVGD;
+  size_t used = 0;
+  int fits = size > 0;
+  if (fits) out[0] = '\0';
+  for (int i = 0; i < OPTION_COUNT && fits; ++i) {
+    const option_spec_t *o = &option_table[i];
+    if (!(o->applies & mask) || strcmp(o->name, "config") == 0) continue;
+    char value[CONFIG_PATH_MAX];
+    format_value(cfg, o, value, sizeof value);
+    fits = append_text(out, size, &used, o->name, strlen(o->name)) && append_text(out, size, &used, " = ", 3);
+    for (const char *c = value; *c && fits; ++c) {
+      char escaped[4];
+      if (strchr(checkpoint_escaped, *c)) snprintf(escaped, sizeof escaped, "%%%02X", (unsigned char)*c);
+      else escaped[0] = *c, escaped[1] = '\0';
+      fits = append_text(out, size, &used, escaped, strlen(escaped));
+    }
+    fits = fits && append_text(out, size, &used, "\n", 1);
+  }
+  if (!fits)
+    return ds_fail(DS_ERR_INPUT, "the run's options take more than the %zu bytes a checkpoint keeps for them "
+                   "(paths and --target-args of several thousand characters?)", size - 1);
+  return DS_OK;
+}
+
+static int read_checkpoint_text(config_t *cfg, const char *text) {
+  int line_number = 0;
+  for (const char *line = text; *line; ) {
+    ++line_number;
+    const char *end = strchr(line, '\n');
+    const size_t length = end ? (size_t)(end - line) : strlen(line);
+    const char *separator = memchr(line, '=', length);
+    char key[64], value[CONFIG_PATH_MAX];
+    size_t key_length = separator ? (size_t)(separator - line) : 0;
+    while (key_length > 0 && line[key_length - 1] == ' ') --key_length;
+    size_t used = 0;
+    int ok = separator && key_length > 0 && key_length < sizeof key && separator + 1 < line + length &&
+             separator[1] == ' ';
+    for (const char *c = ok ? separator + 2 : line + length; c < line + length && ok; ++c) {
+      unsigned byte = (unsigned char)*c;
+      if (*c == '%') {
+        ok = line + length - c >= 3 && isxdigit((unsigned char)c[1]) && isxdigit((unsigned char)c[2]);
+        if (ok) {
+          const char hex[3] = {c[1], c[2], '\0'};
+          byte = (unsigned)strtoul(hex, NULL, 16);
+          c += 2;
+        }
+      }
+      ok = ok && used + 1 < sizeof value;
+      if (ok) value[used++] = (char)byte;
+    }
+    if (!ok) return ds_fail(DS_ERR_INPUT, "resume: the checkpoint's configuration does not parse (line %d)", line_number);
+    value[used] = '\0';
+    memcpy(key, line, key_length);
+    key[key_length] = '\0';
+    const option_spec_t *spec = find_option(key);
+    if (!spec || !(spec->applies & (cfg->algorithm == ALGO_HMC ? FOR_HMC : FOR_SVGD)))
+      return ds_fail(DS_ERR_INPUT, "resume: the checkpoint's configuration names an unknown option '%s' (line %d)",
+                     key, line_number);
+    char where[96];
+    snprintf(where, sizeof where, "the checkpoint's option '%s'", key);
+    DS_TRY(config_set(cfg, spec, value, where));
+    line = end ? end + 1 : line + length;
+  }
+  return DS_OK;
+}
+
 int config_parse_resume(config_t *cfg, algorithm_t algorithm, const char *checkpoint_config, int argc, char **argv,
                         FILE *help_out) {
   config_defaults(cfg, algorithm);
-  ini_context_t ctx = {cfg, "(checkpoint)", DS_OK};
-  int rc = ini_parse_string(checkpoint_config, config_ini_entry, &ctx);
-  if (ctx.status != DS_OK) return ctx.status;
-  if (rc != 0) return ds_fail(DS_ERR_INPUT, "resume: the checkpoint's configuration does not parse (line %d)", rc);
+  DS_TRY(read_checkpoint_text(cfg, checkpoint_config));
   const config_t saved = *cfg;
   DS_TRY(apply_command_line(cfg, argc, argv, 2, 1, help_out));
   if (cfg->algorithm == ALGO_HMC && cfg->draws < saved.draws)
@@ -502,8 +580,3 @@ void config_for_each(const config_t *cfg, void (*visit)(void *, const char *, co
   }
 }
 
-static void write_line(void *user, const char *key, const char *value) {
-  fprintf((FILE *)user, "%s = %s\n", key, value);
-}
-
-void config_write_ini(const config_t *cfg, FILE *out) { config_for_each(cfg, write_line, out); }

@@ -59,17 +59,18 @@ typedef struct config {
  * on ranks that print nothing), or DS_ERR_INPUT with a message naming the input. */
 int config_parse(config_t *cfg, int argc, char **argv, FILE *help_out);
 
-/* Parses `dsampler resume WHERE [options]` over a checkpoint's configuration (INI text of
- * config_write_ini) for `algorithm`. Options that only extend the run or change where and how
+/* Parses `dsampler resume WHERE [options]` over a checkpoint's configuration (the text of
+ * config_write_checkpoint_text) for `algorithm`. Options that only extend the run or change where and how
  * it reports are allowed (--draws, --iters, --checkpoint-every, --checkpoint-dir, --keep,
  * --comm, --quiet); any other would change the answer and is refused. */
 int config_parse_resume(config_t *cfg, algorithm_t algorithm, const char *checkpoint_config, int argc, char **argv,
                         FILE *help_out);
 algorithm_t config_algorithm_from_name(const char *name);
 
-/* Writes "key = value" lines of every option that applies to the algorithm; the same text
- * a --config file takes. */
-void config_write_ini(const config_t *cfg, FILE *out);
+/* The options that apply to the algorithm as a checkpoint keeps them, into out[size]: "key =
+ * value" lines, '%', newline and carriage return in a value written as %25, %0A and %0D, so
+ * that every path reads back exactly. DS_ERR_INPUT when they do not fit. */
+int config_write_checkpoint_text(const config_t *cfg, char *out, size_t size);
 /* Calls visit(key, value) for each option that applies to the algorithm. */
 void config_for_each(const config_t *cfg, void (*visit)(void *user, const char *key,
                                                           const char *value), void *user);

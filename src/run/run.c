@@ -65,8 +65,30 @@ static int check_plugin_path(const char *spec, const char *path) {
   return DS_OK;
 }
 
+/* Local: --out is no file that a --target-args value names (corr-gaussian's cov=FILE.h5, a
+ * Stan model's init=FILE.json, a plugin's own files): any value naming an existing file. */
+static int check_out_not_target_arg(const config_t *cfg) {
+  char value[CONFIG_PATH_MAX];
+  for (const char *item = cfg->target_args; *item;) {
+    const char *end = strchr(item, ',');
+    const size_t length = end ? (size_t)(end - item) : strlen(item);
+    const char *equals = memchr(item, '=', length);
+    if (equals && (size_t)(item + length - equals - 1) < sizeof value) {
+      const size_t value_length = (size_t)(item + length - equals - 1);
+      memcpy(value, equals + 1, value_length);
+      value[value_length] = '\0';
+      if (value[0] && h5util_same_file(cfg->out, value))
+        return ds_fail(DS_ERR_INPUT, "--out %s: is the file of --target-args %.*s; writing the output would destroy it",
+                       cfg->out, (int)length, item);
+    }
+    item = end ? end + 1 : item + length;
+  }
+  return DS_OK;
+}
+
 /* Collective, before any work: inputs are regular readable files, --out and --checkpoint-dir
- * can be written, and the output is none of the inputs. Agreed. */
+ * can be written, the output is none of the inputs, and the options fit in a checkpoint.
+ * Agreed. */
 static int check_paths(run_ctx_t *run) {
   const config_t *cfg = run->cfg;
   int status = DS_OK;
@@ -95,6 +117,12 @@ static int check_paths(run_ctx_t *run) {
     if (inputs[i].path && h5util_same_file(cfg->out, inputs[i].path))
       status = ds_fail(DS_ERR_INPUT, "--out %s: is the input %s %s; writing the output would destroy it", cfg->out,
                        inputs[i].option, inputs[i].path);
+  if (status == DS_OK) status = check_out_not_target_arg(cfg);
+  if (status == DS_OK) {
+    char *text = malloc(CKPT_CONFIG_MAX);
+    status = text ? config_write_checkpoint_text(cfg, text, CKPT_CONFIG_MAX) : DS_FAIL_ALLOC("options", CKPT_CONFIG_MAX);
+    free(text);
+  }
   return comm_agree(run->comm, status);
 }
 

@@ -172,11 +172,7 @@ int run_checkpoint_meta(run_ctx_t *run, int64_t iteration, int64_t draws_written
   meta->seed = run->cfg->seed;
   snprintf(meta->target, sizeof meta->target, "%s", run->cfg->target);
   snprintf(meta->run_id, sizeof meta->run_id, "%s", run->run_id);
-  FILE *text = fmemopen(meta->config, sizeof meta->config - 1, "w");
-  if (!text) return ds_fail(DS_ERR_INTERNAL, "cannot format the configuration");
-  config_write_ini(run->cfg, text);
-  fclose(text);
-  return DS_OK;
+  return config_write_checkpoint_text(run->cfg, meta->config, sizeof meta->config);
 }
 
 int run_write_checkpoint(run_ctx_t *run, const ckpt_meta_t *meta, const ckpt_array_t *arrays, int n_arrays,

@@ -225,6 +225,36 @@ def wrong_answers():
     t.check(recorded == "40" and shape[1] == 40, f"resume --draws 40: recorded {recorded}, {shape[1]} draws")
 
 
+def odd_paths():
+    """Paths of any legal length and with any bytes: a run on 2 ranks writes its output and
+    checkpoints there, resume continues it (the checkpoint keeps each path exactly), summary
+    reads it."""
+    long_dir = t.path("rb_" + "d" * 120 + "/" + "e" * 150)
+    cases = {"long": long_dir, "blank_semicolon": t.path("rb odd; dir "), "newline": t.path("rb_new\nline"),
+             "percent": t.path("rb_100%25")}
+    for name, folder in cases.items():
+        shutil.rmtree(folder, ignore_errors=True)
+        os.makedirs(folder)
+        out, ckpt = os.path.join(folder, "run .h5"), os.path.join(folder, "ck pt ")
+        rc, _, _, stderr = t.run_every_rank(2, *SMALL, "--out", out, "--checkpoint-dir", ckpt, "--checkpoint-every", 10,
+                                            timeout=TIMEOUT)
+        t.check(rc == 0 and os.path.exists(os.path.join(ckpt, "ckpt-30.h5")),
+                f"path_{name}: a run writes its output and checkpoints (rc {rc}, {t.error_lines(stderr)})")
+        rc, _, _, stderr = t.run_every_rank(2, "resume", ckpt, "--draws", 30, "--quiet", timeout=TIMEOUT)
+        with h5py.File(out, "r") as f:
+            draws = f["posterior/x"].shape[1]
+        t.check(rc == 0 and draws == 30, f"path_{name}: resume continues it (rc {rc}, {draws} draws, "
+                f"{t.error_lines(stderr)})")
+        rc, _, stdout, _ = t.run_every_rank(2, "summary", out, timeout=TIMEOUT)
+        t.check(rc == 0 and "x[0]" in stdout, f"path_{name}: summary reads it (rc {rc})")
+    # --out may not be a file that a target argument names: the input would be overwritten.
+    cov = t.path("rb_cov.h5")
+    with h5py.File(cov, "w") as f:
+        f["cov"] = np.eye(3)
+    refused("out_is_target_arg", [*SMALL, "--target", "corr-gaussian", "--target-args", f"cov={cov}", "--out", cov],
+            "is the file of --target-args cov=", protect=[cov])
+
+
 def early_checks():
     # An unwritable --checkpoint-dir is refused before SVGD's iterations, not after them.
     blocker = t.path("rb_blocker")
@@ -261,6 +291,7 @@ def main():
     out = data_destroyed()
     hangs(out)
     wrong_answers()
+    odd_paths()
     early_checks()
     job_signals()
     t.finish("robustness")
