@@ -10,8 +10,9 @@
 #include "comm.h"
 #include "config.h"
 #include "h5util.h"
-#include "run.h"
 #include "h5out.h"
+#include "run.h"
+#include "signals.h"
 #include "stan_build.h"
 #include "status.h"
 #include "summary.h"
@@ -92,6 +93,8 @@ static int resume_main(comm_ctx_t *comm, int argc, char **argv) {
 }
 
 int main(int argc, char **argv) {
+  /* First of all: a stop signal from here on is a request the run acts on (signals.h). */
+  signals_install();
   comm_ctx_t comm;
   int status = comm_init(&comm, &argc, &argv);
   if (status != DS_OK) {
@@ -118,7 +121,10 @@ int main(int argc, char **argv) {
     struct rlimit limit = {(rlim_t)strtoull(fsize_limit, NULL, 10), (rlim_t)strtoull(fsize_limit, NULL, 10)};
     setrlimit(RLIMIT_FSIZE, &limit);
   }
-  /* Commands that are not a sampling run. */
+  /* Commands that are not a sampling run: a stop signal ends them as it would any program. */
+  const int sampling = argc < 2 || (strcmp(argv[1], "targets") != 0 && strcmp(argv[1], "summary") != 0 &&
+                                    strcmp(argv[1], "stan") != 0);
+  if (!sampling) signals_restore_default();
   if (argc >= 2 && strcmp(argv[1], "targets") == 0) {
     if (comm.rank == 0) builtin_targets_print(stdout);
     comm_free(&comm);

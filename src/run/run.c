@@ -17,7 +17,6 @@
 #include "h5util.h"
 #include "hmc.h"
 #include "run_context.h"
-#include "signals.h"
 #include "status.h"
 #include "svgd.h"
 #include "target.h"
@@ -203,8 +202,6 @@ int run_main(comm_ctx_t *comm, const config_t *cfg, const char *resume_path, con
              (unsigned)getpid());
     DS_TRY(comm_bcast(comm, run.run_id, sizeof run.run_id, 0));
   }
-  /* Before the output exists: a stop signal from then on is a checkpoint, not a kill. */
-  signals_install();
   int lock_fd = -1;
   int status = check_paths(&run);
   if (status == DS_OK) status = lock_output(&run, &lock_fd);

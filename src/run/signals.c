@@ -22,4 +22,11 @@ void signals_install(void) {
   sigaction(SIGINT, &action, NULL);
 }
 
+void signals_restore_default(void) {
+  signal(SIGTERM, SIG_DFL);
+  signal(SIGUSR1, SIG_DFL);
+  signal(SIGINT, SIG_DFL);
+  if (stop_signal) raise(stop_signal);
+}
+
 int signals_pending(void) { return stop_signal; }

@@ -4,7 +4,13 @@
 #ifndef DSAMPLER_SIGNALS_H
 #define DSAMPLER_SIGNALS_H
 
+/* Installs the flag-setting handler: main calls it first, before MPI starts, so that a stop
+ * arriving at any moment (Slurm's --signal may come just after a requeue) is a request, never a
+ * kill. */
 void signals_install(void);
+/* For the commands that are no sampling run (summary, stan, targets): the signals' default
+ * actions back, and a stop that arrived since signals_install acted on now. */
+void signals_restore_default(void);
 /* The number of the first stop signal received, 0 if none. */
 int signals_pending(void);
 

@@ -7,7 +7,7 @@ plugins that exit() on one rank or disagree on their dimension, a file-size limi
 writing); silent wrong answers (counts that wrap, over-long or repeated target-args, a
 misspelled INI section, indented INI lines, INI keys of the other algorithm, numbers with
 blanks before them, resume --draws recorded in the output); signals under mpirun through
-jobs/dsampler-job.sh; early path checks; HDF5's own error stacks never shown."""
+jobs/dsampler-job.sh and in a run's first second; early path checks; HDF5's own error stacks never shown."""
 import glob
 import os
 import shutil
@@ -287,6 +287,43 @@ def job_signals():
     t.check(bool(glob.glob(os.path.join(ckpt, "ckpt-*.h5"))), "job: a checkpoint was written")
 
 
+def startup_signals():
+    """SIGUSR1 in the first moments of a run (Slurm's --signal may come just after a requeue):
+    the ranks never die of it; each run ends 75 with a checkpoint (or 0 where the signal reached
+    mpirun before it had started the ranks). From 0.3 s on: before that the ranks may still be in
+    the dynamic loader, before the first instruction of main, where no program can handle it."""
+    for command in ("hmc", "resume"):
+        for delay in (0.3, 0.6, 1.0):
+            name = f"signal_{command}_{delay}"
+            out, ckpt = t.path(f"rb_sig_{command}.h5"), t.path(f"rb_sig_{command}.ckpt")
+            if command == "hmc" or not os.path.isdir(ckpt):
+                shutil.rmtree(ckpt, ignore_errors=True)
+                args = ["hmc", "--dim", 20, "--chains", 40, "--warmup", 100000, "--draws", 100, "--backend", "cpu",
+                        "--quiet", "--out", out, "--checkpoint-dir", ckpt]
+                if command == "resume":   # a run to resume, stopped by a signal of its own
+                    proc = subprocess.Popen([t.MPIEXEC, t.NP_FLAG, "2", *t.PREFLAGS, t.DSAMPLER, *map(str, args)],
+                                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                    time.sleep(2.0)
+                    proc.send_signal(signal.SIGUSR1)
+                    proc.wait(timeout=TIMEOUT)
+            if command == "resume":
+                args = ["resume", ckpt, "--quiet"]
+            proc = subprocess.Popen([t.MPIEXEC, t.NP_FLAG, "2", *t.PREFLAGS, t.DSAMPLER, *map(str, args)],
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            time.sleep(delay)
+            proc.send_signal(signal.SIGUSR1)
+            try:
+                _, stderr = proc.communicate(timeout=TIMEOUT)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                t.check(False, f"{name}: hung after the signal")
+                continue
+            checkpoints = glob.glob(os.path.join(ckpt, "ckpt-*.h5"))
+            t.check(proc.returncode in (0, 75) and (proc.returncode == 0 or checkpoints),
+                    f"{name}: ends 0 or 75 with a checkpoint (rc {proc.returncode}, {len(checkpoints)} checkpoints, "
+                    f"{t.error_lines(stderr)})")
+
+
 def main():
     out = data_destroyed()
     hangs(out)
@@ -294,6 +331,7 @@ def main():
     odd_paths()
     early_checks()
     job_signals()
+    startup_signals()
     t.finish("robustness")
 
 
