@@ -5,14 +5,17 @@
  * printed depends on the rank count: each parameter is computed whole by one rank. When the
  * chains form superchains (`hmc --chains-per-start K` records K as config_chains_per_start, or
  * --superchain-size K), a last column r_hat_nested is added; without, the table has none. */
+#define _XOPEN_SOURCE 700 /* realpath */
 #include "summary.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <hdf5.h>
 #include <hdf5_hl.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -943,22 +946,45 @@ static int write_csv(const summary_result_t *result, FILE *csv) {
 
 /* Rank 0 opens the CSV before the work, so a bad path fails at once. A regular file (or a
  * new one) is written beside its final name and renamed over it only once complete, so a
- * summary that fails leaves an existing CSV as it was; a FIFO or device (/dev/stdout) is
- * written in place. The input is never the CSV: that would truncate it before reading. */
-static int open_csv(const summary_options_t *options, FILE **csv, char *partial, size_t partial_size) {
+ * summary that fails leaves an existing CSV as it was; through a symbolic link, beside the
+ * file it names (the link stays a link); a FIFO or device is written in place, and so is
+ * anything reached through /dev or /proc (/dev/stdout names the caller's own descriptor,
+ * which a rename would not reach). The input is never the CSV: that would truncate it before
+ * reading. `final` gets the name the CSV ends under. */
+static int open_csv(const summary_options_t *options, FILE **csv, char *partial, size_t partial_size, char *final,
+                    size_t final_size) {
   const char *path = options->csv_path;
   partial[0] = '\0';
+  snprintf(final, final_size, "%s", path);
   if (h5util_same_file(path, options->path))
     return ds_fail(DS_ERR_INPUT, "summary --csv %s: is the input file %s; give another name", path, options->path);
-  struct stat st;
+  struct stat st, link;
   int exists = stat(path, &st) == 0;
+  const int is_link = lstat(path, &link) == 0 && S_ISLNK(link.st_mode);
   if (exists && S_ISDIR(st.st_mode)) return ds_fail(DS_ERR_INPUT, "summary --csv %s: is a directory", path);
-  if (exists && !S_ISREG(st.st_mode)) {
+  const int system_path = strncmp(path, "/dev/", 5) == 0 || strncmp(path, "/proc/", 6) == 0;
+  if (is_link && !exists && !system_path)
+    return ds_fail(DS_ERR_INPUT, "summary --csv %s: is a link to a file that does not exist; give the file's own name",
+                   path);
+  struct stat out_st;
+  if (exists && fstat(STDOUT_FILENO, &out_st) == 0 && out_st.st_dev == st.st_dev && out_st.st_ino == st.st_ino) {
+    *csv = stdout; /* /dev/stdout, or the file stdout goes to: after the table, not over it */
+    return DS_OK;
+  }
+  if ((exists && !S_ISREG(st.st_mode)) || system_path) {
     *csv = fopen(path, "w");
     if (!*csv) return ds_fail(DS_ERR_INPUT, "summary --csv %s: %s", path, strerror(errno));
     return DS_OK;
   }
-  snprintf(partial, partial_size, "%s.partial-XXXXXX", path);
+  if (is_link) {
+    char *target = realpath(path, NULL);
+    if (!target) return ds_fail(DS_ERR_INPUT, "summary --csv %s: cannot follow the link: %s", path, strerror(errno));
+    const int fits = strlen(target) < final_size;
+    if (fits) snprintf(final, final_size, "%s", target);
+    free(target);
+    if (!fits) return ds_fail(DS_ERR_INPUT, "summary --csv %s: the file it links to has too long a name", path);
+  }
+  snprintf(partial, partial_size, "%s.partial-XXXXXX", final);
   int fd = mkstemp(partial);
   if (fd < 0) {
     int error = errno;
@@ -975,11 +1001,28 @@ static int open_csv(const summary_options_t *options, FILE **csv, char *partial,
   return DS_OK;
 }
 
+/* Rank 0: refuses an output that a running dsampler holds (run.c locks it with flock while it
+ * writes): its draws are not all there, and its HDF5 metadata may be in flux. */
+static int check_not_being_written(const char *path) {
+  /* Non-blocking: a FIFO must not hold the open (the read that follows refuses it). */
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return DS_OK; /* the read that follows names the problem */
+  int status = DS_OK;
+  struct stat st;
+  if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && flock(fd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK)
+    status = ds_fail(DS_ERR_INPUT, "summary %s: a running dsampler is writing this file; summarise it once that "
+                     "run has ended or stopped", path);
+  close(fd);
+  return status;
+}
+
 static int summary_run(comm_ctx_t *comm, const summary_options_t *options, FILE *out) {
   FILE *csv = NULL;
-  char partial[4200] = "";
+  char partial[4200] = "", final[4200] = "";
   int status = DS_OK;
-  if (options->csv_path && comm->rank == 0) status = open_csv(options, &csv, partial, sizeof partial);
+  if (comm->rank == 0) status = check_not_being_written(options->path);
+  if (status == DS_OK && options->csv_path && comm->rank == 0)
+    status = open_csv(options, &csv, partial, sizeof partial, final, sizeof final);
   status = comm_agree(comm, status);
   summary_result_t *result = NULL;
   if (status == DS_OK) {
@@ -994,22 +1037,23 @@ static int summary_run(comm_ctx_t *comm, const summary_options_t *options, FILE 
     }
     if (csv) {
       int csv_status = write_csv(result, csv);
-      if (fflush(csv) != 0 || fsync(fileno(csv)) != 0) csv_status = DS_ERR_IO;
-      if (fclose(csv) != 0) csv_status = DS_ERR_IO;
+      /* fsync only the new file that replaces the old: a pipe or a terminal has no disk. */
+      if (fflush(csv) != 0 || (partial[0] && fsync(fileno(csv)) != 0)) csv_status = DS_ERR_IO;
+      if (csv != stdout && fclose(csv) != 0) csv_status = DS_ERR_IO;
       csv = NULL;
       if (csv_status == DS_OK && partial[0]) {
         /* mkstemp made it 0600; a CSV is read like any other file. */
         mode_t mask = umask(0);
         umask(mask);
         chmod(partial, 0666 & ~mask);
-        if (rename(partial, options->csv_path) != 0) csv_status = DS_ERR_IO;
+        if (rename(partial, final) != 0) csv_status = DS_ERR_IO;
         else partial[0] = '\0';
       }
       if (csv_status != DS_OK)
         status = ds_fail(DS_ERR_IO, "summary --csv %s: write failed: %s", options->csv_path, strerror(errno));
     }
   }
-  if (csv) fclose(csv);
+  if (csv && csv != stdout) fclose(csv);
   if (partial[0]) unlink(partial);
   if (result) {
     free(result->stats);

@@ -255,6 +255,49 @@ def odd_paths():
             "is the file of --target-args cov=", protect=[cov])
 
 
+def summary_outputs(out):
+    """summary --csv through a link keeps the link (the file it names gets the CSV), to
+    /dev/stdout follows the table, to a FIFO succeeds; summary of an output that a run is still
+    writing is refused with a clear line, not called damaged."""
+    real, link = t.path("rb_real.csv"), t.path("rb_link.csv")
+    with open(real, "w") as f:
+        f.write("old\n")
+    if os.path.lexists(link):
+        os.remove(link)
+    os.symlink(real, link)
+    rc, _, _ = t.run(1, "summary", out, "--csv", link, expect_ok=False)
+    with open(real) as f:
+        first = f.readline()
+    t.check(rc == 0 and os.path.islink(link) and first.startswith("variable,"),
+            f"csv_link: the link stays a link and its file gets the CSV (rc {rc}, {first.strip()!r})")
+    stdout_file = t.path("rb_stdout.txt")
+    with open(stdout_file, "w") as f:
+        rc = subprocess.run([t.DSAMPLER, "summary", out, "--csv", "/dev/stdout"], stdout=f,
+                            stderr=subprocess.PIPE, timeout=TIMEOUT).returncode
+    with open(stdout_file) as f:
+        text = f.read()
+    t.check(rc == 0 and "mean" in text.split("variable,")[0] and "\nvariable," in text,
+            f"csv_stdout: the CSV follows the table on stdout (rc {rc})")
+    fifo = t.path("rb_csv_fifo")
+    if os.path.exists(fifo):
+        os.remove(fifo)
+    os.mkfifo(fifo)
+    reader = subprocess.Popen(["cat", fifo], stdout=subprocess.PIPE, text=True)
+    rc, _, stderr = t.run(1, "summary", out, "--csv", fifo, expect_ok=False)
+    lines = reader.communicate(timeout=TIMEOUT)[0].splitlines()
+    t.check(rc == 0 and lines and lines[0].startswith("variable,"), f"csv_fifo: written, exit 0 (rc {rc}, {stderr!r})")
+    # An output a run is writing.
+    busy_out, busy_ckpt = t.path("rb_busy.h5"), t.path("rb_busy.ckpt")
+    shutil.rmtree(busy_ckpt, ignore_errors=True)
+    run = subprocess.Popen([t.MPIEXEC, t.NP_FLAG, "2", *t.PREFLAGS, t.DSAMPLER, "hmc", "--dim", "20", "--chains", "40",
+                            "--warmup", "1000000", "--draws", "10", "--backend", "cpu", "--quiet", "--out", busy_out,
+                            "--checkpoint-dir", busy_ckpt], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(2.0)
+    refused("summary_busy", ["summary", busy_out], "a running dsampler is writing this file")
+    run.send_signal(signal.SIGTERM)
+    run.wait(timeout=TIMEOUT)
+
+
 def early_checks():
     # An unwritable --checkpoint-dir is refused before SVGD's iterations, not after them.
     blocker = t.path("rb_blocker")
@@ -329,6 +372,7 @@ def main():
     hangs(out)
     wrong_answers()
     odd_paths()
+    summary_outputs(out)
     early_checks()
     job_signals()
     startup_signals()
