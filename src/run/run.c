@@ -51,6 +51,10 @@ static int check_checkpoint_dir(const char *dir) {
       return ds_fail(DS_ERR_INPUT, "--checkpoint-dir %s: cannot write: %s", dir, strerror(errno));
     return DS_OK;
   }
+  /* A link to nothing: the folder could not be made there at the first checkpoint. */
+  if (lstat(dir, &st) == 0)
+    return ds_fail(DS_ERR_INPUT, "--checkpoint-dir %s: is a link to a folder that does not exist; make that folder "
+                   "or give another", dir);
   return check_output_path("--checkpoint-dir", dir);
 }
 

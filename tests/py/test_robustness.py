@@ -298,6 +298,17 @@ def summary_outputs(out):
     run.wait(timeout=TIMEOUT)
 
 
+def checkpoint_dir_link():
+    """A --checkpoint-dir that is a link to nothing is refused before the run, not at its first
+    checkpoint."""
+    link = t.path("rb_ckpt_link")
+    if os.path.lexists(link):
+        os.remove(link)
+    os.symlink(t.path("rb_no_such_folder"), link)
+    refused("ckpt_dir_dangling", [*SMALL, "--out", t.path("rb_x.h5"), "--checkpoint-dir", link, "--checkpoint-every", 5],
+            "is a link to a folder that does not exist")
+
+
 def early_checks():
     # An unwritable --checkpoint-dir is refused before SVGD's iterations, not after them.
     blocker = t.path("rb_blocker")
@@ -373,6 +384,7 @@ def main():
     wrong_answers()
     odd_paths()
     summary_outputs(out)
+    checkpoint_dir_link()
     early_checks()
     job_signals()
     startup_signals()
