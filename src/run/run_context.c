@@ -41,15 +41,19 @@ int run_initial_positions(run_ctx_t *run, int64_t n_total, float *x_local) {
   status = comm_agree(run->comm, status);
   if (status != DS_OK) return status;
   for (int64_t e = 0; e < rows * dim && status == DS_OK; ++e)
-    if (!isfinite(x_local[e]))
+    if (!isfinite(x_local[e]) && cfg->init[0])
       status = ds_fail(DS_ERR_INPUT, "--init %s: row %lld, column %lld is not finite (%g)", cfg->init,
                        (long long)(run->item_begin + e / dim), (long long)(e % dim), (double)x_local[e]);
+    else if (!isfinite(x_local[e]))
+      status = ds_fail(DS_ERR_INPUT, "--target %s: the target's initial_point gave a non-finite start (%g) for "
+                       "item %lld, coordinate %lld", cfg->target, (double)x_local[e],
+                       (long long)(run->item_begin + e / dim), (long long)(e % dim));
   return comm_agree(run->comm, status);
 }
 
 typedef struct attr_list {
   h5out_attr_t attrs[64];
-  char storage[64][2][256];
+  struct { char key[64], value[CONFIG_PATH_MAX]; } storage[64]; /* a value: an option's, paths whole */
   int count;
 } attr_list_t;
 
@@ -57,13 +61,13 @@ static void add_attr(void *user, const char *key, const char *value) {
   attr_list_t *list = user;
   if (list->count >= 64) return;
   /* 64 slots hold today's options with room to spare; a new option past them must be seen. */
-  char(*slot)[256] = list->storage[list->count];
-  snprintf(slot[0], sizeof slot[0], "config_%s", key);
-  snprintf(slot[1], sizeof slot[1], "%s", value);
-  for (char *c = slot[0]; *c; ++c)
+  char *slot_key = list->storage[list->count].key, *slot_value = list->storage[list->count].value;
+  snprintf(slot_key, sizeof list->storage[0].key, "config_%s", key);
+  snprintf(slot_value, sizeof list->storage[0].value, "%s", value);
+  for (char *c = slot_key; *c; ++c)
     if (*c == '-') *c = '_';
-  list->attrs[list->count].key = slot[0];
-  list->attrs[list->count].value = slot[1];
+  list->attrs[list->count].key = slot_key;
+  list->attrs[list->count].value = slot_value;
   list->count++;
 }
 

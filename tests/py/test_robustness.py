@@ -243,8 +243,12 @@ def odd_paths():
         rc, _, _, stderr = t.run_every_rank(2, "resume", ckpt, "--draws", 30, "--quiet", timeout=TIMEOUT)
         with h5py.File(out, "r") as f:
             draws = f["posterior/x"].shape[1]
+            recorded = f.attrs["config_out"]
+            recorded = recorded.decode() if isinstance(recorded, bytes) else str(recorded)
         t.check(rc == 0 and draws == 30, f"path_{name}: resume continues it (rc {rc}, {draws} draws, "
                 f"{t.error_lines(stderr)})")
+        t.check(recorded == out, f"path_{name}: the output records its own path whole ({len(recorded)} of {len(out)} "
+                "characters)")
         rc, _, stdout, _ = t.run_every_rank(2, "summary", out, timeout=TIMEOUT)
         t.check(rc == 0 and "x[0]" in stdout, f"path_{name}: summary reads it (rc {rc})")
     # --out may not be a file that a target argument names: the input would be overwritten.
