@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -407,10 +408,45 @@ int h5out_write(h5out_t *f, int group_id, int64_t total_draws, int64_t chain_beg
   return h5out_write_block(f, group_id, total_draws, chain_begin, chain_count, draw_begin, draw_count, draw_count, data);
 }
 
+/* Slack kept free beside a growth of the draws: HDF5's metadata and the checkpoints. */
+#define H5OUT_FREE_SPACE_MARGIN ((double)(4 << 20))
+
+/* Rank 0, before the draws grow to total_draws: parallel HDF5 allocates a chunked dataset's
+ * space when it grows, a collective step that a full disk would leave the other ranks waiting
+ * in. Checked first, the ranks stop together with the file as it was. */
+static int check_room_to_grow(const h5out_t *f, const h5out_group_t *g, int64_t total_draws) {
+  if (f->rank != 0) return DS_OK;
+  double bytes = 0;
+  for (int v = 0; v < g->n_vars; ++v) {
+    hsize_t axes[H5OUT_MAX_AXES];
+    const int n_axes = var_trailing(g, v, axes);
+    double values = (double)g->n_chains * (double)(total_draws - g->n_draws);
+    for (int axis = 0; axis < n_axes; ++axis) values *= (double)axes[axis];
+    const int dtype = g->vars[v].dtype;
+    bytes += values * (dtype == H5OUT_FLOAT64 ? 8 : dtype == H5OUT_BOOL ? 1 : 4);
+  }
+  char dir[sizeof f->path];
+  snprintf(dir, sizeof dir, "%s", f->path);
+  char *slash = strrchr(dir, '/');
+  if (slash == dir) dir[1] = '\0';
+  else if (slash) *slash = '\0';
+  else snprintf(dir, sizeof dir, ".");
+  struct statvfs fs;
+  if (statvfs(dir, &fs) != 0) return DS_OK; /* unknown: the write reports what happens */
+  const double free_bytes = (double)fs.f_bavail * (double)fs.f_frsize;
+  if (free_bytes < bytes + H5OUT_FREE_SPACE_MARGIN)
+    return ds_fail(DS_ERR_IO, "--out %s: the disk is full (%.1f MB free in %s; the next %lld draws need %.1f MB and "
+                   "%.0f MB beside them): every draw written so far and the checkpoints are kept; make room and "
+                   "resume", f->path, free_bytes / 1e6, dir, (long long)(total_draws - g->n_draws), bytes / 1e6,
+                   H5OUT_FREE_SPACE_MARGIN / 1e6);
+  return DS_OK;
+}
+
 int h5out_write_block(h5out_t *f, int group_id, int64_t total_draws, int64_t chain_begin, int64_t chain_count,
                       int64_t draw_begin, int64_t draw_count, int64_t buffer_draws, const void *const *data) {
   h5out_group_t *g = &f->groups[group_id];
   if (total_draws > g->n_draws) {
+    DS_TRY(h5out_agree(f, check_room_to_grow(f, g, total_draws)));
     int status = DS_OK;
     for (int v = 0; v < g->n_vars && status == DS_OK; ++v) {
       hsize_t dims[2 + H5OUT_MAX_AXES] = {(hsize_t)g->n_chains, (hsize_t)total_draws};
