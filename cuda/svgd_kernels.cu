@@ -39,9 +39,9 @@
 #include "cuda_check.h"
 #include "exactsum_core.h"
 #include "mma_tf32.cuh"
-#include "model_math.h"
 #include "svgd_kernel_math.h"
 #include "svgd_kernels.h"
+#include "targets_builtin_cuda.h"
 
 namespace {
 
@@ -1149,24 +1149,6 @@ __global__ void svgd_update_kernel(float *x, const float *phi, float *g, long lo
   }
 }
 
-/* One warp per particle: grad = -(x - mean) / scale^2, logp = -1/2 sum (x - mean)^2 / scale^2
- * with the sum in double, as targets_builtin.c. */
-__global__ void gaussian_logp_grad_kernel(builtin_params_t p, const float *x, long long n,
-                                          float *logp, float *grad) {
-  const long long row = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / 32;
-  const int lane = threadIdx.x % 32;
-  if (row >= n) return; /* whole warps leave together */
-  const float *x_i = x + row * p.dim;
-  float *g_i = grad + row * p.dim;
-  double sum = 0.0;
-  for (long long k = lane; k < p.dim; k += 32) {
-    const float centred = model_gaussian_coord(x_i[k], p.mean, p.inv_scale2, &g_i[k]);
-    sum += (double)centred * (double)centred;
-  }
-  for (int width = 16; width >= 1; width /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, width);
-  if (lane == 0) logp[row] = (float)(-0.5 * sum * (double)p.inv_scale2);
-}
-
 int grid_for(long long count, int threads) {
   long long blocks = (count + threads - 1) / threads;
   if (blocks > 65536) blocks = 65536;
@@ -1504,13 +1486,7 @@ extern "C" int gaussian_launch_logp_grad(const builtin_params_t *params, const f
   if (n < 0 || params->dim < 1 || params->kind != BUILTIN_GAUSSIAN)
     return ds_fail(DS_ERR_INTERNAL, "gaussian_launch_logp_grad: bad sizes n=%lld dim=%lld",
                    (long long)n, (long long)params->dim);
-  if (n == 0) return DS_OK;
-  const int threads = 256, rows_per_block = threads / 32;
-  const long long blocks = (n + rows_per_block - 1) / rows_per_block;
-  if (blocks > 0x7FFFFFFF) return ds_fail(DS_ERR_INTERNAL, "gaussian_launch_logp_grad: n=%lld too large", (long long)n);
-  gaussian_logp_grad_kernel<<<(unsigned)blocks, threads, 0, stream>>>(*params, x, n, logp, grad);
-  CUDA_CHECK_LAUNCH("gaussian_logp_grad_kernel");
-  return DS_OK;
+  return cuda_builtin_rows_launch(params, x, n, logp, grad, stream); /* the built-ins' own GPU row walk */
 }
 
 extern "C" void svgd_cuda_set_tuning(svgd_cuda_tuning_t tuning) { svgd_tuning = tuning; }

@@ -1,6 +1,6 @@
 // targets_builtin.cu: the built-in targets on the GPU, their arithmetic from model_math.h (the
-// host's source too). The small models run one warp per row (lanes across coordinates, the log
-// density summed in double).
+// host's source too). The small models run model_math.h's row walk, one warp per row (lanes
+// across coordinates, the log density summed in double).
 //
 // logistic, up to kFusedDimMax coefficients, is one fused kernel shaped like two GEMMs: a block
 // takes kFusedChains chains and a chunk of kFusedChunkRows data rows, and for each tile of
@@ -68,89 +68,21 @@ struct builtin_device_state {
   size_t batch_floats;
 };
 
-// What the row kernel needs, by value: the parameters with device pointers.
-struct builtin_view {
-  builtin_kind_t kind;
-  long long dim;
-  float mean, inv_scale2;
-  const float *means, *inv_scale2s;
-  double rho, scale;
-  const float *precision;
-  double a, b, sigma;
-};
-
 __device__ double warp_sum(double value) {
   for (int width = 16; width >= 1; width /= 2) value += __shfl_xor_sync(0xffffffffu, value, width);
   return value;
 }
 
-// One warp per row. The arithmetic follows targets_builtin.c term by term; only the order of
-// the log density's sum differs (lanes, then a butterfly).
-__global__ void builtin_rows_kernel(builtin_view v, const float *x, long long n, float *logp, float *grad) {
+// One warp per row, lanes across coordinates: model_math.h's row walk, each lane's share of the
+// log density summed by a butterfly. p holds device pointers to its arrays.
+__global__ void builtin_rows_kernel(builtin_params_t p, const float *x, long long n, float *logp, float *grad) {
   const long long row = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / 32;
   const int lane = threadIdx.x % 32;
   if (row >= n) return;  // whole warps leave together
-  const long long dim = v.dim;
-  const float *x_i = x + row * dim;
-  float *g_i = grad + row * dim;
-  double sum = 0.0;
-  switch (v.kind) {
-    case BUILTIN_GAUSSIAN:
-      for (long long k = lane; k < dim; k += 32) {
-        const float inv = v.inv_scale2s ? v.inv_scale2s[k] : v.inv_scale2;
-        const float centred = model_gaussian_coord(x_i[k], v.means ? v.means[k] : v.mean, inv, &g_i[k]);
-        sum += (double)centred * (double)centred * (double)inv;
-      }
-      sum *= -0.5;
-      break;
-    case BUILTIN_CORR_GAUSSIAN: {
-      const double c = 1.0 / (v.scale * v.scale * (1.0 - v.rho * v.rho));
-      for (long long k = lane; k < dim; k += 32) {
-        double qx = 0.0;
-        if (v.precision) {
-          const float *q_k = v.precision + k * dim;
-          for (long long j = 0; j < dim; ++j) qx += (double)q_k[j] * (double)x_i[j];
-        } else {
-          qx = model_ar1_precision_row(x_i[k], k > 0 ? x_i[k - 1] : 0.0, k + 1 < dim ? x_i[k + 1] : 0.0, k, dim,
-                                       v.rho, c);
-        }
-        g_i[k] = (float)-qx;
-        sum += (double)x_i[k] * qx;
-      }
-      sum *= -0.5;
-      break;
-    }
-    case BUILTIN_BANANA: {
-      const double a2 = v.a * v.a;
-      for (long long pair = lane; 2 * pair < dim; pair += 32) {
-        const long long k = 2 * pair;
-        if (k + 1 < dim)
-          sum += model_banana_pair(x_i[k], x_i[k + 1], a2, v.b, &g_i[k], &g_i[k + 1]);
-        else
-          sum += model_banana_single(x_i[k], &g_i[k]);
-      }
-      break;
-    }
-    case BUILTIN_MIXTURE1D: {
-      for (long long k = lane; k < dim; k += 32) sum += model_mixture1d_coord(x_i[k], &g_i[k]);
-      break;
-    }
-    case BUILTIN_FUNNEL: {
-      const double e = exp(-(double)x_i[0]);
-      double squares = 0.0;
-      for (long long k = 1 + lane; k < dim; k += 32) {
-        squares += (double)x_i[k] * (double)x_i[k];
-        g_i[k] = model_funnel_coord_grad(x_i[k], e);
-      }
-      squares = warp_sum(squares);
-      if (lane == 0) logp[row] = (float)model_funnel_level(x_i[0], squares, 1.0 / (v.sigma * v.sigma), dim, &g_i[0]);
-      return;
-    }
-    default:
-      break;
-  }
-  sum = warp_sum(sum);
-  if (lane == 0) logp[row] = (float)sum;
+  const float *x_i = x + row * p.dim;
+  float *g_i = grad + row * p.dim;
+  const double sum = warp_sum(model_row_share(&p, x_i, g_i, lane, 32));
+  if (lane == 0) logp[row] = (float)model_row_finish(&p, x_i, g_i, sum);
 }
 
 // One block per chain of the block: R = y - sigmoid(Z) in place over `rows` data rows, and the
@@ -635,36 +567,43 @@ int logistic_logp_grad(const builtin_params_t *p, builtin_device_state *s, const
 
 }  // namespace
 
-extern "C" int cuda_builtin_logp_grad(const builtin_params_t *p, const float *x, int64_t n, float *logp,
-                                      float *grad, void *stream_opaque) {
-  if (!p || n < 0 || p->dim < 1 || p->kind == BUILTIN_NONE)
-    return ds_fail(DS_ERR_INTERNAL, "cuda_builtin_logp_grad: bad arguments (n=%lld)", (long long)n);
+extern "C" int cuda_builtin_rows_launch(const builtin_params_t *p, const float *x, int64_t n, float *logp,
+                                       float *grad, void *stream) {
+  if (!p || n < 0 || p->dim < 1 || p->kind == BUILTIN_NONE || p->kind == BUILTIN_LOGISTIC)
+    return ds_fail(DS_ERR_INTERNAL, "cuda_builtin_rows_launch: bad arguments (n=%lld)", (long long)n);
   if (n == 0) return DS_OK;
-  if (p->kind == BUILTIN_LOGISTIC && (p->dim > 0x7FFFFFFF || p->n_data < 1))
-    return ds_fail(DS_ERR_INTERNAL, "cuda_builtin_logp_grad: logistic with dim %lld, %lld rows", (long long)p->dim,
-                   (long long)p->n_data);
-  cudaStream_t stream = static_cast<cudaStream_t>(stream_opaque);
-  builtin_device_state *s = nullptr;
-  DS_TRY(state_get(p, &s));
-  if (p->kind == BUILTIN_LOGISTIC) return logistic_logp_grad(p, s, x, n, logp, grad, stream);
-
-  builtin_view v;
-  memset(&v, 0, sizeof v);
-  v.kind = p->kind;
-  v.dim = p->dim;
-  v.mean = p->mean;
-  v.inv_scale2 = p->inv_scale2;
-  v.means = s->means;
-  v.inv_scale2s = s->inv_scale2s;
-  v.rho = p->rho;
-  v.scale = p->scale;
-  v.precision = s->precision;
-  v.a = p->banana_a;
-  v.b = p->banana_b;
-  v.sigma = p->funnel_sigma;
   const long long rows_per_block = kThreads / 32, blocks = (n + rows_per_block - 1) / rows_per_block;
-  if (blocks > 0x7FFFFFFF) return ds_fail(DS_ERR_INTERNAL, "cuda_builtin_logp_grad: n=%lld too large", (long long)n);
-  builtin_rows_kernel<<<(unsigned)blocks, kThreads, 0, stream>>>(v, x, n, logp, grad);
+  if (blocks > 0x7FFFFFFF) return ds_fail(DS_ERR_INTERNAL, "cuda_builtin_rows_launch: n=%lld too large", (long long)n);
+  builtin_rows_kernel<<<(unsigned)blocks, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(*p, x, n, logp, grad);
   CUDA_CHECK_LAUNCH("builtin_rows_kernel");
   return DS_OK;
+}
+
+extern "C" int cuda_builtin_rows_logp_grad(void *self, const float *x, int64_t n, float *logp, float *grad,
+                                           void *stream) {
+  const builtin_params_t *p = static_cast<const builtin_params_t *>(self);
+  if (!p || n < 0 || p->dim < 1 || p->kind == BUILTIN_NONE || p->kind == BUILTIN_LOGISTIC)
+    return ds_fail(DS_ERR_INTERNAL, "cuda_builtin_rows_logp_grad: bad arguments (n=%lld)", (long long)n);
+  if (n == 0) return DS_OK;
+  builtin_device_state *s = nullptr;
+  DS_TRY(state_get(p, &s));
+  builtin_params_t on_device = *p;
+  on_device.means = s->means;
+  on_device.inv_scale2s = s->inv_scale2s;
+  on_device.precision = s->precision;
+  return cuda_builtin_rows_launch(&on_device, x, n, logp, grad, stream);
+}
+
+extern "C" int cuda_builtin_logistic_logp_grad(void *self, const float *x, int64_t n, float *logp, float *grad,
+                                               void *stream) {
+  const builtin_params_t *p = static_cast<const builtin_params_t *>(self);
+  if (!p || n < 0 || p->kind != BUILTIN_LOGISTIC)
+    return ds_fail(DS_ERR_INTERNAL, "cuda_builtin_logistic_logp_grad: bad arguments (n=%lld)", (long long)n);
+  if (n == 0) return DS_OK;
+  if (p->dim < 1 || p->dim > 0x7FFFFFFF || p->n_data < 1)
+    return ds_fail(DS_ERR_INTERNAL, "cuda_builtin_logistic_logp_grad: logistic with dim %lld, %lld rows",
+                   (long long)p->dim, (long long)p->n_data);
+  builtin_device_state *s = nullptr;
+  DS_TRY(state_get(p, &s));
+  return logistic_logp_grad(p, s, x, n, logp, grad, static_cast<cudaStream_t>(stream));
 }

@@ -1,6 +1,6 @@
-/* targets_builtin_cuda.h: the built-in targets on the GPU (targets_builtin.cu), as plain C.
- * The built-ins' logp_grad_cuda entry calls this; a backend may also call it directly with
- * the parameters of builtin_target_lookup(). */
+/* targets_builtin_cuda.h: the built-in targets on the GPU (targets_builtin.cu), as plain C: the
+ * registry's device entries (src/targets/targets_builtin.c), and the row walk's launcher for a
+ * caller whose parameters are already on the device. */
 #ifndef DSAMPLER_TARGETS_BUILTIN_CUDA_H
 #define DSAMPLER_TARGETS_BUILTIN_CUDA_H
 
@@ -12,16 +12,22 @@
 extern "C" {
 #endif
 
-/* logp [n] and grad [n, dim] at x [n, dim], all device memory of the current device, in
- * `stream` (a cudaStream_t; NULL for the legacy default stream). Asynchronous: the results
- * are ready when the stream is. On first use it uploads the model's arrays (means, the
- * precision matrix, X and y) and, for logistic, makes a cuBLAS handle and work space; they
- * live in p->device until the target is destroyed, so the first call must be made on the
- * device that later calls use. Each row's result does not depend on n or on the row's
- * position (logistic pads chains to fixed blocks so every GEMM has the same shape). Returns
- * DS_OK or a DS_* status with the failing CUDA or cuBLAS call recorded. */
-int cuda_builtin_logp_grad(const builtin_params_t *p, const float *x, int64_t n, float *logp, float *grad,
-                           void *stream);
+/* The device entries (logp_grad_cuda, self a builtin_params_t): logp [n] and grad [n, dim] at
+ * x [n, dim], all device memory of the current device, in `stream` (a cudaStream_t; NULL for
+ * the legacy default stream). Asynchronous: the results are ready when the stream is. On first
+ * use they upload the model's arrays (means, the precision matrix, X and y) and, for logistic,
+ * make a cuBLAS handle and work space; these live in the parameters' device state until the
+ * target is destroyed, so the first call must be made on the device that later calls use. Each
+ * row's result does not depend on n or on the row's position (logistic pads chains to fixed
+ * blocks so every GEMM has the same shape). Return DS_OK or a DS_* status with the failing
+ * CUDA or cuBLAS call recorded. */
+int cuda_builtin_rows_logp_grad(void *self, const float *x, int64_t n, float *logp, float *grad, void *stream);
+int cuda_builtin_logistic_logp_grad(void *self, const float *x, int64_t n, float *logp, float *grad, void *stream);
+
+/* model_math.h's row walk (every model but logistic) for params whose arrays, if any, are
+ * device memory: the kernel takes *params by value. As above otherwise. */
+int cuda_builtin_rows_launch(const builtin_params_t *params, const float *x, int64_t n, float *logp, float *grad,
+                             void *stream);
 
 #ifdef __cplusplus
 }

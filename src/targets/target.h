@@ -7,6 +7,7 @@
 
 #include "config.h"
 #include "dsampler_target.h"
+#include "target_args.h" /* target_args_get for the run's --data check */
 
 /* Output variables a version 2 target may report (each is a dataset of the output). */
 #define TARGET_MAX_OUTPUT_VARS 240
@@ -61,10 +62,5 @@ int target_initial_points(const dsampler_target *t, uint64_t seed, int64_t item_
  * `iteration` of batch_size data rows (0: all the data). Only data targets take one (the built-in
  * logistic); others refuse a positive batch_size with DS_ERR_INPUT naming --batch-size. */
 int target_set_minibatch(const dsampler_target *t, int64_t batch_size, uint64_t seed, int64_t iteration);
-
-/* Finds `key` in "key=value,key=value" and copies its value; returns 1 when found. */
-int target_args_get(const char *args, const char *key, char *value, size_t value_size);
-/* Returns DS_ERR_INPUT naming the first key of args not in the NULL-terminated `known`. */
-int target_args_check(const char *target_name, const char *args, const char *const *known);
 
 #endif

@@ -1,6 +1,7 @@
-/* targets_builtin.c: the built-in targets, with analytic gradients, on the host. The same
- * models on the GPU are in cuda/targets_builtin.cu, reached through logp_grad_cuda; the
- * arithmetic of each term is shared with it through model_math.h.
+/* targets_builtin.c: the built-in targets' registry, one row per model (its name, parameters
+ * with their defaults, help, creation, host entry and GPU entry), and their host evaluation.
+ * A row's parameters land in builtin_params_t, whose fields and row walk are model_math.h,
+ * shared with the GPU (cuda/targets_builtin.cu); a new model is a row here and its math there.
  *
  * Each chain's result depends only on its own row of x, never on how many rows come in one
  * call, so draws do not change with the rank count: per-row sums run in one fixed order. */
@@ -8,6 +9,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,13 +17,56 @@
 #include "model_math.h"
 #include "rng.h"
 #include "status.h"
-#include "target.h"
+#include "target_args.h"
 #ifdef DSAMPLER_HAVE_CUDA
 #include "targets_builtin_cuda.h"
 #endif
 
-const char *const builtin_target_names[] = {"gaussian", "corr-gaussian", "banana", "mixture1d",
-                                            "funnel", "logistic", NULL};
+/* ---- the registry's rows ------------------------------------------------------------------- */
+
+typedef int (*host_logp_grad_fn)(void *self, const float *x, int64_t n, float *logp, float *grad);
+typedef int (*device_logp_grad_fn)(void *self, const float *x, int64_t n, float *logp, float *grad, void *stream);
+
+/* What a parameter must satisfy; the messages name the target and the key. */
+typedef enum { PARAM_ANY, PARAM_POSITIVE, PARAM_CORRELATION } param_range_t;
+
+typedef struct builtin_param {
+  const char *key;
+  double fallback;
+  size_t offset, size; /* the builtin_params_t field it sets, a float or a double; size 0: per_dim */
+  param_range_t range;
+  int per_dim;         /* a number or a list of dim numbers, read by the row's create */
+} builtin_param_t;
+
+#define PARAM(key, fallback, field, range) \
+  {key, fallback, offsetof(builtin_params_t, field), sizeof(((builtin_params_t *)0)->field), range, 0}
+#define PARAM_PER_DIM(key, fallback, range) {key, fallback, 0, 0, range, 1}
+#define BUILTIN_MAX_PARAMS 4
+
+typedef struct builtin_row builtin_row_t;
+struct builtin_row {
+  const char *name;
+  builtin_kind_t kind;
+  const char *var_name;        /* the output's name of the coordinates */
+  int64_t default_dim;         /* without --dim; 0: --dim required; -1: the model's create sets it */
+  int64_t min_dim;             /* 0: any positive dim */
+  const char *min_dim_why;
+  builtin_param_t params[BUILTIN_MAX_PARAMS + 1]; /* ends with key NULL */
+  const char *file_key;        /* a file argument besides the parameters ("cov", "data"), or NULL */
+  const char *help;            /* `dsampler targets`: what it is; then its parameters' defaults, */
+  const char *params_help;     /* followed by this */
+  /* The model's own steps after its arguments are checked (lists, files, derived values): it
+   * reads the parameters, by builtin_read_params or itself. NULL: builtin_read_params alone. */
+  int (*create)(const builtin_row_t *row, const char *args, MPI_Comm comm, builtin_params_t *p);
+  host_logp_grad_fn host;
+  device_logp_grad_fn device;  /* NULL without the CUDA backend */
+};
+
+#ifdef DSAMPLER_HAVE_CUDA
+#define DEVICE_ENTRY(entry) entry
+#else
+#define DEVICE_ENTRY(entry) NULL
+#endif
 
 /* ---- parameters from "key=value,..." ------------------------------------------------------ */
 
@@ -82,6 +127,44 @@ static int get_list(const char *target, const char *args, const char *key, doubl
   return status;
 }
 
+/* The range of parameter `param` of `row`, checked on the value as parsed. */
+static int check_range(const builtin_row_t *row, const builtin_param_t *param, double value) {
+  if (param->range == PARAM_POSITIVE && !(value > 0))
+    return ds_fail(DS_ERR_INPUT, "--target-args: %s's %s must be > 0, got %g", row->name, param->key, value);
+  if (param->range == PARAM_CORRELATION && !(value > -1 && value < 1))
+    return ds_fail(DS_ERR_INPUT, "--target-args: %s's %s must be in (-1, 1), got %g", row->name, param->key, value);
+  return DS_OK;
+}
+
+/* The dimension (unless the model's create sets it) and every scalar parameter into p, then
+ * the dimension's and the parameters' ranges in the row's order. */
+static int builtin_read_params(const builtin_row_t *row, const char *args, builtin_params_t *p) {
+  double values[BUILTIN_MAX_PARAMS];
+  if (row->default_dim >= 0) DS_TRY(get_dim(row->name, args, row->default_dim, &p->dim));
+  for (int j = 0; row->params[j].key; ++j) {
+    const builtin_param_t *param = &row->params[j];
+    if (param->per_dim) continue;
+    DS_TRY(get_number(row->name, args, param->key, param->fallback, &values[j]));
+    char *field = (char *)p + param->offset;
+    if (param->size == sizeof(float))
+      *(float *)field = (float)values[j];
+    else
+      *(double *)field = values[j];
+  }
+  if (row->min_dim > 0 && p->dim < row->min_dim)
+    return ds_fail(DS_ERR_INPUT, "--dim: the %s target needs dim >= %lld (%s)", row->name, (long long)row->min_dim,
+                   row->min_dim_why);
+  for (int j = 0; row->params[j].key; ++j)
+    if (!row->params[j].per_dim) DS_TRY(check_range(row, &row->params[j], values[j]));
+  return DS_OK;
+}
+
+static const builtin_param_t *param_of(const builtin_row_t *row, const char *key) {
+  for (const builtin_param_t *param = row->params; param->key; ++param)
+    if (strcmp(param->key, key) == 0) return param;
+  return NULL;
+}
+
 /* --data goes to the targets that read data; others refuse it by name. */
 static int refuse_data(const char *target, const char *args) {
   char path[8];
@@ -90,111 +173,15 @@ static int refuse_data(const char *target, const char *args) {
   return DS_OK;
 }
 
-/* ---- the models, one row at a time --------------------------------------------------------- */
+/* ---- host entries ---------------------------------------------------------------------------- */
 
-/* gaussian, one mean and scale: float as the fused CUDA kernel computes it. */
-static int gaussian_logp_grad(void *self, const float *x, int64_t n, float *logp, float *grad) {
+/* Every model but logistic: model_math.h's row walk, each row's coordinates in order. */
+static int rows_logp_grad(void *self, const float *x, int64_t n, float *logp, float *grad) {
   const builtin_params_t *p = self;
-  const int64_t dim = p->dim;
   for (int64_t i = 0; i < n; ++i) {
-    const float *x_i = x + i * dim;
-    float *g_i = grad + i * dim;
-    double sum = 0.0;
-    for (int64_t k = 0; k < dim; ++k) {
-      const float centred = model_gaussian_coord(x_i[k], p->mean, p->inv_scale2, &g_i[k]);
-      sum += (double)centred * (double)centred;
-    }
-    logp[i] = (float)(-0.5 * sum * (double)p->inv_scale2);
-  }
-  return 0;
-}
-
-/* gaussian, a mean and a scale per dimension: the same arithmetic, per-dimension values. */
-static int gaussian_dims_logp_grad(void *self, const float *x, int64_t n, float *logp, float *grad) {
-  const builtin_params_t *p = self;
-  const int64_t dim = p->dim;
-  for (int64_t i = 0; i < n; ++i) {
-    const float *x_i = x + i * dim;
-    float *g_i = grad + i * dim;
-    double sum = 0.0;
-    for (int64_t k = 0; k < dim; ++k) {
-      const float centred = model_gaussian_coord(x_i[k], p->means[k], p->inv_scale2s[k], &g_i[k]);
-      sum += (double)centred * (double)centred * (double)p->inv_scale2s[k];
-    }
-    logp[i] = (float)(-0.5 * sum);
-  }
-  return 0;
-}
-
-/* corr-gaussian: grad = -Q x, log p = 1/2 x . grad, in double. */
-static int corr_gaussian_logp_grad(void *self, const float *x, int64_t n, float *logp, float *grad) {
-  const builtin_params_t *p = self;
-  const int64_t dim = p->dim;
-  const double rho = p->rho, scale = p->scale;
-  const double c = 1.0 / (scale * scale * (1.0 - rho * rho));
-  for (int64_t i = 0; i < n; ++i) {
-    const float *x_i = x + i * dim;
-    float *g_i = grad + i * dim;
-    double quad = 0.0;
-    for (int64_t k = 0; k < dim; ++k) {
-      double qx = 0.0;
-      if (p->precision) {
-        const float *q_k = p->precision + k * dim;
-        for (int64_t j = 0; j < dim; ++j) qx += (double)q_k[j] * (double)x_i[j];
-      } else {
-        qx = model_ar1_precision_row(x_i[k], k > 0 ? x_i[k - 1] : 0.0, k + 1 < dim ? x_i[k + 1] : 0.0, k, dim, rho, c);
-      }
-      g_i[k] = (float)-qx;
-      quad += (double)x_i[k] * qx;
-    }
-    logp[i] = (float)(-0.5 * quad);
-  }
-  return 0;
-}
-
-static int banana_logp_grad(void *self, const float *x, int64_t n, float *logp, float *grad) {
-  const builtin_params_t *p = self;
-  const int64_t dim = p->dim;
-  const double a2 = p->banana_a * p->banana_a, b = p->banana_b;
-  for (int64_t i = 0; i < n; ++i) {
-    const float *x_i = x + i * dim;
-    float *g_i = grad + i * dim;
-    double sum = 0.0;
-    int64_t k = 0;
-    for (; k + 1 < dim; k += 2) sum += model_banana_pair(x_i[k], x_i[k + 1], a2, b, &g_i[k], &g_i[k + 1]);
-    if (k < dim) sum += model_banana_single(x_i[k], &g_i[k]);
-    logp[i] = (float)sum;
-  }
-  return 0;
-}
-
-static int mixture1d_logp_grad(void *self, const float *x, int64_t n, float *logp, float *grad) {
-  const builtin_params_t *p = self;
-  const int64_t dim = p->dim;
-  for (int64_t i = 0; i < n; ++i) {
-    const float *x_i = x + i * dim;
-    float *g_i = grad + i * dim;
-    double sum = 0.0;
-    for (int64_t k = 0; k < dim; ++k) sum += model_mixture1d_coord(x_i[k], &g_i[k]);
-    logp[i] = (float)sum;
-  }
-  return 0;
-}
-
-static int funnel_logp_grad(void *self, const float *x, int64_t n, float *logp, float *grad) {
-  const builtin_params_t *p = self;
-  const int64_t dim = p->dim;
-  const double inv_var_v = 1.0 / (p->funnel_sigma * p->funnel_sigma);
-  for (int64_t i = 0; i < n; ++i) {
-    const float *x_i = x + i * dim;
-    float *g_i = grad + i * dim;
-    const double e = exp(-(double)x_i[0]);
-    double squares = 0.0;
-    for (int64_t k = 1; k < dim; ++k) {
-      squares += (double)x_i[k] * (double)x_i[k];
-      g_i[k] = model_funnel_coord_grad(x_i[k], e);
-    }
-    logp[i] = (float)model_funnel_level(x_i[0], squares, inv_var_v, dim, &g_i[0]);
+    const float *x_i = x + i * p->dim;
+    float *g_i = grad + i * p->dim;
+    logp[i] = (float)model_row_finish(p, x_i, g_i, model_row_share(p, x_i, g_i, 0, 1));
   }
   return 0;
 }
@@ -286,114 +273,23 @@ static int logistic_logp_grad(void *self, const float *x, int64_t n, float *logp
   return 0;
 }
 
-/* ---- the table of built-ins ---------------------------------------------------------------- */
+/* ---- the models' own steps of creation ------------------------------------------------------ */
 
-typedef int (*host_logp_grad_fn)(void *, const float *, int64_t, float *, float *);
-
-static host_logp_grad_fn host_entry(const builtin_params_t *p) {
-  switch (p->kind) {
-    case BUILTIN_GAUSSIAN: return p->means ? gaussian_dims_logp_grad : gaussian_logp_grad;
-    case BUILTIN_CORR_GAUSSIAN: return corr_gaussian_logp_grad;
-    case BUILTIN_BANANA: return banana_logp_grad;
-    case BUILTIN_MIXTURE1D: return mixture1d_logp_grad;
-    case BUILTIN_FUNNEL: return funnel_logp_grad;
-    case BUILTIN_LOGISTIC: return logistic_logp_grad;
-    case BUILTIN_NONE: break;
-  }
-  return NULL;
-}
-
-static void builtin_destroy(void *self) {
-  builtin_params_t *p = self;
-  if (!p) return;
-  if (p->device_release) p->device_release(p->device);
-  free((void *)p->means);
-  free((void *)p->inv_scale2s);
-  free((void *)p->precision);
-  free((void *)p->data_x);
-  free((void *)p->data_y);
-  free(p);
-}
-
-const builtin_params_t *builtin_target_lookup(const dsampler_target *t) {
-  if (!t || t->destroy != builtin_destroy || !t->self) return NULL;
-  const builtin_params_t *p = t->self;
-  return t->logp_grad == host_entry(p) ? p : NULL;
-}
-
-int builtin_target_set_batch(const dsampler_target *t, int64_t batch_size, uint64_t seed, int64_t iteration) {
-  builtin_params_t *p = (builtin_params_t *)builtin_target_lookup(t);
-  if (batch_size == 0) {
-    if (p) p->batch_size = 0;
-    return DS_OK;
-  }
-  if (!p || p->kind != BUILTIN_LOGISTIC)
-    return ds_fail(DS_ERR_INPUT, "--batch-size: only the logistic target draws minibatches of its data");
-  if (batch_size < 0 || batch_size > p->n_data || p->n_data > 0xFFFFFFFFll)
-    return ds_fail(DS_ERR_INPUT, "--batch-size %lld: expected 1 to the %lld rows of --data", (long long)batch_size,
-                   (long long)p->n_data);
-  p->batch_size = batch_size;
-  p->batch_seed = seed;
-  p->batch_iteration = (uint32_t)iteration;
-  return DS_OK;
-}
-
-int builtin_target_params(const dsampler_target *t, builtin_params_t *params) {
-  if (t->logp_grad != gaussian_logp_grad || !builtin_target_lookup(t)) return 0;
-  *params = *(const builtin_params_t *)t->self;
-  return 1;
-}
-
-#ifdef DSAMPLER_HAVE_CUDA
-static int builtin_logp_grad_cuda(void *self, const float *x, int64_t n, float *logp, float *grad, void *stream) {
-  return cuda_builtin_logp_grad(self, x, n, logp, grad, stream);
-}
-#endif
-
-static int params_new(builtin_kind_t kind, int64_t dim, builtin_params_t **out) {
-  *out = calloc(1, sizeof **out);
-  if (!*out) return DS_FAIL_ALLOC("target parameters", sizeof **out);
-  (*out)->kind = kind;
-  (*out)->dim = dim;
-  (*out)->scale = 1.0f;
-  (*out)->inv_scale2 = 1.0f;
-  return DS_OK;
-}
-
-static void target_fill(dsampler_target *out, const char *name, builtin_params_t *params) {
-  memset(out, 0, sizeof *out);
-  out->abi_version = DSAMPLER_TARGET_ABI_VERSION;
-  out->name = name;
-  out->var_name = params->kind == BUILTIN_LOGISTIC ? "w" : "x";
-  out->dim = params->dim;
-  out->self = params;
-  out->logp_grad = host_entry(params);
-#ifdef DSAMPLER_HAVE_CUDA
-  out->logp_grad_cuda = builtin_logp_grad_cuda;
-#endif
-  out->destroy = builtin_destroy;
-}
-
-/* ---- creation, one function per model ------------------------------------------------------ */
-
-static int gaussian_create(const char *args, builtin_params_t **out) {
-  static const char *const known[] = {"dim", "mean", "scale", NULL};
-  DS_TRY(refuse_data("gaussian", args));
-  DS_TRY(target_args_check("gaussian", args, known));
-  int64_t dim;
-  DS_TRY(get_dim("gaussian", args, 0, &dim));
+/* gaussian: mean and scale, each one number or a list of dim numbers. */
+static int gaussian_create(const builtin_row_t *row, const char *args, MPI_Comm comm, builtin_params_t *p) {
+  (void)comm;
+  DS_TRY(builtin_read_params(row, args, p));
+  const builtin_param_t *mean_param = param_of(row, "mean"), *scale_param = param_of(row, "scale");
+  const int64_t dim = p->dim;
   double *mean = malloc((size_t)dim * sizeof *mean), *scale = malloc((size_t)dim * sizeof *scale);
   int status = mean && scale ? DS_OK : DS_FAIL_ALLOC("gaussian parameters", (size_t)dim * 2 * sizeof(double));
-  if (status == DS_OK) status = get_list("gaussian", args, "mean", 0.0, dim, mean);
-  if (status == DS_OK) status = get_list("gaussian", args, "scale", 1.0, dim, scale);
+  if (status == DS_OK) status = get_list(row->name, args, mean_param->key, mean_param->fallback, dim, mean);
+  if (status == DS_OK) status = get_list(row->name, args, scale_param->key, scale_param->fallback, dim, scale);
   int uniform = 1;
   for (int64_t k = 0; k < dim && status == DS_OK; ++k) {
-    if (!(scale[k] > 0))
-      status = ds_fail(DS_ERR_INPUT, "--target-args: gaussian's scale must be > 0, got %g", scale[k]);
+    status = check_range(row, scale_param, scale[k]);
     if (mean[k] != mean[0] || scale[k] != scale[0]) uniform = 0;
   }
-  builtin_params_t *p = NULL;
-  if (status == DS_OK) status = params_new(BUILTIN_GAUSSIAN, dim, &p);
   if (status == DS_OK) {
     p->mean = (float)mean[0];
     p->scale = (float)scale[0];
@@ -414,12 +310,7 @@ static int gaussian_create(const char *args, builtin_params_t **out) {
   }
   free(mean);
   free(scale);
-  if (status != DS_OK) {
-    builtin_destroy(p);
-    return status;
-  }
-  *out = p;
-  return DS_OK;
+  return status;
 }
 
 /* Q = Sigma^-1 through the Cholesky factor, in double; DS_ERR_INPUT when Sigma is not
@@ -480,101 +371,40 @@ static int precision_from_covariance(const char *path, const double *cov, int64_
   return status;
 }
 
-static int corr_gaussian_create(const char *args, MPI_Comm comm, builtin_params_t **out) {
-  static const char *const known[] = {"dim", "rho", "scale", "cov", NULL};
-  DS_TRY(refuse_data("corr-gaussian", args));
-  DS_TRY(target_args_check("corr-gaussian", args, known));
+/* corr-gaussian: AR(1) from rho and scale, or the precision of the covariance in cov=FILE. */
+static int corr_gaussian_create(const builtin_row_t *row, const char *args, MPI_Comm comm, builtin_params_t *p) {
   char path[4096];
-  if (target_args_get(args, "cov", path, sizeof path)) {
-    char other[8];
-    if (target_args_get(args, "rho", other, sizeof other) || target_args_get(args, "scale", other, sizeof other))
-      return ds_fail(DS_ERR_INPUT, "--target-args: corr-gaussian takes either cov=FILE.h5 or rho/scale, not both");
-    if (comm == MPI_COMM_NULL) return ds_fail(DS_ERR_INTERNAL, "corr-gaussian: reading cov needs a communicator");
-    int64_t rows = 0, cols = 0;
-    double *cov = NULL;
-    DS_TRY(h5data_read_matrix(comm, path, "corr-gaussian cov", "cov", &rows, &cols, &cov));
-    if (rows != cols) {
-      free(cov);
-      return ds_fail(DS_ERR_INPUT, "corr-gaussian cov %s: dataset 'cov' has shape [%lld, %lld], expected a square [D, D]",
-                     path, (long long)rows, (long long)cols);
-    }
-    builtin_params_t *p = NULL;
-    float *precision = malloc((size_t)(rows * rows) * sizeof *precision);
-    int status = precision ? DS_OK : DS_FAIL_ALLOC("a precision matrix", (size_t)(rows * rows) * sizeof(float));
-    if (status == DS_OK) status = precision_from_covariance(path, cov, rows, precision);
-    free(cov);
-    if (status == DS_OK) status = params_new(BUILTIN_CORR_GAUSSIAN, rows, &p);
-    if (status != DS_OK) {
-      free(precision);
-      return status;
-    }
-    p->precision = precision;
-    *out = p;
+  if (!target_args_get(args, row->file_key, path, sizeof path)) {
+    DS_TRY(builtin_read_params(row, args, p));
+    p->inv_scale2 = 1.0f / (p->scale * p->scale);
     return DS_OK;
   }
-  int64_t dim;
-  double rho, scale;
-  DS_TRY(get_dim("corr-gaussian", args, 0, &dim));
-  DS_TRY(get_number("corr-gaussian", args, "rho", 0.5, &rho));
-  DS_TRY(get_number("corr-gaussian", args, "scale", 1.0, &scale));
-  if (!(rho > -1 && rho < 1))
-    return ds_fail(DS_ERR_INPUT, "--target-args: corr-gaussian's rho must be in (-1, 1), got %g", rho);
-  if (!(scale > 0)) return ds_fail(DS_ERR_INPUT, "--target-args: corr-gaussian's scale must be > 0, got %g", scale);
-  DS_TRY(params_new(BUILTIN_CORR_GAUSSIAN, dim, out));
-  (*out)->rho = (float)rho;
-  (*out)->scale = (float)scale;
-  (*out)->inv_scale2 = 1.0f / ((float)scale * (float)scale);
-  return DS_OK;
+  char other[8];
+  if (target_args_get(args, "rho", other, sizeof other) || target_args_get(args, "scale", other, sizeof other))
+    return ds_fail(DS_ERR_INPUT, "--target-args: corr-gaussian takes either cov=FILE.h5 or rho/scale, not both");
+  if (comm == MPI_COMM_NULL) return ds_fail(DS_ERR_INTERNAL, "corr-gaussian: reading cov needs a communicator");
+  int64_t rows = 0, cols = 0;
+  double *cov = NULL;
+  DS_TRY(h5data_read_matrix(comm, path, "corr-gaussian cov", "cov", &rows, &cols, &cov));
+  if (rows != cols) {
+    free(cov);
+    return ds_fail(DS_ERR_INPUT, "corr-gaussian cov %s: dataset 'cov' has shape [%lld, %lld], expected a square [D, D]",
+                   path, (long long)rows, (long long)cols);
+  }
+  float *precision = malloc((size_t)(rows * rows) * sizeof *precision);
+  int status = precision ? DS_OK : DS_FAIL_ALLOC("a precision matrix", (size_t)(rows * rows) * sizeof(float));
+  if (status == DS_OK) status = precision_from_covariance(path, cov, rows, precision);
+  free(cov);
+  p->precision = precision;
+  p->dim = rows;
+  return status;
 }
 
-static int banana_create(const char *args, builtin_params_t **out) {
-  static const char *const known[] = {"dim", "a", "b", NULL};
-  DS_TRY(refuse_data("banana", args));
-  DS_TRY(target_args_check("banana", args, known));
-  int64_t dim;
-  double a, b;
-  DS_TRY(get_dim("banana", args, 2, &dim));
-  DS_TRY(get_number("banana", args, "a", 1.0, &a));
-  DS_TRY(get_number("banana", args, "b", 0.5, &b));
-  if (!(a > 0)) return ds_fail(DS_ERR_INPUT, "--target-args: banana's a must be > 0, got %g", a);
-  DS_TRY(params_new(BUILTIN_BANANA, dim, out));
-  (*out)->banana_a = a;
-  (*out)->banana_b = b;
-  return DS_OK;
-}
-
-static int mixture1d_create(const char *args, builtin_params_t **out) {
-  static const char *const known[] = {"dim", NULL};
-  DS_TRY(refuse_data("mixture1d", args));
-  DS_TRY(target_args_check("mixture1d", args, known));
-  int64_t dim;
-  DS_TRY(get_dim("mixture1d", args, 1, &dim));
-  return params_new(BUILTIN_MIXTURE1D, dim, out);
-}
-
-static int funnel_create(const char *args, builtin_params_t **out) {
-  static const char *const known[] = {"dim", "sigma", NULL};
-  DS_TRY(refuse_data("funnel", args));
-  DS_TRY(target_args_check("funnel", args, known));
-  int64_t dim;
-  double sigma;
-  DS_TRY(get_dim("funnel", args, 10, &dim));
-  DS_TRY(get_number("funnel", args, "sigma", 3.0, &sigma));
-  if (dim < 2) return ds_fail(DS_ERR_INPUT, "--dim: the funnel target needs dim >= 2 (v and at least one x)");
-  if (!(sigma > 0)) return ds_fail(DS_ERR_INPUT, "--target-args: funnel's sigma must be > 0, got %g", sigma);
-  DS_TRY(params_new(BUILTIN_FUNNEL, dim, out));
-  (*out)->funnel_sigma = sigma;
-  return DS_OK;
-}
-
-static int logistic_create(const char *args, MPI_Comm comm, builtin_params_t **out) {
-  static const char *const known[] = {"dim", "sigma", "data", NULL};
-  DS_TRY(target_args_check("logistic", args, known));
-  double sigma;
-  DS_TRY(get_number("logistic", args, "sigma", 1.0, &sigma));
-  if (!(sigma > 0)) return ds_fail(DS_ERR_INPUT, "--target-args: logistic's sigma must be > 0, got %g", sigma);
+/* logistic: sigma, then X and y from --data; the dimension is X's. */
+static int logistic_create(const builtin_row_t *row, const char *args, MPI_Comm comm, builtin_params_t *p) {
+  DS_TRY(builtin_read_params(row, args, p));
   char path[4096];
-  if (!target_args_get(args, "data", path, sizeof path) || !path[0])
+  if (!target_args_get(args, row->file_key, path, sizeof path) || !path[0])
     return ds_fail(DS_ERR_INPUT, "--data: the logistic target needs a dataset (--data FILE.h5 with X [n, D] and y [n])");
   if (comm == MPI_COMM_NULL) return ds_fail(DS_ERR_INTERNAL, "logistic: reading --data needs a communicator");
   h5data_xy_t data;
@@ -586,63 +416,131 @@ static int logistic_create(const char *args, MPI_Comm comm, builtin_params_t **o
     h5data_xy_free(&data);
     return status;
   }
-  int status = params_new(BUILTIN_LOGISTIC, data.dim, out);
-  if (status != DS_OK) {
-    h5data_xy_free(&data);
-    return status;
-  }
-  (*out)->n_data = data.n;
-  (*out)->data_x = data.x;
-  (*out)->data_y = data.y;
-  (*out)->prior_sigma = sigma;
+  p->dim = data.dim;
+  p->n_data = data.n;
+  p->data_x = data.x;
+  p->data_y = data.y;
   return DS_OK;
 }
 
-int builtin_target_create(const char *name, const char *args, MPI_Comm comm, dsampler_target *out) {
-  builtin_params_t *params = NULL;
-  int status;
-  if (strcmp(name, "gaussian") == 0)
-    status = gaussian_create(args, &params);
-  else if (strcmp(name, "corr-gaussian") == 0)
-    status = corr_gaussian_create(args, comm, &params);
-  else if (strcmp(name, "banana") == 0)
-    status = banana_create(args, &params);
-  else if (strcmp(name, "mixture1d") == 0)
-    status = mixture1d_create(args, &params);
-  else if (strcmp(name, "funnel") == 0)
-    status = funnel_create(args, &params);
-  else if (strcmp(name, "logistic") == 0)
-    status = logistic_create(args, comm, &params);
-  else {
-    char list[256] = "";
-    for (const char *const *n = builtin_target_names; *n; ++n) {
-      strncat(list, list[0] ? ", " : "", sizeof list - strlen(list) - 1);
-      strncat(list, *n, sizeof list - strlen(list) - 1);
-    }
-    return ds_fail(DS_ERR_INPUT, "--target: unknown target '%s' (built-ins: %s; or plugin:path/to/lib.so)",
-                   name, list);
+/* ---- the registry ------------------------------------------------------------------------------ */
+
+static const builtin_row_t builtin_rows[] = {
+    {.name = "gaussian", .kind = BUILTIN_GAUSSIAN, .var_name = "x", .default_dim = 0,
+     .params = {PARAM_PER_DIM("mean", 0.0, PARAM_ANY), PARAM_PER_DIM("scale", 1.0, PARAM_POSITIVE)},
+     .help = "N(mean, diag(scale^2)); --dim required",
+     .params_help = " (each a number or a list of dim numbers)",
+     .create = gaussian_create, .host = rows_logp_grad, .device = DEVICE_ENTRY(cuda_builtin_rows_logp_grad)},
+    {.name = "corr-gaussian", .kind = BUILTIN_CORR_GAUSSIAN, .var_name = "x", .default_dim = 0,
+     .params = {PARAM("rho", 0.5, rho, PARAM_CORRELATION), PARAM("scale", 1.0, scale, PARAM_POSITIVE)},
+     .file_key = "cov",
+     .help = "N(0, Sigma); AR(1) Sigma_ij = scale^2 rho^|i-j| (--dim required),\n"
+             "                 or Sigma from dataset 'cov' [D, D] of an HDF5 file",
+     .params_help = ", or cov=FILE.h5",
+     .create = corr_gaussian_create, .host = rows_logp_grad, .device = DEVICE_ENTRY(cuda_builtin_rows_logp_grad)},
+    {.name = "banana", .kind = BUILTIN_BANANA, .var_name = "x", .default_dim = 2,
+     .params = {PARAM("a", 1.0, banana_a, PARAM_POSITIVE), PARAM("b", 0.5, banana_b, PARAM_ANY)},
+     .help = "pairs (u, v): u ~ N(0, a^2), v | u ~ N(b (u^2 - a^2), 1); dim 2 unless --dim",
+     .host = rows_logp_grad, .device = DEVICE_ENTRY(cuda_builtin_rows_logp_grad)},
+    {.name = "mixture1d", .kind = BUILTIN_MIXTURE1D, .var_name = "x", .default_dim = 1,
+     .help = "each coordinate 1/3 N(-2, 1) + 2/3 N(2, 1) (the SVGD paper's toy); dim 1 unless --dim",
+     .host = rows_logp_grad, .device = DEVICE_ENTRY(cuda_builtin_rows_logp_grad)},
+    {.name = "funnel", .kind = BUILTIN_FUNNEL, .var_name = "x", .default_dim = 10,
+     .min_dim = 2, .min_dim_why = "v and at least one x",
+     .params = {PARAM("sigma", 3.0, funnel_sigma, PARAM_POSITIVE)},
+     .help = "Neal's funnel: v ~ N(0, sigma^2), x_k | v ~ N(0, e^v); dim 10 unless --dim",
+     .host = rows_logp_grad, .device = DEVICE_ENTRY(cuda_builtin_rows_logp_grad)},
+    {.name = "logistic", .kind = BUILTIN_LOGISTIC, .var_name = "w", .default_dim = -1,
+     .params = {PARAM("sigma", 1.0, prior_sigma, PARAM_POSITIVE)},
+     .file_key = "data",
+     .help = "Bayesian logistic regression, y ~ Bernoulli(sigmoid(X w)), w ~ N(0, sigma^2 I);\n"
+             "                 X [n, D] and y [n] (0/1) from --data FILE.h5; dim = D",
+     .create = logistic_create, .host = logistic_logp_grad, .device = DEVICE_ENTRY(cuda_builtin_logistic_logp_grad)},
+};
+#define BUILTIN_ROW_COUNT ((int)(sizeof builtin_rows / sizeof builtin_rows[0]))
+
+static const builtin_row_t *builtin_row_named(const char *name) {
+  for (int r = 0; r < BUILTIN_ROW_COUNT; ++r)
+    if (strcmp(builtin_rows[r].name, name) == 0) return &builtin_rows[r];
+  return NULL;
+}
+
+/* ---- creation, the steps every model shares ------------------------------------------------- */
+
+static int unknown_target(const char *name) {
+  char list[256] = "";
+  for (int r = 0; r < BUILTIN_ROW_COUNT; ++r) {
+    strncat(list, list[0] ? ", " : "", sizeof list - strlen(list) - 1);
+    strncat(list, builtin_rows[r].name, sizeof list - strlen(list) - 1);
   }
-  if (status != DS_OK) return status;
-  for (const char *const *n = builtin_target_names; *n; ++n)
-    if (strcmp(*n, name) == 0) target_fill(out, *n, params);
+  return ds_fail(DS_ERR_INPUT, "--target: unknown target '%s' (built-ins: %s; or plugin:path/to/lib.so)", name, list);
+}
+
+/* The keys a row takes: dim, its parameters, its file. */
+static int row_args_check(const builtin_row_t *row, const char *args) {
+  const char *known[BUILTIN_MAX_PARAMS + 3];
+  int count = 0;
+  known[count++] = "dim";
+  for (const builtin_param_t *param = row->params; param->key; ++param) known[count++] = param->key;
+  if (row->file_key) known[count++] = row->file_key;
+  known[count] = NULL;
+  return target_args_check(row->name, args, known);
+}
+
+int builtin_target_create(const char *name, const char *args, MPI_Comm comm, dsampler_target *out) {
+  const builtin_row_t *row = builtin_row_named(name);
+  if (!row) return unknown_target(name);
+  if (!row->file_key || strcmp(row->file_key, "data") != 0) DS_TRY(refuse_data(row->name, args));
+  DS_TRY(row_args_check(row, args));
+  builtin_params_t *p = calloc(1, sizeof *p);
+  if (!p) return DS_FAIL_ALLOC("target parameters", sizeof *p);
+  p->kind = row->kind;
+  p->scale = 1.0f;
+  p->inv_scale2 = 1.0f;
+  int status = row->create ? row->create(row, args, comm, p) : builtin_read_params(row, args, p);
+  if (status != DS_OK) {
+    builtin_params_free(p);
+    return status;
+  }
+  memset(out, 0, sizeof *out);
+  out->abi_version = DSAMPLER_TARGET_ABI_VERSION;
+  out->name = row->name;
+  out->var_name = row->var_name;
+  out->dim = p->dim;
+  out->self = p;
+  out->logp_grad = row->host;
+  out->logp_grad_cuda = row->device;
+  out->destroy = builtin_params_free;
+  return DS_OK;
+}
+
+int builtin_target_set_batch(const dsampler_target *t, int64_t batch_size, uint64_t seed, int64_t iteration) {
+  builtin_params_t *p = (builtin_params_t *)builtin_target_lookup(t);
+  if (batch_size == 0) {
+    if (p) p->batch_size = 0;
+    return DS_OK;
+  }
+  if (!p || p->kind != BUILTIN_LOGISTIC)
+    return ds_fail(DS_ERR_INPUT, "--batch-size: only the logistic target draws minibatches of its data");
+  if (batch_size < 0 || batch_size > p->n_data || p->n_data > 0xFFFFFFFFll)
+    return ds_fail(DS_ERR_INPUT, "--batch-size %lld: expected 1 to the %lld rows of --data", (long long)batch_size,
+                   (long long)p->n_data);
+  p->batch_size = batch_size;
+  p->batch_seed = seed;
+  p->batch_iteration = (uint32_t)iteration;
   return DS_OK;
 }
 
 void builtin_targets_print(FILE *out) {
-  fprintf(out,
-          "built-in targets (--target NAME --target-args K=V,...; a per-dimension value is a list a:b:c):\n"
-          "  gaussian       N(mean, diag(scale^2)); --dim required\n"
-          "                   mean=0, scale=1 (each a number or a list of dim numbers)\n"
-          "  corr-gaussian  N(0, Sigma); AR(1) Sigma_ij = scale^2 rho^|i-j| (--dim required),\n"
-          "                 or Sigma from dataset 'cov' [D, D] of an HDF5 file\n"
-          "                   rho=0.5, scale=1, or cov=FILE.h5\n"
-          "  banana         pairs (u, v): u ~ N(0, a^2), v | u ~ N(b (u^2 - a^2), 1); dim 2 unless --dim\n"
-          "                   a=1, b=0.5\n"
-          "  mixture1d      each coordinate 1/3 N(-2, 1) + 2/3 N(2, 1) (the SVGD paper's toy); dim 1 unless --dim\n"
-          "  funnel         Neal's funnel: v ~ N(0, sigma^2), x_k | v ~ N(0, e^v); dim 10 unless --dim\n"
-          "                   sigma=3\n"
-          "  logistic       Bayesian logistic regression, y ~ Bernoulli(sigmoid(X w)), w ~ N(0, sigma^2 I);\n"
-          "                 X [n, D] and y [n] (0/1) from --data FILE.h5; dim = D\n"
-          "                   sigma=1\n"
-          "plugins: --target plugin:path/to/lib.so (the model's own --target-args; see dsampler_target.h)\n");
+  fprintf(out, "built-in targets (--target NAME --target-args K=V,...; a per-dimension value is a list a:b:c):\n");
+  for (int r = 0; r < BUILTIN_ROW_COUNT; ++r) {
+    const builtin_row_t *row = &builtin_rows[r];
+    fprintf(out, "  %-15s%s\n", row->name, row->help);
+    if (!row->params[0].key) continue;
+    fprintf(out, "                  ");
+    for (const builtin_param_t *param = row->params; param->key; ++param)
+      fprintf(out, "%s %s=%g", param == row->params ? "" : ",", param->key, param->fallback);
+    fprintf(out, "%s\n", row->params_help ? row->params_help : "");
+  }
+  fprintf(out, "plugins: --target plugin:path/to/lib.so (the model's own --target-args; see dsampler_target.h)\n");
 }

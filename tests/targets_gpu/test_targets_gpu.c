@@ -1,4 +1,4 @@
-/* test_targets_gpu.c: every built-in target on the GPU (cuda_builtin_logp_grad, reached through
+/* test_targets_gpu.c: every built-in target on the GPU (cuda/targets_builtin.cu, reached through
  * the built-ins' logp_grad_cuda entry) against central finite differences of the independent
  * float64 reference (tests/unit/target_reference.h) and against the host built-in; each row's
  * result bitwise the same alone, in a batch, or shifted to another place in logistic's fixed
