@@ -200,8 +200,17 @@ static int run_command(char *const argv[], const char *log_path, int *exit_code)
     fprintf(log, "\n");
     fclose(log);
   }
+  /* A process group of its own: mpirun and Slurm forward a stop signal (SIGUSR1, SIGTERM) to
+   * the ranks' process groups, and a compiler killed by it would end the run with an error
+   * instead of the checkpoint and exit 75 the signal asks for (signals.h: the run acts on it
+   * after the compile). */
+  posix_spawnattr_t attributes;
+  posix_spawnattr_init(&attributes);
+  posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETPGROUP);
+  posix_spawnattr_setpgroup(&attributes, 0);
   pid_t pid;
-  int rc = posix_spawnp(&pid, argv[0], &actions, NULL, argv, environ);
+  int rc = posix_spawnp(&pid, argv[0], &actions, &attributes, argv, environ);
+  posix_spawnattr_destroy(&attributes);
   posix_spawn_file_actions_destroy(&actions);
   if (rc != 0) return DS_OK; /* *exit_code -1: the caller names the program */
   int wait_status = 0;

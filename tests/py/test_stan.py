@@ -25,6 +25,7 @@ import json
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import time
 
@@ -399,6 +400,23 @@ def part_restart():
                                "sample_stats/energy", "sample_stats/step_size", "sample_stats/n_steps",
                                "unconstrained_moments/chain_mean"]
     restart.case("stan_other", "stan", args, "--draws", 2, 3, signal.SIGTERM)
+    # A stop signal while the model compiles (a model new to the cache, so that it does): the
+    # compiler runs in its own process group and finishes, and the run stops at its first
+    # iteration with a checkpoint and exit 75, as after any stop.
+    fresh = t.path("fresh.stan")
+    with open(fresh, "w") as f:
+        f.write(f"// {time.time_ns()}\nparameters {{ real a; }}\nmodel {{ a ~ normal(0, 1); }}\n")
+    out, ckpt = t.path("fresh.h5"), t.path("fresh.ckpt")
+    shutil.rmtree(ckpt, ignore_errors=True)
+    proc = subprocess.Popen([t.MPIEXEC, t.NP_FLAG, "2", *t.PREFLAGS, t.DSAMPLER, "hmc", "--target", f"stan:{fresh}",
+                             "--chains", "4", "--warmup", "50", "--draws", "50", "--quiet", "--out", out,
+                             "--checkpoint-dir", ckpt], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(3.0)
+    proc.send_signal(signal.SIGUSR1)
+    _, stderr = proc.communicate(timeout=900)
+    t.check(proc.returncode == 75 and os.listdir(ckpt),
+            f"a stop during the compile: exit 75 with a checkpoint (rc {proc.returncode}, "
+            f"{stderr.strip().splitlines()[-1] if stderr.strip() else ''!r})")
     # A model edited between the start and the resume compiles to another library: refused.
     edited = t.path("edited.stan")
     with open(edited, "w") as f:
