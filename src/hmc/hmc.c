@@ -35,16 +35,14 @@
 #define HMC_DRAW_BUFFER_BYTES ((size_t)256 << 20)
 /* Above this many values (chains x draws x dim) a run does not print the summary itself. */
 #define HMC_SUMMARY_MAX_VALUES 2.5e7
-/* Bytes a kept draw of one chain takes in the output besides its position: lp, acceptance,
- * step, energy (float32), n_steps (int32), diverging (int8). */
-#define HMC_STATS_BYTES_PER_DRAW 21
 
-enum { HMC_N_STATS = 6, HMC_MAX_STATE = 12, HMC_FROZEN_NAMED = 8 };
+enum { HMC_MAX_STATE = 12, HMC_FROZEN_NAMED = 8 };
 /* Leapfrog steps: fixed when neither --steps nor ChEES sets them; ChEES's most. */
 enum { HMC_DEFAULT_STEPS = 10, HMC_CHEES_MAX_STEPS = 1024 };
-static const h5out_var_t hmc_stats_vars[HMC_N_STATS] = {
-    {"lp", H5OUT_FLOAT32, 0},       {"acceptance_rate", H5OUT_FLOAT32, 0}, {"step_size", H5OUT_FLOAT32, 0},
-    {"diverging", H5OUT_BOOL, 0},   {"energy", H5OUT_FLOAT32, 0},          {"n_steps", H5OUT_INT32, 0}};
+/* The group sample_stats: hmc_stats.h's list. */
+#define STAT_VAR(name, type, dtype, source, member) {#name, H5OUT_##dtype, 0},
+static const h5out_var_t hmc_stats_vars[HMC_N_STATS] = {HMC_SAMPLE_STATS(STAT_VAR)};
+#undef STAT_VAR
 
 /* The chains on the backend, and what a checkpoint carries of them. */
 typedef struct hmc_chains {
@@ -69,8 +67,6 @@ typedef struct hmc_phase_out {
   int64_t first_draw, count;          /* draws written before the block; draws in it */
   hmc_draw_block_t block;             /* on the backend */
   hmc_draw_block_t host;              /* the block's host copy, written by the writer thread */
-  int32_t *n_steps;                   /* [rows, capacity], the writer's, from slot_steps */
-  int32_t *slot_steps;                /* [capacity]: each slot's leapfrog steps (one for all chains) */
   /* With output variables (target_has_outputs), the host's work for a block of rows x count
    * draws: the kept draws gathered [rows count, dim], their keys, the target's values [rows
    * count, constrained_dim], and the same values per variable, each [rows, capacity, size]
@@ -122,7 +118,7 @@ static int chains_array(hmc_chains_t *chains, backend_t *b, const char *name, in
 
 static int chains_alloc(hmc_chains_t *chains, backend_t *b, adapt_t *adapt, int64_t rows, int64_t dim, int wide) {
   hmc_batch_t *batch = &chains->batch;
-  const size_t vec = (size_t)rows * sizeof(float), f = sizeof(float);
+  const size_t f = sizeof(float);
   /* Unless each chain adapts its own metric, all chains share one: one row on the backend. */
   const int64_t metric_rows = batch->shared_metric ? 1 : rows;
   DS_TRY(chains_array(chains, b, "q", dim, f, rows, rows, (void **)&batch->q));
@@ -137,10 +133,7 @@ static int chains_alloc(hmc_chains_t *chains, backend_t *b, adapt_t *adapt, int6
   if (wide) DS_TRY(chains_array(chains, b, "logp_wide", 1, sizeof(double), rows, rows, (void **)&batch->logp_wide));
   batch->step_nominal = chains->step_nominal;
   batch->inv_metric = chains->inv_metric;
-  DS_TRY(b->alloc(b, (void **)&batch->step_size, vec));
-  DS_TRY(b->alloc(b, (void **)&batch->accept_prob, vec));
-  DS_TRY(b->alloc(b, (void **)&batch->energy, vec));
-  DS_TRY(b->alloc(b, (void **)&batch->diverging, (size_t)rows));
+  DS_TRY(hmc_batch_alloc_stats(b, batch));
   DS_TRY(b->alloc(b, (void **)&batch->accepted, (size_t)rows));
   DS_TRY(b->alloc(b, (void **)&chains->search, (size_t)((2 * rows + 3) / 4 * 4)));
   DS_TRY(b->fill(b, chains->moment_mean, 0.0f, rows * dim));
@@ -162,10 +155,7 @@ static void chains_free(hmc_chains_t *chains, backend_t *b) {
     free(chains->state[i].array.local);
   }
   b->release(b, chains->search);
-  b->release(b, chains->batch.step_size);
-  b->release(b, chains->batch.accept_prob);
-  b->release(b, chains->batch.energy);
-  b->release(b, chains->batch.diverging);
+  hmc_batch_release_stats(b, &chains->batch);
   b->release(b, chains->batch.accepted);
 }
 
@@ -448,49 +438,12 @@ static int block_capacity(run_ctx_t *run, int64_t output_chains, int64_t dim, in
   return DS_OK;
 }
 
-static int block_alloc(backend_t *b, hmc_draw_block_t *block, int host, int64_t rows, int64_t capacity, int64_t dim) {
-  int (*alloc)(backend_t *, void **, size_t) = host ? b->alloc_host : b->alloc;
-  const size_t cells = (size_t)(max64(rows, 1) * capacity);
-  block->rows = rows;
-  block->capacity = capacity;
-  block->dim = dim;
-  DS_TRY(alloc(b, (void **)&block->q, cells * (size_t)dim * sizeof(float)));
-  DS_TRY(alloc(b, (void **)&block->logp, cells * sizeof(float)));
-  DS_TRY(alloc(b, (void **)&block->accept, cells * sizeof(float)));
-  DS_TRY(alloc(b, (void **)&block->step, cells * sizeof(float)));
-  DS_TRY(alloc(b, (void **)&block->energy, cells * sizeof(float)));
-  return alloc(b, (void **)&block->diverging, cells);
-}
-
-static void block_free(backend_t *b, hmc_draw_block_t *block, int host) {
-  void (*release)(backend_t *, void *) = host ? b->release_host : b->release;
-  release(b, block->q);
-  release(b, block->logp);
-  release(b, block->accept);
-  release(b, block->step);
-  release(b, block->energy);
-  release(b, block->diverging);
-}
-
-static int block_download(backend_t *b, hmc_draw_block_t *host, const hmc_draw_block_t *block) {
-  const size_t cells = (size_t)(block->rows * block->capacity);
-  DS_TRY(b->download(b, host->q, block->q, cells * (size_t)block->dim * sizeof(float)));
-  DS_TRY(b->download(b, host->logp, block->logp, cells * sizeof(float)));
-  DS_TRY(b->download(b, host->accept, block->accept, cells * sizeof(float)));
-  DS_TRY(b->download(b, host->step, block->step, cells * sizeof(float)));
-  DS_TRY(b->download(b, host->energy, block->energy, cells * sizeof(float)));
-  return b->download(b, host->diverging, block->diverging, cells);
-}
-
 static int phase_alloc(backend_t *b, hmc_phase_out_t *phase, int64_t rows, int64_t capacity, int64_t dim,
                        int64_t width) {
   phase->enabled = 1;
-  DS_TRY(block_alloc(b, &phase->block, 0, rows, capacity, dim));
-  DS_TRY(block_alloc(b, &phase->host, 1, rows, capacity, dim));
+  DS_TRY(hmc_draw_block_alloc(b, &phase->block, 0, rows, capacity, dim));
+  DS_TRY(hmc_draw_block_alloc(b, &phase->host, 1, rows, capacity, dim));
   const size_t cells = (size_t)(max64(rows, 1) * capacity);
-  phase->n_steps = malloc(cells * sizeof *phase->n_steps);
-  phase->slot_steps = calloc((size_t)capacity, sizeof *phase->slot_steps);
-  if (!phase->n_steps || !phase->slot_steps) return DS_FAIL_ALLOC("the draw block", cells * sizeof(int32_t));
   if (width > 0) {
     phase->gathered = malloc(cells * (size_t)dim * sizeof *phase->gathered);
     phase->keys = malloc(cells * sizeof *phase->keys);
@@ -504,10 +457,8 @@ static int phase_alloc(backend_t *b, hmc_phase_out_t *phase, int64_t rows, int64
 
 static void phase_free(backend_t *b, hmc_phase_out_t *phase) {
   if (!phase->enabled) return;
-  block_free(b, &phase->block, 0);
-  block_free(b, &phase->host, 1);
-  free(phase->n_steps);
-  free(phase->slot_steps);
+  hmc_draw_block_release(b, &phase->block, 0);
+  hmc_draw_block_release(b, &phase->host, 1);
   free(phase->gathered);
   free(phase->keys);
   free(phase->packed);
@@ -544,20 +495,20 @@ static int phase_flush(run_ctx_t *run, hmc_output_t *output, hmc_phase_out_t *ph
   draw_writer_job_t job;
   memset(&job, 0, sizeof job);
   int status = draw_writer_wait(output->writer);
-  if (status == DS_OK) status = block_download(run->backend, &phase->host, &phase->block);
+  if (status == DS_OK) status = hmc_draw_block_download(run->backend, &phase->host, &phase->block);
   const int outputs = target_has_outputs(run->target);
   if (status == DS_OK && outputs) status = constrain_block(run, output, phase, phase == &output->phase[1], job.data[0]);
   DS_TRY(comm_agree(run->comm, status));
   const hmc_draw_block_t *host = &phase->host;
-  for (int64_t r = 0; r < output->rows; ++r)
-    memcpy(phase->n_steps + r * host->capacity, phase->slot_steps, (size_t)phase->count * sizeof(int32_t));
   job.n_groups = outputs ? 3 : 2;
   job.groups[0] = phase->g_posterior;
   job.groups[1] = phase->g_stats;
   job.groups[2] = phase->g_unconstrained;
   job.n_vars[1] = HMC_N_STATS;
-  const void *stats[HMC_N_STATS] = {host->logp, host->accept, host->step, host->diverging, host->energy, phase->n_steps};
-  memcpy(job.data[1], stats, sizeof stats);
+  int n_stats = 0;
+#define STAT_DATA(name, type, dtype, source, member) job.data[1][n_stats++] = host->name;
+  HMC_SAMPLE_STATS(STAT_DATA)
+#undef STAT_DATA
   if (outputs) {
     job.n_vars[0] = run->target->n_vars; /* data[0]: constrain_block's */
     job.n_vars[2] = 1;
@@ -808,7 +759,6 @@ static int iterate(run_ctx_t *run, hmc_chains_t *chains, adapt_t *adapt, hmc_out
       batch->moment_count = (int64_t)chains->totals[2] + 1;
     }
     batch->n_leapfrog = adapt_leapfrog_steps(adapt, it, cfg->warmup, hmc_fixed_steps(cfg));
-    if (keep) phase->slot_steps[phase->count] = batch->n_leapfrog;
     if (in_warmup && adapt_chees(adapt)) DS_TRY(adapt_chees_prepare(adapt, batch, batch->q, it));
     hmc_stats_t stats;
     int stop = 0;
