@@ -94,6 +94,15 @@ int comm_allreduce_sum_double(comm_ctx_t *ctx, double *buf, int64_t count);
 int comm_allreduce_max_double(comm_ctx_t *ctx, double *buf, int64_t count);
 int comm_barrier(comm_ctx_t *ctx);
 int comm_bcast(comm_ctx_t *ctx, void *buf, int64_t bytes, int root);
+/* One byte per global item: rank r's items [begin_r, end_r) of comm_partition(n, size), from
+ * its `mine`, into every rank's all[n]. Host buffers. */
+int comm_allgather_item_bytes(comm_ctx_t *ctx, const uint8_t *mine, int64_t n, uint8_t *all);
+/* Rows of row_bytes bytes from every rank to every rank: send holds send_rows[r] rows for rank
+ * r, ranks in order; recv receives recv_rows[r] rows from rank r, ranks in order. Host
+ * buffers; the counts must be the ones the peers send (each rank's send_rows[r] is rank r's
+ * recv_rows[this rank]). */
+int comm_exchange_rows(comm_ctx_t *ctx, const void *send, const int64_t *send_rows, void *recv,
+                       const int64_t *recv_rows, size_t row_bytes);
 
 /* Agreement on a status after a step that may fail on some ranks: every rank gets the
  * status of the lowest failing rank (DS_OK when none failed), and that rank's error message

@@ -263,144 +263,200 @@ static int search_initial_steps(run_ctx_t *run, hmc_chains_t *chains, adapt_t *a
   return comm_agree(run->comm, adapt_restart_steps(adapt, iteration, chains->step_nominal, median));
 }
 
+/* ---- Stuck chains --------------------------------------------------------------------- */
+
 /* Chains that never moved over the tail of warmup (adapt_tail_m2) start sampling from the state
  * of a healthy chain drawn for each, keyed by the seed and the stuck chain's id (so any rank
  * count draws the same), with all it carries: position, gradient, step size, metric and
- * adaptation state. Rows travel between ranks with one MPI_Alltoallv. Collective. */
-static int restart_stuck_chains(run_ctx_t *run, hmc_chains_t *chains, adapt_t *adapt) {
-  comm_ctx_t *comm = run->comm;
-  backend_t *b = run->backend;
-  const int64_t rows = chains->batch.n_chains, dim = run->target->dim, total = config_items(run->cfg);
-  double samples = 0;
-  const float *tail_m2 = adapt_tail_m2(adapt, &samples);
-  if (samples < 2) return DS_OK;
-  const int size = comm->size;
-  size_t row_bytes = 0;
-  for (int i = 0; i < chains->n_state; ++i)
-    row_bytes += (size_t)chains->state[i].array.width * (chains->state[i].array.dtype == CKPT_FLOAT64 ? 8 : 4);
+ * adaptation state. In three steps: the plan (the same on every rank), the exchange of the
+ * donors' rows between ranks (comm_exchange_rows), and their copy over the stuck chains. */
+typedef struct restart_plan {
+  int64_t n_stuck, n_healthy;
+  uint8_t *stuck;                 /* [total]: 1 for a stuck chain */
+  int64_t *donor;                 /* [total]: the donor of each stuck chain, -1 for the others */
+  int64_t *begins;                /* [size + 1]: each rank's first chain, then total */
+  int64_t *send_rows, *recv_rows; /* [size] each: this rank's donor rows for, and from, each rank */
+  int64_t *next_recv;             /* [size]: the next row received from each rank, within recv */
+} restart_plan_t;
+
+static void restart_plan_free(restart_plan_t *plan) {
+  free(plan->stuck);
+  free(plan->donor);
+  free(plan->begins);
+  free(plan->send_rows);
+}
+
+/* The rank that owns global chain c. */
+static int restart_owner(const restart_plan_t *plan, int64_t c) {
+  int rank = 0;
+  while (c >= plan->begins[rank + 1]) ++rank;
+  return rank;
+}
+
+/* mine[c] = 1 for this rank's chains whose every coordinate has m2 exactly 0 over the tail. */
+static int local_stuck_flags(run_ctx_t *run, const float *tail_m2, int64_t rows, uint8_t *mine) {
+  const int64_t dim = run->target->dim;
   float *m2 = malloc((size_t)(max64(rows, 1) * dim) * sizeof *m2);
-  uint8_t *stuck = malloc((size_t)total), *mine = malloc((size_t)max64(rows, 1));
-  int64_t *healthy = malloc((size_t)total * sizeof *healthy), *begins = malloc((size_t)(size + 1) * sizeof *begins);
-  int *counts = malloc((size_t)size * 4 * sizeof(int));
-  int status = m2 && stuck && mine && healthy && begins && counts ? DS_OK : DS_FAIL_ALLOC("stuck chains", (size_t)total * 9);
-  if (status == DS_OK) status = b->download(b, m2, tail_m2, (size_t)(rows * dim) * sizeof(float));
+  if (!m2) return DS_FAIL_ALLOC("stuck chains' moments", (size_t)(max64(rows, 1) * dim) * sizeof *m2);
+  int status = run->backend->download(run->backend, m2, tail_m2, (size_t)(rows * dim) * sizeof(float));
   for (int64_t c = 0; status == DS_OK && c < rows; ++c) {
     int64_t k = 0;
     while (k < dim && m2[c * dim + k] == 0.0f) ++k;
     mine[c] = k == dim;
   }
+  free(m2);
+  return status;
+}
+
+/* Each stuck chain's donor, drawn among the healthy chains in increasing id. */
+static int restart_draw_donors(run_ctx_t *run, restart_plan_t *plan, int64_t total) {
+  int64_t *healthy = malloc((size_t)total * sizeof *healthy);
+  if (!healthy) return DS_FAIL_ALLOC("healthy chains", (size_t)total * sizeof *healthy);
+  for (int64_t c = 0; c < total; ++c) {
+    if (plan->stuck[c]) plan->n_stuck++;
+    else healthy[plan->n_healthy++] = c;
+  }
+  const double n_healthy = (double)plan->n_healthy;
+  for (int64_t c = 0; c < total; ++c) {
+    plan->donor[c] = -1;
+    if (!plan->stuck[c] || plan->n_healthy == 0) continue;
+    const double u = (double)rng_uniform(rng_block(run->cfg->seed, (uint64_t)c, RNG_ITERATION_RESTART, 0).v[0]);
+    plan->donor[c] = healthy[min64(plan->n_healthy - 1, (int64_t)(u * n_healthy))];
+  }
+  free(healthy);
+  return DS_OK;
+}
+
+/* The plan: which chains are stuck (over all ranks), their donors, and the rows each rank
+ * sends and receives. Collective. */
+static int restart_plan_make(run_ctx_t *run, const float *tail_m2, int64_t rows, restart_plan_t *plan) {
+  comm_ctx_t *comm = run->comm;
+  const int64_t total = config_items(run->cfg);
+  const int size = comm->size;
+  memset(plan, 0, sizeof *plan);
+  uint8_t *mine = malloc((size_t)max64(rows, 1));
+  plan->stuck = malloc((size_t)total);
+  plan->donor = malloc((size_t)total * sizeof *plan->donor);
+  plan->begins = malloc((size_t)(size + 1) * sizeof *plan->begins);
+  plan->send_rows = calloc((size_t)size * 3, sizeof *plan->send_rows);
+  int status = mine && plan->stuck && plan->donor && plan->begins && plan->send_rows
+                   ? DS_OK : DS_FAIL_ALLOC("stuck chains", (size_t)total * 9);
+  if (status == DS_OK) status = local_stuck_flags(run, tail_m2, rows, mine);
   status = comm_agree(comm, status);
-  int *displs = counts + size, *send_counts = counts + 2 * size, *recv_counts = counts + 3 * size;
-  for (int r = 0; status == DS_OK && r <= size; ++r) {
-    int64_t begin, end;
-    comm_partition(total, size, r < size ? r : size - 1, &begin, &end);
-    begins[r] = r < size ? begin : total;
-    if (r < size) {
-      counts[r] = (int)(end - begin);
-      displs[r] = (int)begin;
-    }
+  if (status == DS_OK) status = comm_allgather_item_bytes(comm, mine, total, plan->stuck);
+  free(mine);
+  if (status == DS_OK) status = comm_agree(comm, restart_draw_donors(run, plan, total));
+  if (status != DS_OK) return status;
+  plan->recv_rows = plan->send_rows + size;
+  plan->next_recv = plan->send_rows + 2 * size;
+  for (int r = 0; r < size; ++r) {
+    int64_t end;
+    comm_partition(total, size, r, &plan->begins[r], &end);
   }
-  if (status == DS_OK)
-    MPI_CHECK(MPI_Allgatherv(mine, (int)rows, MPI_UINT8_T, stuck, counts, displs, MPI_UINT8_T, comm->world));
-  int64_t n_stuck = 0, n_healthy = 0;
-  for (int64_t c = 0; status == DS_OK && c < total; ++c) {
-    if (stuck[c]) n_stuck++;
-    else healthy[n_healthy++] = c;
+  plan->begins[size] = total;
+  for (int64_t c = 0; plan->n_healthy > 0 && c < total; ++c) {
+    if (!plan->stuck[c]) continue;
+    const int owner = restart_owner(plan, c), donor_rank = restart_owner(plan, plan->donor[c]);
+    if (donor_rank == comm->rank) plan->send_rows[owner]++;
+    if (owner == comm->rank) plan->recv_rows[donor_rank]++;
   }
-  uint8_t *send = NULL, *recv = NULL;
-  /* The donor of stuck chain c, and the rank that owns a chain. */
-#define DONOR_OF(c) healthy[min64(n_healthy - 1, (int64_t)((double)rng_uniform(rng_block(run->cfg->seed, (uint64_t)(c), \
-                                  RNG_ITERATION_RESTART, 0).v[0]) * (double)n_healthy))]
-  if (status == DS_OK && n_stuck > 0 && n_healthy > 0) {
-    int64_t sends = 0, recvs = 0;
-    for (int r = 0; r < size; ++r) send_counts[r] = recv_counts[r] = 0;
-    int owner = 0;
-    for (int64_t c = 0; c < total; ++c) {
-      if (!stuck[c]) continue;
-      const int64_t donor = DONOR_OF(c);
-      while (c >= begins[owner + 1]) ++owner;
-      int donor_rank = 0;
-      while (donor >= begins[donor_rank + 1]) ++donor_rank;
-      if (donor_rank == comm->rank) send_counts[owner]++, sends++;
-      if (owner == comm->rank) recv_counts[donor_rank]++, recvs++;
-    }
-    send = malloc((size_t)max64(sends, 1) * row_bytes);
-    recv = malloc((size_t)max64(recvs, 1) * row_bytes);
-    status = comm_agree(comm, send && recv ? DS_OK : DS_FAIL_ALLOC("stuck chains' rows", (size_t)(sends + recvs) * row_bytes));
-    if (status == DS_OK) status = comm_agree(comm, chains_sync(chains, b, rows, 1));
-    if (status == DS_OK) {
-      /* Pack by destination rank, each in increasing stuck chain id; the receiver reads its
-       * rows back in the same order. */
-      int *send_bytes = malloc((size_t)size * 4 * sizeof(int));
-      int *send_displs = send_bytes + size, *recv_bytes = send_bytes + 2 * size, *recv_displs = send_bytes + 3 * size;
-      status = comm_agree(comm, send_bytes ? DS_OK : DS_FAIL_ALLOC("stuck chains' counts", (size_t)size * 16));
-      int64_t offset = 0, in_offset = 0;
-      for (int r = 0; status == DS_OK && r < size; ++r) {
-        send_bytes[r] = (int)((size_t)send_counts[r] * row_bytes);
-        send_displs[r] = (int)offset;
-        recv_bytes[r] = (int)((size_t)recv_counts[r] * row_bytes);
-        recv_displs[r] = (int)in_offset;
-        offset += send_bytes[r];
-        in_offset += recv_bytes[r];
-      }
-      int64_t *cursor = calloc((size_t)size, sizeof *cursor);
-      for (int destination = 0; status == DS_OK && cursor && destination < size; ++destination) {
-        uint8_t *at = send + send_displs[destination];
-        for (int64_t c = begins[destination]; c < begins[destination + 1]; ++c) {
-          if (!stuck[c]) continue;
-          const int64_t donor = DONOR_OF(c);
-          if (donor < run->item_begin || donor >= run->item_end) continue;
-          for (int i = 0; i < chains->n_state; ++i) {
-            const ckpt_array_t *a = &chains->state[i].array;
-            const size_t bytes = (size_t)a->width * (a->dtype == CKPT_FLOAT64 ? 8 : 4);
-            memcpy(at, (const uint8_t *)a->local + (size_t)(donor - run->item_begin) * bytes, bytes);
-            at += bytes;
-          }
-        }
-      }
-      if (status == DS_OK)
-        MPI_CHECK(MPI_Alltoallv(send, send_bytes, send_displs, MPI_BYTE, recv, recv_bytes, recv_displs, MPI_BYTE,
-                                comm->world));
-      for (int64_t c = run->item_begin; status == DS_OK && cursor && c < run->item_end; ++c) {
-        if (!stuck[c]) continue;
-        int donor_rank = 0;
-        const int64_t donor = DONOR_OF(c);
-        while (donor >= begins[donor_rank + 1]) ++donor_rank;
-        const uint8_t *at = recv + recv_displs[donor_rank] + (size_t)cursor[donor_rank]++ * row_bytes;
-        for (int i = 0; i < chains->n_state; ++i) {
-          const ckpt_array_t *a = &chains->state[i].array;
-          const size_t bytes = (size_t)a->width * (a->dtype == CKPT_FLOAT64 ? 8 : 4);
-          memcpy((uint8_t *)a->local + (size_t)(c - run->item_begin) * bytes, at, bytes);
-          at += bytes;
-        }
-      }
-      if (status == DS_OK && !cursor) status = DS_FAIL_ALLOC("stuck chains' cursors", (size_t)size * 8);
-      free(cursor);
-      free(send_bytes);
-      status = comm_agree(comm, status);
-    }
-    if (status == DS_OK) status = comm_agree(comm, chains_sync(chains, b, rows, 0));
-    if (status == DS_OK && comm->rank == 0 && !run->cfg->quiet) {
-      char ids[160] = "";
-      size_t used = 0;
-      int named = 0;
-      for (int64_t c = 0; c < total && named < 8 && used < sizeof ids; ++c)
-        if (stuck[c]) used += (size_t)snprintf(ids + used, sizeof ids - used, "%s%lld", named++ ? ", " : "", (long long)c);
-      if (run->progress.printed_inline) fprintf(stderr, "\n");
-      fprintf(stderr, "dsampler: %lld chain%s never moved in the last warmup iterations (%s%s): restarted from "
-                      "healthy chains' states (--stuck keep leaves them)\n",
-              (long long)n_stuck, n_stuck == 1 ? "" : "s", ids, n_stuck > 8 ? ", ..." : "");
-    }
+  for (int r = 1; r < size; ++r) plan->next_recv[r] = plan->next_recv[r - 1] + plan->recv_rows[r - 1];
+  return DS_OK;
+}
+
+/* Bytes of a chain's row of every checkpointed array together. */
+static size_t state_row_bytes(const hmc_chains_t *chains) {
+  size_t bytes = 0;
+  for (int i = 0; i < chains->n_state; ++i)
+    bytes += (size_t)chains->state[i].array.width * (chains->state[i].array.dtype == CKPT_FLOAT64 ? 8 : 4);
+  return bytes;
+}
+
+/* Local chain `row`'s rows of every checkpointed array (host mirrors), to packed one after
+ * another (to_packed) or back from it. */
+static void state_row_copy(hmc_chains_t *chains, int64_t row, uint8_t *packed, int to_packed) {
+  for (int i = 0; i < chains->n_state; ++i) {
+    const ckpt_array_t *a = &chains->state[i].array;
+    const size_t bytes = (size_t)a->width * (a->dtype == CKPT_FLOAT64 ? 8 : 4);
+    uint8_t *local = (uint8_t *)a->local + (size_t)row * bytes;
+    if (to_packed) memcpy(packed, local, bytes);
+    else memcpy(local, packed, bytes);
+    packed += bytes;
   }
-#undef DONOR_OF
+}
+
+/* The donor rows this rank owns, by destination rank and, for each, in increasing stuck chain
+ * id: that is increasing stuck chain id over all, the order in which the receivers read them. */
+static void restart_pack(run_ctx_t *run, hmc_chains_t *chains, const restart_plan_t *plan, uint8_t *send) {
+  const size_t row_bytes = state_row_bytes(chains);
+  for (int64_t c = 0; c < config_items(run->cfg); ++c) {
+    const int64_t donor = plan->donor[c];
+    if (!plan->stuck[c] || donor < run->item_begin || donor >= run->item_end) continue;
+    state_row_copy(chains, donor - run->item_begin, send, 1);
+    send += row_bytes;
+  }
+}
+
+/* The rows received over this rank's stuck chains. */
+static void restart_apply(run_ctx_t *run, hmc_chains_t *chains, restart_plan_t *plan, uint8_t *recv) {
+  const size_t row_bytes = state_row_bytes(chains);
+  for (int64_t c = run->item_begin; c < run->item_end; ++c) {
+    if (!plan->stuck[c]) continue;
+    const int donor_rank = restart_owner(plan, plan->donor[c]);
+    state_row_copy(chains, c - run->item_begin, recv + (size_t)plan->next_recv[donor_rank]++ * row_bytes, 0);
+  }
+}
+
+/* Backend -> host mirrors, the exchange, the copy, host -> backend. Collective. */
+static int restart_from_donors(run_ctx_t *run, hmc_chains_t *chains, restart_plan_t *plan) {
+  comm_ctx_t *comm = run->comm;
+  const int64_t rows = chains->batch.n_chains;
+  const size_t row_bytes = state_row_bytes(chains);
+  int64_t sends = 0, recvs = 0;
+  for (int r = 0; r < comm->size; ++r) {
+    sends += plan->send_rows[r];
+    recvs += plan->recv_rows[r];
+  }
+  uint8_t *send = malloc((size_t)max64(sends, 1) * row_bytes), *recv = malloc((size_t)max64(recvs, 1) * row_bytes);
+  int status = comm_agree(comm, send && recv ? DS_OK : DS_FAIL_ALLOC("stuck chains' rows", (size_t)(sends + recvs) * row_bytes));
+  if (status == DS_OK) status = comm_agree(comm, chains_sync(chains, run->backend, rows, 1));
+  if (status == DS_OK) {
+    restart_pack(run, chains, plan, send);
+    status = comm_exchange_rows(comm, send, plan->send_rows, recv, plan->recv_rows, row_bytes);
+  }
+  if (status == DS_OK) {
+    restart_apply(run, chains, plan, recv);
+    status = comm_agree(comm, chains_sync(chains, run->backend, rows, 0));
+  }
   free(send);
   free(recv);
-  free(m2);
-  free(stuck);
-  free(mine);
-  free(healthy);
-  free(begins);
-  free(counts);
+  return status;
+}
+
+static void report_restarted(run_ctx_t *run, const restart_plan_t *plan) {
+  if (run->comm->rank != 0 || run->cfg->quiet) return;
+  char ids[160] = "";
+  size_t used = 0;
+  int named = 0;
+  for (int64_t c = 0; c < config_items(run->cfg) && named < 8 && used < sizeof ids; ++c)
+    if (plan->stuck[c]) used += (size_t)snprintf(ids + used, sizeof ids - used, "%s%lld", named++ ? ", " : "", (long long)c);
+  if (run->progress.printed_inline) fprintf(stderr, "\n");
+  fprintf(stderr, "dsampler: %lld chain%s never moved in the last warmup iterations (%s%s): restarted from "
+                  "healthy chains' states (--stuck keep leaves them)\n",
+          (long long)plan->n_stuck, plan->n_stuck == 1 ? "" : "s", ids, plan->n_stuck > 8 ? ", ..." : "");
+}
+
+/* Collective. */
+static int restart_stuck_chains(run_ctx_t *run, hmc_chains_t *chains, adapt_t *adapt) {
+  double samples = 0;
+  const float *tail_m2 = adapt_tail_m2(adapt, &samples);
+  if (samples < 2) return DS_OK;
+  restart_plan_t plan;
+  int status = restart_plan_make(run, tail_m2, chains->batch.n_chains, &plan);
+  const int restart = status == DS_OK && plan.n_stuck > 0 && plan.n_healthy > 0;
+  if (restart) status = restart_from_donors(run, chains, &plan);
+  if (restart && status == DS_OK) report_restarted(run, &plan);
+  restart_plan_free(&plan);
   return status;
 }
 
