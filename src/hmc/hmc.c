@@ -44,6 +44,17 @@ enum { HMC_DEFAULT_STEPS = 10, HMC_CHEES_MAX_STEPS = 1024 };
 static const h5out_var_t hmc_stats_vars[HMC_N_STATS] = {HMC_SAMPLE_STATS(STAT_VAR)};
 #undef STAT_VAR
 
+/* Counts over all chains, kept in doubles: the checkpoint's global "totals" is values[]. */
+typedef union hmc_totals {
+  struct {
+    double divergent_warmup;          /* divergent transitions in warmup */
+    double divergent_sampling;        /* divergent transitions in sampling */
+    double moment_draws;              /* draws added to the running moments */
+  };
+  double values[3];
+} hmc_totals_t;
+_Static_assert(sizeof(hmc_totals_t) == 3 * sizeof(double), "hmc_totals_t: the checkpoint's totals, 3 doubles");
+
 /* The chains on the backend, and what a checkpoint carries of them. */
 typedef struct hmc_chains {
   hmc_batch_t batch;
@@ -55,7 +66,7 @@ typedef struct hmc_chains {
   int n_state, n_owned;               /* all of them; the first n_owned are the chains' own */
   ckpt_global_t globals[4];
   int n_globals;
-  double totals[3];                   /* divergent transitions in warmup, in sampling; draws in the moments */
+  hmc_totals_t totals;
   int64_t frozen;                     /* chains that never moved over their kept draws (all ranks) */
   int64_t frozen_ids[HMC_FROZEN_NAMED]; /* the first of them, -1 past the count */
 } hmc_chains_t;
@@ -138,7 +149,7 @@ static int chains_alloc(hmc_chains_t *chains, backend_t *b, adapt_t *adapt, int6
   DS_TRY(b->alloc(b, (void **)&chains->search, (size_t)((2 * rows + 3) / 4 * 4)));
   DS_TRY(b->fill(b, chains->moment_mean, 0.0f, rows * dim));
   DS_TRY(b->fill(b, chains->moment_m2, 0.0f, rows * dim));
-  chains->globals[chains->n_globals++] = (ckpt_global_t){"totals", 3, chains->totals};
+  chains->globals[chains->n_globals++] = (ckpt_global_t){"totals", 3, chains->totals.values};
   if (adapt) {
     int n_arrays = 0, n_globals = 0;
     adapt_checkpoint_items(adapt, chains->state + chains->n_state, &n_arrays, chains->globals + chains->n_globals,
@@ -668,8 +679,6 @@ static int output_open(run_ctx_t *run, hmc_output_t *output, int64_t output_chai
   return comm_agree(run->comm, draw_writer_create(&output->writer, output->file));
 }
 
-/* The group `moments`: each chain's mean and variance (ddof 1) over its kept draws, and the
- * mean and variance over all chains and draws, pooled exactly. Collective. */
 /* Chains whose kept draws never changed (every coordinate's m2 exactly 0): a chain that never
  * accepted a move. Counted over all ranks, the first few named. Collective. */
 static int find_frozen_chains(run_ctx_t *run, hmc_chains_t *chains, const float *m2, int64_t rows, int64_t dim) {
@@ -701,8 +710,10 @@ static int find_frozen_chains(run_ctx_t *run, hmc_chains_t *chains, const float 
   return status;
 }
 
+/* The group `moments`: each chain's mean and variance (ddof 1) over its kept draws, and the
+ * mean and variance over all chains and draws, pooled exactly. Collective. */
 static int output_moments(run_ctx_t *run, hmc_output_t *output, hmc_chains_t *chains, int64_t rows) {
-  const int64_t dim = run->target->dim, n = (int64_t)chains->totals[2];
+  const int64_t dim = run->target->dim, n = (int64_t)chains->totals.moment_draws;
   if (n < 1) return DS_OK;
   backend_t *b = run->backend;
   /* The per-chain values in float32, as accumulated, in the moments' checkpoint mirrors (no
@@ -769,7 +780,7 @@ static void report_progress(run_ctx_t *run, hmc_chains_t *chains, hmc_stats_t *s
   char detail[160];
   snprintf(detail, sizeof detail, "accept %.3f  step %.3g  leapfrog %d  divergences %.0f",
            exact_sum_value(&stats->accept) / n, exact_sum_value(&stats->step) / n, chains->batch.n_leapfrog,
-           chains->totals[in_warmup ? 0 : 1]);
+           in_warmup ? chains->totals.divergent_warmup : chains->totals.divergent_sampling);
   progress_update(&run->progress, in_warmup ? "warmup" : "sampling", done, detail);
 }
 
@@ -812,7 +823,7 @@ static int iterate(run_ctx_t *run, hmc_chains_t *chains, adapt_t *adapt, hmc_out
     } else if (add_moments) {
       batch->moment_mean = chains->moment_mean;
       batch->moment_m2 = chains->moment_m2;
-      batch->moment_count = (int64_t)chains->totals[2] + 1;
+      batch->moment_count = (int64_t)chains->totals.moment_draws + 1;
     }
     batch->n_leapfrog = adapt_leapfrog_steps(adapt, it, cfg->warmup, hmc_fixed_steps(cfg));
     if (in_warmup && adapt_chees(adapt)) DS_TRY(adapt_chees_prepare(adapt, batch, batch->q, it));
@@ -826,8 +837,8 @@ static int iterate(run_ctx_t *run, hmc_chains_t *chains, adapt_t *adapt, hmc_out
     batch->chees = NULL;
     DS_TRY(comm_agree(run->comm, status));
     DS_TRY(iteration_stats(run, &stats, &stop));
-    if (add_moments) chains->totals[2] += 1.0;
-    chains->totals[in_warmup ? 0 : 1] += (double)stats.divergent;
+    if (add_moments) chains->totals.moment_draws += 1.0;
+    *(in_warmup ? &chains->totals.divergent_warmup : &chains->totals.divergent_sampling) += (double)stats.divergent;
     if (in_warmup && adapt) {
       int search = 0;
       DS_TRY(comm_agree(run->comm, adapt_after_iteration(adapt, it, &stats, batch, chains->step_nominal,
@@ -859,7 +870,7 @@ static void report_end(run_ctx_t *run, hmc_chains_t *chains, int64_t output_chai
   char what[CONFIG_PATH_MAX + 256];
   snprintf(what, sizeof what, "hmc: %lld draws of %lld chains written to %s, moments of all %lld (%.0f divergent "
            "draws; %.0f divergent transitions in warmup)", (long long)kept, (long long)output_chains, cfg->out,
-           (long long)config_items(cfg), chains->totals[1], chains->totals[0]);
+           (long long)config_items(cfg), chains->totals.divergent_sampling, chains->totals.divergent_warmup);
   progress_finish(&run->progress, what);
   if (chains->frozen > 0 && run->comm->rank == 0 && !cfg->quiet) {
     char ids[256] = "";
