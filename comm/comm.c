@@ -328,42 +328,6 @@ int comm_allreduce_sum_u64(comm_ctx_t *ctx, uint64_t *buf, int64_t count) {
   return mpi_allreduce_chunked(ctx, buf, count, sizeof *buf, MPI_UINT64_T, MPI_SUM);
 }
 
-int comm_allreduce_sum_u64_to_host(comm_ctx_t *ctx, uint64_t *counts, int64_t count, int on_device,
-                                   uint64_t *host_sums) {
-  const size_t bytes = (size_t)count * sizeof *counts;
-  if (!on_device) {
-    memcpy(host_sums, counts, bytes);
-    return comm_allreduce_sum_u64(ctx, host_sums, count);
-  }
-  if (ctx->transport == COMM_TRANSPORT_NCCL) {
-    DS_TRY(comm_cuda_nccl_allreduce_sum_u64(ctx, counts, count));
-    /* The copy is each rank's own; agreeing on it keeps a failed rank from leaving the others
-     * alone in the next collective. */
-    return comm_agree(ctx, comm_cuda_copy(ctx, host_sums, counts, bytes, 0));
-  }
-  DS_TRY(comm_agree(ctx, comm_cuda_copy(ctx, host_sums, counts, bytes, 0)));
-  return comm_allreduce_sum_u64(ctx, host_sums, count);
-}
-
-int comm_allreduce_sum_double(comm_ctx_t *ctx, double *buf, int64_t count) {
-  return mpi_allreduce_chunked(ctx, buf, count, sizeof *buf, MPI_DOUBLE, MPI_SUM);
-}
-
-int comm_allreduce_max_double(comm_ctx_t *ctx, double *buf, int64_t count) {
-  return mpi_allreduce_chunked(ctx, buf, count, sizeof *buf, MPI_DOUBLE, MPI_MAX);
-}
-
-int comm_barrier(comm_ctx_t *ctx) {
-  MPI_CHECK(MPI_Barrier(ctx->world));
-  return DS_OK;
-}
-
-int comm_bcast(comm_ctx_t *ctx, void *buf, int64_t bytes, int root) {
-  if (bytes > INT_MAX) return ds_fail(DS_ERR_INTERNAL, "broadcast of %lld bytes is too large", (long long)bytes);
-  MPI_CHECK(MPI_Bcast(buf, (int)bytes, MPI_BYTE, root, ctx->world));
-  return DS_OK;
-}
-
 static int allgatherv_bytes(comm_ctx_t *ctx, const uint8_t *mine, uint8_t *all, const int *counts,
                             const int *displs) {
   MPI_CHECK(MPI_Allgatherv(mine, counts[ctx->rank], MPI_UINT8_T, all, counts, displs, MPI_UINT8_T, ctx->world));
@@ -424,6 +388,42 @@ int comm_exchange_rows(comm_ctx_t *ctx, const void *send, const int64_t *send_ro
   }
   free(counts);
   return status;
+}
+
+int comm_allreduce_sum_u64_to_host(comm_ctx_t *ctx, uint64_t *counts, int64_t count, int on_device,
+                                   uint64_t *host_sums) {
+  const size_t bytes = (size_t)count * sizeof *counts;
+  if (!on_device) {
+    memcpy(host_sums, counts, bytes);
+    return comm_allreduce_sum_u64(ctx, host_sums, count);
+  }
+  if (ctx->transport == COMM_TRANSPORT_NCCL) {
+    DS_TRY(comm_cuda_nccl_allreduce_sum_u64(ctx, counts, count));
+    /* The copy is each rank's own; agreeing on it keeps a failed rank from leaving the others
+     * alone in the next collective. */
+    return comm_agree(ctx, comm_cuda_copy(ctx, host_sums, counts, bytes, 0));
+  }
+  DS_TRY(comm_agree(ctx, comm_cuda_copy(ctx, host_sums, counts, bytes, 0)));
+  return comm_allreduce_sum_u64(ctx, host_sums, count);
+}
+
+int comm_allreduce_sum_double(comm_ctx_t *ctx, double *buf, int64_t count) {
+  return mpi_allreduce_chunked(ctx, buf, count, sizeof *buf, MPI_DOUBLE, MPI_SUM);
+}
+
+int comm_allreduce_max_double(comm_ctx_t *ctx, double *buf, int64_t count) {
+  return mpi_allreduce_chunked(ctx, buf, count, sizeof *buf, MPI_DOUBLE, MPI_MAX);
+}
+
+int comm_barrier(comm_ctx_t *ctx) {
+  MPI_CHECK(MPI_Barrier(ctx->world));
+  return DS_OK;
+}
+
+int comm_bcast(comm_ctx_t *ctx, void *buf, int64_t bytes, int root) {
+  if (bytes > INT_MAX) return ds_fail(DS_ERR_INTERNAL, "broadcast of %lld bytes is too large", (long long)bytes);
+  MPI_CHECK(MPI_Bcast(buf, (int)bytes, MPI_BYTE, root, ctx->world));
+  return DS_OK;
 }
 
 /* Ranks that cannot even agree on a failure would be left waiting in the next collective:
