@@ -36,7 +36,7 @@
 /* Above this many values (chains x draws x dim) a run does not print the summary itself. */
 #define HMC_SUMMARY_MAX_VALUES 2.5e7
 
-enum { HMC_MAX_STATE = 12, HMC_FROZEN_NAMED = 8 };
+enum { HMC_MAX_STATE = 12, HMC_FROZEN_NAMED = 8, HMC_TOTALS = 3 };
 /* Leapfrog steps: fixed when neither --steps nor ChEES sets them; ChEES's most. */
 enum { HMC_DEFAULT_STEPS = 10, HMC_CHEES_MAX_STEPS = 1024 };
 /* The group sample_stats: hmc_stats.h's list. */
@@ -51,9 +51,9 @@ typedef union hmc_totals {
     double divergent_sampling;        /* divergent transitions in sampling */
     double moment_draws;              /* draws added to the running moments */
   };
-  double values[3];
+  double values[HMC_TOTALS];
 } hmc_totals_t;
-_Static_assert(sizeof(hmc_totals_t) == 3 * sizeof(double), "hmc_totals_t: the checkpoint's totals, 3 doubles");
+_Static_assert(sizeof(hmc_totals_t) == HMC_TOTALS * sizeof(double), "hmc_totals_t: the checkpoint's totals");
 
 /* The chains on the backend, and what a checkpoint carries of them. */
 typedef struct hmc_chains {
@@ -149,7 +149,7 @@ static int chains_alloc(hmc_chains_t *chains, backend_t *b, adapt_t *adapt, int6
   DS_TRY(b->alloc(b, (void **)&chains->search, (size_t)((2 * rows + 3) / 4 * 4)));
   DS_TRY(b->fill(b, chains->moment_mean, 0.0f, rows * dim));
   DS_TRY(b->fill(b, chains->moment_m2, 0.0f, rows * dim));
-  chains->globals[chains->n_globals++] = (ckpt_global_t){"totals", 3, chains->totals.values};
+  chains->globals[chains->n_globals++] = (ckpt_global_t){"totals", HMC_TOTALS, chains->totals.values};
   if (adapt) {
     int n_arrays = 0, n_globals = 0;
     adapt_checkpoint_items(adapt, chains->state + chains->n_state, &n_arrays, chains->globals + chains->n_globals,
@@ -375,11 +375,13 @@ static int restart_plan_make(run_ctx_t *run, const float *tail_m2, int64_t rows,
   return DS_OK;
 }
 
+/* Bytes of a chain's row of a checkpointed array. */
+static size_t array_row_bytes(const ckpt_array_t *a) { return (size_t)a->width * (a->dtype == CKPT_FLOAT64 ? 8 : 4); }
+
 /* Bytes of a chain's row of every checkpointed array together. */
 static size_t state_row_bytes(const hmc_chains_t *chains) {
   size_t bytes = 0;
-  for (int i = 0; i < chains->n_state; ++i)
-    bytes += (size_t)chains->state[i].array.width * (chains->state[i].array.dtype == CKPT_FLOAT64 ? 8 : 4);
+  for (int i = 0; i < chains->n_state; ++i) bytes += array_row_bytes(&chains->state[i].array);
   return bytes;
 }
 
@@ -388,7 +390,7 @@ static size_t state_row_bytes(const hmc_chains_t *chains) {
 static void state_row_copy(hmc_chains_t *chains, int64_t row, uint8_t *packed, int to_packed) {
   for (int i = 0; i < chains->n_state; ++i) {
     const ckpt_array_t *a = &chains->state[i].array;
-    const size_t bytes = (size_t)a->width * (a->dtype == CKPT_FLOAT64 ? 8 : 4);
+    const size_t bytes = array_row_bytes(a);
     uint8_t *local = (uint8_t *)a->local + (size_t)row * bytes;
     if (to_packed) memcpy(packed, local, bytes);
     else memcpy(local, packed, bytes);
