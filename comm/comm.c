@@ -322,6 +322,68 @@ int comm_allreduce_sum_u64(comm_ctx_t *ctx, uint64_t *buf, int64_t count) {
   return mpi_allreduce_chunked(ctx, buf, count, sizeof *buf, MPI_UINT64_T, MPI_SUM);
 }
 
+static int allgatherv_bytes(comm_ctx_t *ctx, const uint8_t *mine, uint8_t *all, const int *counts,
+                            const int *displs) {
+  MPI_CHECK(MPI_Allgatherv(mine, counts[ctx->rank], MPI_UINT8_T, all, counts, displs, MPI_UINT8_T, ctx->world));
+  return DS_OK;
+}
+
+int comm_allgather_item_bytes(comm_ctx_t *ctx, const uint8_t *mine, int64_t n, uint8_t *all) {
+  if (n > INT_MAX) return comm_agree(ctx, ds_fail(DS_ERR_INPUT, "allgather of %lld items: at most %d", (long long)n, INT_MAX));
+  int *counts = malloc((size_t)ctx->size * 2 * sizeof *counts);
+  DS_TRY(comm_agree(ctx, counts ? DS_OK : DS_FAIL_ALLOC("allgather counts", (size_t)ctx->size * 2 * sizeof *counts)));
+  int *displs = counts + ctx->size;
+  for (int r = 0; r < ctx->size; ++r) {
+    int64_t begin, end;
+    comm_partition(n, ctx->size, r, &begin, &end);
+    counts[r] = (int)(end - begin);
+    displs[r] = (int)begin;
+  }
+  const int status = allgatherv_bytes(ctx, mine, all, counts, displs);
+  free(counts);
+  return status;
+}
+
+/* Byte counts and displacements of rows, rank by rank, for MPI's int arguments. */
+static int rows_to_bytes(const int64_t *rows, int size, size_t row_bytes, int *bytes, int *displs) {
+  int64_t offset = 0;
+  for (int r = 0; r < size; ++r) {
+    const int64_t count = rows[r] * (int64_t)row_bytes;
+    if (rows[r] < 0 || count > INT_MAX || offset + count > INT_MAX)
+      return ds_fail(DS_ERR_INTERNAL, "exchange of rows: %lld rows of %zu bytes do not fit an MPI count",
+                     (long long)rows[r], row_bytes);
+    bytes[r] = (int)count;
+    displs[r] = (int)offset;
+    offset += count;
+  }
+  return DS_OK;
+}
+
+static int alltoallv_bytes(comm_ctx_t *ctx, const void *send, const int *send_bytes, const int *send_displs,
+                           void *recv, const int *recv_bytes, const int *recv_displs) {
+  MPI_CHECK(MPI_Alltoallv(send, send_bytes, send_displs, MPI_BYTE, recv, recv_bytes, recv_displs, MPI_BYTE,
+                          ctx->world));
+  return DS_OK;
+}
+
+int comm_exchange_rows(comm_ctx_t *ctx, const void *send, const int64_t *send_rows, void *recv,
+                       const int64_t *recv_rows, size_t row_bytes) {
+  const int size = ctx->size;
+  int *counts = malloc((size_t)size * 4 * sizeof *counts);
+  int status = counts ? DS_OK : DS_FAIL_ALLOC("exchange counts", (size_t)size * 4 * sizeof *counts);
+  if (status == DS_OK) {
+    int *send_displs = counts + size, *recv_bytes = counts + 2 * size, *recv_displs = counts + 3 * size;
+    status = rows_to_bytes(send_rows, size, row_bytes, counts, send_displs);
+    if (status == DS_OK) status = rows_to_bytes(recv_rows, size, row_bytes, recv_bytes, recv_displs);
+    status = comm_agree(ctx, status);
+    if (status == DS_OK) status = alltoallv_bytes(ctx, send, counts, send_displs, recv, recv_bytes, recv_displs);
+  } else {
+    status = comm_agree(ctx, status);
+  }
+  free(counts);
+  return status;
+}
+
 int comm_allreduce_sum_u64_to_host(comm_ctx_t *ctx, uint64_t *counts, int64_t count, int on_device,
                                    uint64_t *host_sums) {
   const size_t bytes = (size_t)count * sizeof *counts;

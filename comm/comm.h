@@ -82,6 +82,15 @@ void comm_gpu_name(const comm_gpu_identity_t *identity, char *name, size_t name_
 /* In place: rank r's rows [begin_r, end_r) of buf (rows of row_floats floats) are sent to all;
  * on return every rank holds all n rows. */
 int comm_allgather_rows(comm_ctx_t *ctx, float *buf, int64_t n, int64_t row_floats, int on_device);
+/* One byte per global item: rank r's items [begin_r, end_r) of comm_partition(n, size), from
+ * its `mine`, into every rank's all[n]. Host buffers. */
+int comm_allgather_item_bytes(comm_ctx_t *ctx, const uint8_t *mine, int64_t n, uint8_t *all);
+/* Rows of row_bytes bytes from every rank to every rank: send holds send_rows[r] rows for rank
+ * r, ranks in order; recv receives recv_rows[r] rows from rank r, ranks in order. Host
+ * buffers; the counts must be the ones the peers send (each rank's send_rows[r] is rank r's
+ * recv_rows[this rank]). */
+int comm_exchange_rows(comm_ctx_t *ctx, const void *send, const int64_t *send_rows, void *recv,
+                       const int64_t *recv_rows, size_t row_bytes);
 /* In place sums over all ranks; host buffers. */
 int comm_allreduce_sum_u64(comm_ctx_t *ctx, uint64_t *buf, int64_t count);
 /* Sums over all ranks of counts[count], which lie in the backend's memory (device memory when

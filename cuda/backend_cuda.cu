@@ -2,7 +2,6 @@
  * stream per backend. Kernels live in svgd_kernels.cu and hmc_kernels.cu; this file owns the
  * device buffers (histogram, phi scratch, HMC work arrays, pinned staging) and chooses fused
  * kernels for the built-in gaussian, a target's own device gradient, or host staging. */
-#include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,7 +17,6 @@ namespace {
 
 struct cuda_impl {
   cudaStream_t stream;
-  cublasHandle_t cublas;
   int sm_count;
   unsigned long long *hist_dev; /* SVGD_WINDOW_COUNTS: room for any median pass */
   uint64_t *hist_host;          /* pinned, SVGD_WINDOW_COUNTS */
@@ -389,11 +387,6 @@ void cuda_destroy(backend_t *b) {
     if (impl->sums_dev) CUDA_CHECK_NORETURN(cudaFree(impl->sums_dev));
     if (impl->sums_host) CUDA_CHECK_NORETURN(cudaFreeHost(impl->sums_host));
     if (impl->center_dev) CUDA_CHECK_NORETURN(cudaFree(impl->center_dev));
-    if (impl->cublas) {
-      cublasStatus_t status = cublasDestroy(impl->cublas);
-      if (status != CUBLAS_STATUS_SUCCESS)
-        (void)cublas_check_fail(status, __FILE__, __LINE__, "cublasDestroy(impl->cublas)");
-    }
     if (impl->stream) CUDA_CHECK_NORETURN(cudaStreamDestroy(impl->stream));
     free(impl);
   }
@@ -408,8 +401,6 @@ int cuda_setup(int device, backend_t *b, cuda_impl *impl) {
   CUDA_CHECK(cudaSetDevice(device));
   CUDA_CHECK(cudaDeviceGetAttribute(&impl->sm_count, cudaDevAttrMultiProcessorCount, device));
   CUDA_CHECK(cudaStreamCreateWithFlags(&impl->stream, cudaStreamNonBlocking));
-  CUBLAS_CHECK(cublasCreate(&impl->cublas));
-  CUBLAS_CHECK(cublasSetStream(impl->cublas, impl->stream));
   CUDA_CHECK(cudaMalloc((void **)&impl->hist_dev, (size_t)SVGD_WINDOW_COUNTS * sizeof(unsigned long long)));
   CUDA_CHECK(cudaMallocHost((void **)&impl->hist_host, (size_t)SVGD_WINDOW_COUNTS * sizeof(uint64_t)));
   b->name = "cuda";
@@ -461,8 +452,4 @@ extern "C" int backend_cuda_create(int device, backend_t **out) {
   }
   *out = b;
   return DS_OK;
-}
-
-extern "C" void *backend_cuda_cublas_handle(backend_t *b) {
-  return b && b->impl ? static_cast<void *>(impl_of(b)->cublas) : NULL;
 }

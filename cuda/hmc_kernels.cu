@@ -453,11 +453,9 @@ __global__ void hmc_record_draw_kernel(const hmc_batch_t b, hmc_draw_block_t blo
     const long long c = e / b.dim, k = e % b.dim, cell = c * block.capacity + slot;
     block.q[cell * b.dim + k] = b.q[e];
     if (k == 0) {
-      block.logp[cell] = b.logp[c];
-      block.accept[cell] = b.accept_prob[c];
-      block.step[cell] = b.step_size[c];
-      block.energy[cell] = b.energy[c];
-      block.diverging[cell] = b.diverging[c];
+#define RECORD_STAT(name, type, dtype, source, member) block.name[cell] = (type)HMC_STAT_READ(source, b, member, c);
+      HMC_SAMPLE_STATS(RECORD_STAT)
+#undef RECORD_STAT
     }
   }
 }

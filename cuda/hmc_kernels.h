@@ -35,9 +35,10 @@ int hmc_launch_finish(const hmc_batch_t *batch, const float *q_work, float *p_wo
                       const float *grad_work, const float *logp_work, const float *uniform,
                       const double *h0, cudaStream_t stream);
 
-/* The batch's last transition summed: totals (device, 2 * EXACT_DIGITS + 2) receive the digits
- * of sum accept_prob, of sum step_size, the divergent count and the count of values out of
- * the exact sums' range. */
+/* The batch's last transition summed: totals (device, 5 * EXACT_DIGITS + 2) receive the digits
+ * of sum accept_prob, of sum step_size, of the three ChEES sums (backend.h's hmc_stats_t; zero
+ * without chees_center), then the divergent count and the count of values out of the exact
+ * sums' range. */
 int hmc_launch_stats(const hmc_batch_t *batch, unsigned long long *totals, int sm_count, cudaStream_t stream);
 /* Exact column sums of values [rows, cols] (backend.h's column_sums): totals (device,
  * cols * EXACT_DIGITS + 1) receive each column's digits, then the count of values out of range.

@@ -282,8 +282,9 @@ int ckpt_write(MPI_Comm comm, const char *dir, const ckpt_meta_t *meta, const ck
   return status;
 }
 
-int ckpt_dir_has_checkpoints(MPI_Comm comm, const char *dir) {
-  int rank, found = 0;
+int ckpt_dir_has_checkpoints(MPI_Comm comm, const char *dir, int *found) {
+  int rank;
+  *found = 0;
   MPI_Comm_rank(comm, &rank);
   if (rank == 0) {
     entry_t entries[1];
@@ -291,11 +292,11 @@ int ckpt_dir_has_checkpoints(MPI_Comm comm, const char *dir) {
     DIR *d = opendir(dir);
     if (d) {
       closedir(d);
-      if (scan_dir(dir, entries, 1, &count) == DS_OK) found = count > 0;
+      if (scan_dir(dir, entries, 1, &count) == DS_OK) *found = count > 0;
     }
   }
-  MPI_Bcast(&found, 1, MPI_INT, 0, comm);
-  return found;
+  MPI_CHECK(MPI_Bcast(found, 1, MPI_INT, 0, comm));
+  return DS_OK;
 }
 
 int ckpt_list(MPI_Comm comm, const char *where, char paths[][4096], int *count) {

@@ -628,12 +628,11 @@ static int cpu_hmc_record_draw(backend_t *b, const hmc_batch_t *batch, hmc_draw_
   const int64_t dim = batch->dim, cap = block->capacity;
 #pragma omp parallel for schedule(static) if (block->rows * dim > CPU_PARALLEL_MIN)
   for (int64_t c = 0; c < block->rows; ++c) {
-    memcpy(block->q + (c * cap + slot) * dim, batch->q + c * dim, (size_t)dim * sizeof(float));
-    block->logp[c * cap + slot] = batch->logp[c];
-    block->accept[c * cap + slot] = batch->accept_prob[c];
-    block->step[c * cap + slot] = batch->step_size[c];
-    block->energy[c * cap + slot] = batch->energy[c];
-    block->diverging[c * cap + slot] = batch->diverging[c];
+    const int64_t cell = c * cap + slot;
+    memcpy(block->q + cell * dim, batch->q + c * dim, (size_t)dim * sizeof(float));
+#define RECORD_STAT(name, type, dtype, source, member) block->name[cell] = (type)HMC_STAT_READ(source, *batch, member, c);
+    HMC_SAMPLE_STATS(RECORD_STAT)
+#undef RECORD_STAT
   }
   return DS_OK;
 }

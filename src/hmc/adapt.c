@@ -10,10 +10,25 @@
 #include "moments.h"
 #include "status.h"
 
-/* Scalars in the checkpoint's "adapt_scalars" global. */
+/* Scalars in the checkpoint's "adapt_scalars" global, in its order. */
 enum { SC_DA_COUNTER = 0, SC_WINDOW_COUNTER, SC_WINDOW_SIZE, SC_NEXT_WINDOW, SC_WINDOW_SAMPLES, SC_SEARCHES,
        SC_TAIL_SAMPLES, SC_SEARCH_START, SC_STEP_REF, SC_CHEES_LOG_T, SC_CHEES_SQ, SC_CHEES_AVG_LOG_T,
        SC_CHEES_COUNT, SC_POOLED_DA, SC_COUNT = SC_POOLED_DA + DUAL_FIELDS };
+/* That order, and the dual-averaging fields (dual_average.h) the per-chain "adapt_dual" rows and
+ * SC_POOLED_DA hold, are part of the checkpoint format: a checkpoint of another layout must not
+ * be read as this one. A change of either needs a new CKPT_FORMAT_VERSION (io/ckpt.h), with its
+ * layout stated here. */
+#if CKPT_FORMAT_VERSION == 3
+_Static_assert(SC_DA_COUNTER == 0 && SC_WINDOW_COUNTER == 1 && SC_WINDOW_SIZE == 2 && SC_NEXT_WINDOW == 3 &&
+                   SC_WINDOW_SAMPLES == 4 && SC_SEARCHES == 5 && SC_TAIL_SAMPLES == 6 && SC_SEARCH_START == 7 &&
+                   SC_STEP_REF == 8 && SC_CHEES_LOG_T == 9 && SC_CHEES_SQ == 10 && SC_CHEES_AVG_LOG_T == 11 &&
+                   SC_CHEES_COUNT == 12 && SC_POOLED_DA == 13 && SC_COUNT == 17,
+               "adapt_scalars: a new layout needs a new CKPT_FORMAT_VERSION");
+_Static_assert(DUAL_MU == 0 && DUAL_S_BAR == 1 && DUAL_X_BAR == 2 && DUAL_LOG_EPS == 3 && DUAL_FIELDS == 4,
+               "dual-averaging state: a new layout needs a new CKPT_FORMAT_VERSION");
+#else
+#error "adapt.c: state the adapt_scalars layout of this CKPT_FORMAT_VERSION"
+#endif
 /* Pooled adaptation searches every chain's step again every POOLED_SEARCH_EVERY iterations
  * before the tail of warmup (as well as at each new metric). */
 enum { ADAPT_MAX_ARRAYS = 3, POOLED_SEARCH_EVERY = 25 };
@@ -173,10 +188,6 @@ static double halton(int64_t i) {
 }
 
 int adapt_chees(const adapt_t *a) { return a && a->s.chees; }
-
-double adapt_trajectory_length(const adapt_t *a) {
-  return adapt_chees(a) ? exp(a->scalars[SC_CHEES_AVG_LOG_T]) : 0.0;
-}
 
 int adapt_leapfrog_steps(const adapt_t *a, int64_t iteration, int64_t warmup, int fixed) {
   if (!adapt_chees(a)) return fixed;

@@ -95,8 +95,6 @@ int adapt_chees(const adapt_t *a);
 /* The leapfrog steps of the step-size search's probes: ChEES's T over the search's start, at
  * least 2, or `fixed`. */
 int adapt_probe_steps(const adapt_t *a, int fixed);
-/* The trajectory length sampling uses (0 without ChEES). */
-double adapt_trajectory_length(const adapt_t *a);
 
 /* The adaptation's state for a checkpoint: per-chain arrays (with backend copies) and globals
  * (host). Pointers stay valid until adapt_free. */

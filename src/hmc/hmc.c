@@ -35,16 +35,25 @@
 #define HMC_DRAW_BUFFER_BYTES ((size_t)256 << 20)
 /* Above this many values (chains x draws x dim) a run does not print the summary itself. */
 #define HMC_SUMMARY_MAX_VALUES 2.5e7
-/* Bytes a kept draw of one chain takes in the output besides its position: lp, acceptance,
- * step, energy (float32), n_steps (int32), diverging (int8). */
-#define HMC_STATS_BYTES_PER_DRAW 21
 
-enum { HMC_N_STATS = 6, HMC_MAX_STATE = 12, HMC_FROZEN_NAMED = 8 };
+enum { HMC_MAX_STATE = 12, HMC_FROZEN_NAMED = 8, HMC_TOTALS = 3 };
 /* Leapfrog steps: fixed when neither --steps nor ChEES sets them; ChEES's most. */
 enum { HMC_DEFAULT_STEPS = 10, HMC_CHEES_MAX_STEPS = 1024 };
-static const h5out_var_t hmc_stats_vars[HMC_N_STATS] = {
-    {"lp", H5OUT_FLOAT32, 0},       {"acceptance_rate", H5OUT_FLOAT32, 0}, {"step_size", H5OUT_FLOAT32, 0},
-    {"diverging", H5OUT_BOOL, 0},   {"energy", H5OUT_FLOAT32, 0},          {"n_steps", H5OUT_INT32, 0}};
+/* The group sample_stats: hmc_stats.h's list. */
+#define STAT_VAR(name, type, dtype, source, member) {#name, H5OUT_##dtype, 0},
+static const h5out_var_t hmc_stats_vars[HMC_N_STATS] = {HMC_SAMPLE_STATS(STAT_VAR)};
+#undef STAT_VAR
+
+/* Counts over all chains, kept in doubles: the checkpoint's global "totals" is values[]. */
+typedef union hmc_totals {
+  struct {
+    double divergent_warmup;          /* divergent transitions in warmup */
+    double divergent_sampling;        /* divergent transitions in sampling */
+    double moment_draws;              /* draws added to the running moments */
+  };
+  double values[HMC_TOTALS];
+} hmc_totals_t;
+_Static_assert(sizeof(hmc_totals_t) == HMC_TOTALS * sizeof(double), "hmc_totals_t: the checkpoint's totals");
 
 /* The chains on the backend, and what a checkpoint carries of them. */
 typedef struct hmc_chains {
@@ -57,7 +66,7 @@ typedef struct hmc_chains {
   int n_state, n_owned;               /* all of them; the first n_owned are the chains' own */
   ckpt_global_t globals[4];
   int n_globals;
-  double totals[3];                   /* divergent transitions in warmup, in sampling; draws in the moments */
+  hmc_totals_t totals;
   int64_t frozen;                     /* chains that never moved over their kept draws (all ranks) */
   int64_t frozen_ids[HMC_FROZEN_NAMED]; /* the first of them, -1 past the count */
 } hmc_chains_t;
@@ -69,8 +78,6 @@ typedef struct hmc_phase_out {
   int64_t first_draw, count;          /* draws written before the block; draws in it */
   hmc_draw_block_t block;             /* on the backend */
   hmc_draw_block_t host;              /* the block's host copy, written by the writer thread */
-  int32_t *n_steps;                   /* [rows, capacity], the writer's, from slot_steps */
-  int32_t *slot_steps;                /* [capacity]: each slot's leapfrog steps (one for all chains) */
   /* With output variables (target_has_outputs), the host's work for a block of rows x count
    * draws: the kept draws gathered [rows count, dim], their keys, the target's values [rows
    * count, constrained_dim], and the same values per variable, each [rows, capacity, size]
@@ -122,7 +129,7 @@ static int chains_array(hmc_chains_t *chains, backend_t *b, const char *name, in
 
 static int chains_alloc(hmc_chains_t *chains, backend_t *b, adapt_t *adapt, int64_t rows, int64_t dim, int wide) {
   hmc_batch_t *batch = &chains->batch;
-  const size_t vec = (size_t)rows * sizeof(float), f = sizeof(float);
+  const size_t f = sizeof(float);
   /* Unless each chain adapts its own metric, all chains share one: one row on the backend. */
   const int64_t metric_rows = batch->shared_metric ? 1 : rows;
   DS_TRY(chains_array(chains, b, "q", dim, f, rows, rows, (void **)&batch->q));
@@ -137,15 +144,12 @@ static int chains_alloc(hmc_chains_t *chains, backend_t *b, adapt_t *adapt, int6
   if (wide) DS_TRY(chains_array(chains, b, "logp_wide", 1, sizeof(double), rows, rows, (void **)&batch->logp_wide));
   batch->step_nominal = chains->step_nominal;
   batch->inv_metric = chains->inv_metric;
-  DS_TRY(b->alloc(b, (void **)&batch->step_size, vec));
-  DS_TRY(b->alloc(b, (void **)&batch->accept_prob, vec));
-  DS_TRY(b->alloc(b, (void **)&batch->energy, vec));
-  DS_TRY(b->alloc(b, (void **)&batch->diverging, (size_t)rows));
+  DS_TRY(hmc_batch_alloc_stats(b, batch));
   DS_TRY(b->alloc(b, (void **)&batch->accepted, (size_t)rows));
   DS_TRY(b->alloc(b, (void **)&chains->search, (size_t)((2 * rows + 3) / 4 * 4)));
   DS_TRY(b->fill(b, chains->moment_mean, 0.0f, rows * dim));
   DS_TRY(b->fill(b, chains->moment_m2, 0.0f, rows * dim));
-  chains->globals[chains->n_globals++] = (ckpt_global_t){"totals", 3, chains->totals};
+  chains->globals[chains->n_globals++] = (ckpt_global_t){"totals", HMC_TOTALS, chains->totals.values};
   if (adapt) {
     int n_arrays = 0, n_globals = 0;
     adapt_checkpoint_items(adapt, chains->state + chains->n_state, &n_arrays, chains->globals + chains->n_globals,
@@ -162,10 +166,7 @@ static void chains_free(hmc_chains_t *chains, backend_t *b) {
     free(chains->state[i].array.local);
   }
   b->release(b, chains->search);
-  b->release(b, chains->batch.step_size);
-  b->release(b, chains->batch.accept_prob);
-  b->release(b, chains->batch.energy);
-  b->release(b, chains->batch.diverging);
+  hmc_batch_release_stats(b, &chains->batch);
   b->release(b, chains->batch.accepted);
 }
 
@@ -273,144 +274,202 @@ static int search_initial_steps(run_ctx_t *run, hmc_chains_t *chains, adapt_t *a
   return comm_agree(run->comm, adapt_restart_steps(adapt, iteration, chains->step_nominal, median));
 }
 
+/* ---- Stuck chains --------------------------------------------------------------------- */
+
 /* Chains that never moved over the tail of warmup (adapt_tail_m2) start sampling from the state
  * of a healthy chain drawn for each, keyed by the seed and the stuck chain's id (so any rank
  * count draws the same), with all it carries: position, gradient, step size, metric and
- * adaptation state. Rows travel between ranks with one MPI_Alltoallv. Collective. */
-static int restart_stuck_chains(run_ctx_t *run, hmc_chains_t *chains, adapt_t *adapt) {
-  comm_ctx_t *comm = run->comm;
-  backend_t *b = run->backend;
-  const int64_t rows = chains->batch.n_chains, dim = run->target->dim, total = config_items(run->cfg);
-  double samples = 0;
-  const float *tail_m2 = adapt_tail_m2(adapt, &samples);
-  if (samples < 2) return DS_OK;
-  const int size = comm->size;
-  size_t row_bytes = 0;
-  for (int i = 0; i < chains->n_state; ++i)
-    row_bytes += (size_t)chains->state[i].array.width * (chains->state[i].array.dtype == CKPT_FLOAT64 ? 8 : 4);
+ * adaptation state. In three steps: the plan (the same on every rank), the exchange of the
+ * donors' rows between ranks (comm_exchange_rows), and their copy over the stuck chains. */
+typedef struct restart_plan {
+  int64_t n_stuck, n_healthy;
+  uint8_t *stuck;                 /* [total]: 1 for a stuck chain */
+  int64_t *donor;                 /* [total]: the donor of each stuck chain, -1 for the others */
+  int64_t *begins;                /* [size + 1]: each rank's first chain, then total */
+  int64_t *send_rows, *recv_rows; /* [size] each: this rank's donor rows for, and from, each rank */
+  int64_t *next_recv;             /* [size]: the next row received from each rank, within recv */
+} restart_plan_t;
+
+static void restart_plan_free(restart_plan_t *plan) {
+  free(plan->stuck);
+  free(plan->donor);
+  free(plan->begins);
+  free(plan->send_rows);
+}
+
+/* The rank that owns global chain c. */
+static int restart_owner(const restart_plan_t *plan, int64_t c) {
+  int rank = 0;
+  while (c >= plan->begins[rank + 1]) ++rank;
+  return rank;
+}
+
+/* mine[c] = 1 for this rank's chains whose every coordinate has m2 exactly 0 over the tail. */
+static int local_stuck_flags(run_ctx_t *run, const float *tail_m2, int64_t rows, uint8_t *mine) {
+  const int64_t dim = run->target->dim;
   float *m2 = malloc((size_t)(max64(rows, 1) * dim) * sizeof *m2);
-  uint8_t *stuck = malloc((size_t)total), *mine = malloc((size_t)max64(rows, 1));
-  int64_t *healthy = malloc((size_t)total * sizeof *healthy), *begins = malloc((size_t)(size + 1) * sizeof *begins);
-  int *counts = malloc((size_t)size * 4 * sizeof(int));
-  int status = m2 && stuck && mine && healthy && begins && counts ? DS_OK : DS_FAIL_ALLOC("stuck chains", (size_t)total * 9);
-  if (status == DS_OK) status = b->download(b, m2, tail_m2, (size_t)(rows * dim) * sizeof(float));
+  if (!m2) return DS_FAIL_ALLOC("stuck chains' moments", (size_t)(max64(rows, 1) * dim) * sizeof *m2);
+  int status = run->backend->download(run->backend, m2, tail_m2, (size_t)(rows * dim) * sizeof(float));
   for (int64_t c = 0; status == DS_OK && c < rows; ++c) {
     int64_t k = 0;
     while (k < dim && m2[c * dim + k] == 0.0f) ++k;
     mine[c] = k == dim;
   }
+  free(m2);
+  return status;
+}
+
+/* Each stuck chain's donor, drawn among the healthy chains in increasing id. */
+static int restart_draw_donors(run_ctx_t *run, restart_plan_t *plan, int64_t total) {
+  int64_t *healthy = malloc((size_t)total * sizeof *healthy);
+  if (!healthy) return DS_FAIL_ALLOC("healthy chains", (size_t)total * sizeof *healthy);
+  for (int64_t c = 0; c < total; ++c) {
+    if (plan->stuck[c]) plan->n_stuck++;
+    else healthy[plan->n_healthy++] = c;
+  }
+  const double n_healthy = (double)plan->n_healthy;
+  for (int64_t c = 0; c < total; ++c) {
+    plan->donor[c] = -1;
+    if (!plan->stuck[c] || plan->n_healthy == 0) continue;
+    const double u = (double)rng_uniform(rng_block(run->cfg->seed, (uint64_t)c, RNG_ITERATION_RESTART, 0).v[0]);
+    plan->donor[c] = healthy[min64(plan->n_healthy - 1, (int64_t)(u * n_healthy))];
+  }
+  free(healthy);
+  return DS_OK;
+}
+
+/* The plan: which chains are stuck (over all ranks), their donors, and the rows each rank
+ * sends and receives. Collective. */
+static int restart_plan_make(run_ctx_t *run, const float *tail_m2, int64_t rows, restart_plan_t *plan) {
+  comm_ctx_t *comm = run->comm;
+  const int64_t total = config_items(run->cfg);
+  const int size = comm->size;
+  memset(plan, 0, sizeof *plan);
+  uint8_t *mine = malloc((size_t)max64(rows, 1));
+  plan->stuck = malloc((size_t)total);
+  plan->donor = malloc((size_t)total * sizeof *plan->donor);
+  plan->begins = malloc((size_t)(size + 1) * sizeof *plan->begins);
+  plan->send_rows = calloc((size_t)size * 3, sizeof *plan->send_rows);
+  int status = mine && plan->stuck && plan->donor && plan->begins && plan->send_rows
+                   ? DS_OK : DS_FAIL_ALLOC("stuck chains", (size_t)total * 9);
+  if (status == DS_OK) status = local_stuck_flags(run, tail_m2, rows, mine);
   status = comm_agree(comm, status);
-  int *displs = counts + size, *send_counts = counts + 2 * size, *recv_counts = counts + 3 * size;
-  for (int r = 0; status == DS_OK && r <= size; ++r) {
-    int64_t begin, end;
-    comm_partition(total, size, r < size ? r : size - 1, &begin, &end);
-    begins[r] = r < size ? begin : total;
-    if (r < size) {
-      counts[r] = (int)(end - begin);
-      displs[r] = (int)begin;
-    }
+  if (status == DS_OK) status = comm_allgather_item_bytes(comm, mine, total, plan->stuck);
+  free(mine);
+  if (status == DS_OK) status = comm_agree(comm, restart_draw_donors(run, plan, total));
+  if (status != DS_OK) return status;
+  plan->recv_rows = plan->send_rows + size;
+  plan->next_recv = plan->send_rows + 2 * size;
+  for (int r = 0; r < size; ++r) {
+    int64_t end;
+    comm_partition(total, size, r, &plan->begins[r], &end);
   }
-  if (status == DS_OK)
-    MPI_CHECK(MPI_Allgatherv(mine, (int)rows, MPI_UINT8_T, stuck, counts, displs, MPI_UINT8_T, comm->world));
-  int64_t n_stuck = 0, n_healthy = 0;
-  for (int64_t c = 0; status == DS_OK && c < total; ++c) {
-    if (stuck[c]) n_stuck++;
-    else healthy[n_healthy++] = c;
+  plan->begins[size] = total;
+  for (int64_t c = 0; plan->n_healthy > 0 && c < total; ++c) {
+    if (!plan->stuck[c]) continue;
+    const int owner = restart_owner(plan, c), donor_rank = restart_owner(plan, plan->donor[c]);
+    if (donor_rank == comm->rank) plan->send_rows[owner]++;
+    if (owner == comm->rank) plan->recv_rows[donor_rank]++;
   }
-  uint8_t *send = NULL, *recv = NULL;
-  /* The donor of stuck chain c, and the rank that owns a chain. */
-#define DONOR_OF(c) healthy[min64(n_healthy - 1, (int64_t)((double)rng_uniform(rng_block(run->cfg->seed, (uint64_t)(c), \
-                                  RNG_ITERATION_RESTART, 0).v[0]) * (double)n_healthy))]
-  if (status == DS_OK && n_stuck > 0 && n_healthy > 0) {
-    int64_t sends = 0, recvs = 0;
-    for (int r = 0; r < size; ++r) send_counts[r] = recv_counts[r] = 0;
-    int owner = 0;
-    for (int64_t c = 0; c < total; ++c) {
-      if (!stuck[c]) continue;
-      const int64_t donor = DONOR_OF(c);
-      while (c >= begins[owner + 1]) ++owner;
-      int donor_rank = 0;
-      while (donor >= begins[donor_rank + 1]) ++donor_rank;
-      if (donor_rank == comm->rank) send_counts[owner]++, sends++;
-      if (owner == comm->rank) recv_counts[donor_rank]++, recvs++;
-    }
-    send = malloc((size_t)max64(sends, 1) * row_bytes);
-    recv = malloc((size_t)max64(recvs, 1) * row_bytes);
-    status = comm_agree(comm, send && recv ? DS_OK : DS_FAIL_ALLOC("stuck chains' rows", (size_t)(sends + recvs) * row_bytes));
-    if (status == DS_OK) status = comm_agree(comm, chains_sync(chains, b, rows, 1));
-    if (status == DS_OK) {
-      /* Pack by destination rank, each in increasing stuck chain id; the receiver reads its
-       * rows back in the same order. */
-      int *send_bytes = malloc((size_t)size * 4 * sizeof(int));
-      int *send_displs = send_bytes + size, *recv_bytes = send_bytes + 2 * size, *recv_displs = send_bytes + 3 * size;
-      status = comm_agree(comm, send_bytes ? DS_OK : DS_FAIL_ALLOC("stuck chains' counts", (size_t)size * 16));
-      int64_t offset = 0, in_offset = 0;
-      for (int r = 0; status == DS_OK && r < size; ++r) {
-        send_bytes[r] = (int)((size_t)send_counts[r] * row_bytes);
-        send_displs[r] = (int)offset;
-        recv_bytes[r] = (int)((size_t)recv_counts[r] * row_bytes);
-        recv_displs[r] = (int)in_offset;
-        offset += send_bytes[r];
-        in_offset += recv_bytes[r];
-      }
-      int64_t *cursor = calloc((size_t)size, sizeof *cursor);
-      for (int destination = 0; status == DS_OK && cursor && destination < size; ++destination) {
-        uint8_t *at = send + send_displs[destination];
-        for (int64_t c = begins[destination]; c < begins[destination + 1]; ++c) {
-          if (!stuck[c]) continue;
-          const int64_t donor = DONOR_OF(c);
-          if (donor < run->item_begin || donor >= run->item_end) continue;
-          for (int i = 0; i < chains->n_state; ++i) {
-            const ckpt_array_t *a = &chains->state[i].array;
-            const size_t bytes = (size_t)a->width * (a->dtype == CKPT_FLOAT64 ? 8 : 4);
-            memcpy(at, (const uint8_t *)a->local + (size_t)(donor - run->item_begin) * bytes, bytes);
-            at += bytes;
-          }
-        }
-      }
-      if (status == DS_OK)
-        MPI_CHECK(MPI_Alltoallv(send, send_bytes, send_displs, MPI_BYTE, recv, recv_bytes, recv_displs, MPI_BYTE,
-                                comm->world));
-      for (int64_t c = run->item_begin; status == DS_OK && cursor && c < run->item_end; ++c) {
-        if (!stuck[c]) continue;
-        int donor_rank = 0;
-        const int64_t donor = DONOR_OF(c);
-        while (donor >= begins[donor_rank + 1]) ++donor_rank;
-        const uint8_t *at = recv + recv_displs[donor_rank] + (size_t)cursor[donor_rank]++ * row_bytes;
-        for (int i = 0; i < chains->n_state; ++i) {
-          const ckpt_array_t *a = &chains->state[i].array;
-          const size_t bytes = (size_t)a->width * (a->dtype == CKPT_FLOAT64 ? 8 : 4);
-          memcpy((uint8_t *)a->local + (size_t)(c - run->item_begin) * bytes, at, bytes);
-          at += bytes;
-        }
-      }
-      if (status == DS_OK && !cursor) status = DS_FAIL_ALLOC("stuck chains' cursors", (size_t)size * 8);
-      free(cursor);
-      free(send_bytes);
-      status = comm_agree(comm, status);
-    }
-    if (status == DS_OK) status = comm_agree(comm, chains_sync(chains, b, rows, 0));
-    if (status == DS_OK && comm->rank == 0 && !run->cfg->quiet) {
-      char ids[160] = "";
-      size_t used = 0;
-      int named = 0;
-      for (int64_t c = 0; c < total && named < 8 && used < sizeof ids; ++c)
-        if (stuck[c]) used += (size_t)snprintf(ids + used, sizeof ids - used, "%s%lld", named++ ? ", " : "", (long long)c);
-      if (run->progress.printed_inline) fprintf(stderr, "\n");
-      fprintf(stderr, "dsampler: %lld chain%s never moved in the last warmup iterations (%s%s): restarted from "
-                      "healthy chains' states (--stuck keep leaves them)\n",
-              (long long)n_stuck, n_stuck == 1 ? "" : "s", ids, n_stuck > 8 ? ", ..." : "");
-    }
+  for (int r = 1; r < size; ++r) plan->next_recv[r] = plan->next_recv[r - 1] + plan->recv_rows[r - 1];
+  return DS_OK;
+}
+
+/* Bytes of a chain's row of a checkpointed array. */
+static size_t array_row_bytes(const ckpt_array_t *a) { return (size_t)a->width * (a->dtype == CKPT_FLOAT64 ? 8 : 4); }
+
+/* Bytes of a chain's row of every checkpointed array together. */
+static size_t state_row_bytes(const hmc_chains_t *chains) {
+  size_t bytes = 0;
+  for (int i = 0; i < chains->n_state; ++i) bytes += array_row_bytes(&chains->state[i].array);
+  return bytes;
+}
+
+/* Local chain `row`'s rows of every checkpointed array (host mirrors), to packed one after
+ * another (to_packed) or back from it. */
+static void state_row_copy(hmc_chains_t *chains, int64_t row, uint8_t *packed, int to_packed) {
+  for (int i = 0; i < chains->n_state; ++i) {
+    const ckpt_array_t *a = &chains->state[i].array;
+    const size_t bytes = array_row_bytes(a);
+    uint8_t *local = (uint8_t *)a->local + (size_t)row * bytes;
+    if (to_packed) memcpy(packed, local, bytes);
+    else memcpy(local, packed, bytes);
+    packed += bytes;
   }
-#undef DONOR_OF
+}
+
+/* The donor rows this rank owns, by destination rank and, for each, in increasing stuck chain
+ * id: that is increasing stuck chain id over all, the order in which the receivers read them. */
+static void restart_pack(run_ctx_t *run, hmc_chains_t *chains, const restart_plan_t *plan, uint8_t *send) {
+  const size_t row_bytes = state_row_bytes(chains);
+  for (int64_t c = 0; c < config_items(run->cfg); ++c) {
+    const int64_t donor = plan->donor[c];
+    if (!plan->stuck[c] || donor < run->item_begin || donor >= run->item_end) continue;
+    state_row_copy(chains, donor - run->item_begin, send, 1);
+    send += row_bytes;
+  }
+}
+
+/* The rows received over this rank's stuck chains. */
+static void restart_apply(run_ctx_t *run, hmc_chains_t *chains, restart_plan_t *plan, uint8_t *recv) {
+  const size_t row_bytes = state_row_bytes(chains);
+  for (int64_t c = run->item_begin; c < run->item_end; ++c) {
+    if (!plan->stuck[c]) continue;
+    const int donor_rank = restart_owner(plan, plan->donor[c]);
+    state_row_copy(chains, c - run->item_begin, recv + (size_t)plan->next_recv[donor_rank]++ * row_bytes, 0);
+  }
+}
+
+/* Backend -> host mirrors, the exchange, the copy, host -> backend. Collective. */
+static int restart_from_donors(run_ctx_t *run, hmc_chains_t *chains, restart_plan_t *plan) {
+  comm_ctx_t *comm = run->comm;
+  const int64_t rows = chains->batch.n_chains;
+  const size_t row_bytes = state_row_bytes(chains);
+  int64_t sends = 0, recvs = 0;
+  for (int r = 0; r < comm->size; ++r) {
+    sends += plan->send_rows[r];
+    recvs += plan->recv_rows[r];
+  }
+  uint8_t *send = malloc((size_t)max64(sends, 1) * row_bytes), *recv = malloc((size_t)max64(recvs, 1) * row_bytes);
+  int status = comm_agree(comm, send && recv ? DS_OK : DS_FAIL_ALLOC("stuck chains' rows", (size_t)(sends + recvs) * row_bytes));
+  if (status == DS_OK) status = comm_agree(comm, chains_sync(chains, run->backend, rows, 1));
+  if (status == DS_OK) {
+    restart_pack(run, chains, plan, send);
+    status = comm_exchange_rows(comm, send, plan->send_rows, recv, plan->recv_rows, row_bytes);
+  }
+  if (status == DS_OK) {
+    restart_apply(run, chains, plan, recv);
+    status = comm_agree(comm, chains_sync(chains, run->backend, rows, 0));
+  }
   free(send);
   free(recv);
-  free(m2);
-  free(stuck);
-  free(mine);
-  free(healthy);
-  free(begins);
-  free(counts);
+  return status;
+}
+
+static void report_restarted(run_ctx_t *run, const restart_plan_t *plan) {
+  if (run->comm->rank != 0 || run->cfg->quiet) return;
+  char ids[160] = "";
+  size_t used = 0;
+  int named = 0;
+  for (int64_t c = 0; c < config_items(run->cfg) && named < 8 && used < sizeof ids; ++c)
+    if (plan->stuck[c]) used += (size_t)snprintf(ids + used, sizeof ids - used, "%s%lld", named++ ? ", " : "", (long long)c);
+  if (run->progress.printed_inline) fprintf(stderr, "\n");
+  fprintf(stderr, "dsampler: %lld chain%s never moved in the last warmup iterations (%s%s): restarted from "
+                  "healthy chains' states (--stuck keep leaves them)\n",
+          (long long)plan->n_stuck, plan->n_stuck == 1 ? "" : "s", ids, plan->n_stuck > 8 ? ", ..." : "");
+}
+
+/* Collective. */
+static int restart_stuck_chains(run_ctx_t *run, hmc_chains_t *chains, adapt_t *adapt) {
+  double samples = 0;
+  const float *tail_m2 = adapt_tail_m2(adapt, &samples);
+  if (samples < 2) return DS_OK;
+  restart_plan_t plan;
+  int status = restart_plan_make(run, tail_m2, chains->batch.n_chains, &plan);
+  const int restart = status == DS_OK && plan.n_stuck > 0 && plan.n_healthy > 0;
+  if (restart) status = restart_from_donors(run, chains, &plan);
+  if (restart && status == DS_OK) report_restarted(run, &plan);
+  restart_plan_free(&plan);
   return status;
 }
 
@@ -448,49 +507,12 @@ static int block_capacity(run_ctx_t *run, int64_t output_chains, int64_t dim, in
   return DS_OK;
 }
 
-static int block_alloc(backend_t *b, hmc_draw_block_t *block, int host, int64_t rows, int64_t capacity, int64_t dim) {
-  int (*alloc)(backend_t *, void **, size_t) = host ? b->alloc_host : b->alloc;
-  const size_t cells = (size_t)(max64(rows, 1) * capacity);
-  block->rows = rows;
-  block->capacity = capacity;
-  block->dim = dim;
-  DS_TRY(alloc(b, (void **)&block->q, cells * (size_t)dim * sizeof(float)));
-  DS_TRY(alloc(b, (void **)&block->logp, cells * sizeof(float)));
-  DS_TRY(alloc(b, (void **)&block->accept, cells * sizeof(float)));
-  DS_TRY(alloc(b, (void **)&block->step, cells * sizeof(float)));
-  DS_TRY(alloc(b, (void **)&block->energy, cells * sizeof(float)));
-  return alloc(b, (void **)&block->diverging, cells);
-}
-
-static void block_free(backend_t *b, hmc_draw_block_t *block, int host) {
-  void (*release)(backend_t *, void *) = host ? b->release_host : b->release;
-  release(b, block->q);
-  release(b, block->logp);
-  release(b, block->accept);
-  release(b, block->step);
-  release(b, block->energy);
-  release(b, block->diverging);
-}
-
-static int block_download(backend_t *b, hmc_draw_block_t *host, const hmc_draw_block_t *block) {
-  const size_t cells = (size_t)(block->rows * block->capacity);
-  DS_TRY(b->download(b, host->q, block->q, cells * (size_t)block->dim * sizeof(float)));
-  DS_TRY(b->download(b, host->logp, block->logp, cells * sizeof(float)));
-  DS_TRY(b->download(b, host->accept, block->accept, cells * sizeof(float)));
-  DS_TRY(b->download(b, host->step, block->step, cells * sizeof(float)));
-  DS_TRY(b->download(b, host->energy, block->energy, cells * sizeof(float)));
-  return b->download(b, host->diverging, block->diverging, cells);
-}
-
 static int phase_alloc(backend_t *b, hmc_phase_out_t *phase, int64_t rows, int64_t capacity, int64_t dim,
                        int64_t width) {
   phase->enabled = 1;
-  DS_TRY(block_alloc(b, &phase->block, 0, rows, capacity, dim));
-  DS_TRY(block_alloc(b, &phase->host, 1, rows, capacity, dim));
+  DS_TRY(hmc_draw_block_alloc(b, &phase->block, 0, rows, capacity, dim));
+  DS_TRY(hmc_draw_block_alloc(b, &phase->host, 1, rows, capacity, dim));
   const size_t cells = (size_t)(max64(rows, 1) * capacity);
-  phase->n_steps = malloc(cells * sizeof *phase->n_steps);
-  phase->slot_steps = calloc((size_t)capacity, sizeof *phase->slot_steps);
-  if (!phase->n_steps || !phase->slot_steps) return DS_FAIL_ALLOC("the draw block", cells * sizeof(int32_t));
   if (width > 0) {
     phase->gathered = malloc(cells * (size_t)dim * sizeof *phase->gathered);
     phase->keys = malloc(cells * sizeof *phase->keys);
@@ -504,10 +526,8 @@ static int phase_alloc(backend_t *b, hmc_phase_out_t *phase, int64_t rows, int64
 
 static void phase_free(backend_t *b, hmc_phase_out_t *phase) {
   if (!phase->enabled) return;
-  block_free(b, &phase->block, 0);
-  block_free(b, &phase->host, 1);
-  free(phase->n_steps);
-  free(phase->slot_steps);
+  hmc_draw_block_release(b, &phase->block, 0);
+  hmc_draw_block_release(b, &phase->host, 1);
   free(phase->gathered);
   free(phase->keys);
   free(phase->packed);
@@ -544,20 +564,20 @@ static int phase_flush(run_ctx_t *run, hmc_output_t *output, hmc_phase_out_t *ph
   draw_writer_job_t job;
   memset(&job, 0, sizeof job);
   int status = draw_writer_wait(output->writer);
-  if (status == DS_OK) status = block_download(run->backend, &phase->host, &phase->block);
+  if (status == DS_OK) status = hmc_draw_block_download(run->backend, &phase->host, &phase->block);
   const int outputs = target_has_outputs(run->target);
   if (status == DS_OK && outputs) status = constrain_block(run, output, phase, phase == &output->phase[1], job.data[0]);
   DS_TRY(comm_agree(run->comm, status));
   const hmc_draw_block_t *host = &phase->host;
-  for (int64_t r = 0; r < output->rows; ++r)
-    memcpy(phase->n_steps + r * host->capacity, phase->slot_steps, (size_t)phase->count * sizeof(int32_t));
   job.n_groups = outputs ? 3 : 2;
   job.groups[0] = phase->g_posterior;
   job.groups[1] = phase->g_stats;
   job.groups[2] = phase->g_unconstrained;
   job.n_vars[1] = HMC_N_STATS;
-  const void *stats[HMC_N_STATS] = {host->logp, host->accept, host->step, host->diverging, host->energy, phase->n_steps};
-  memcpy(job.data[1], stats, sizeof stats);
+  int n_stats = 0;
+#define STAT_DATA(name, type, dtype, source, member) job.data[1][n_stats++] = host->name;
+  HMC_SAMPLE_STATS(STAT_DATA)
+#undef STAT_DATA
   if (outputs) {
     job.n_vars[0] = run->target->n_vars; /* data[0]: constrain_block's */
     job.n_vars[2] = 1;
@@ -661,8 +681,6 @@ static int output_open(run_ctx_t *run, hmc_output_t *output, int64_t output_chai
   return comm_agree(run->comm, draw_writer_create(&output->writer, output->file));
 }
 
-/* The group `moments`: each chain's mean and variance (ddof 1) over its kept draws, and the
- * mean and variance over all chains and draws, pooled exactly. Collective. */
 /* Chains whose kept draws never changed (every coordinate's m2 exactly 0): a chain that never
  * accepted a move. Counted over all ranks, the first few named. Collective. */
 static int find_frozen_chains(run_ctx_t *run, hmc_chains_t *chains, const float *m2, int64_t rows, int64_t dim) {
@@ -694,8 +712,10 @@ static int find_frozen_chains(run_ctx_t *run, hmc_chains_t *chains, const float 
   return status;
 }
 
+/* The group `moments`: each chain's mean and variance (ddof 1) over its kept draws, and the
+ * mean and variance over all chains and draws, pooled exactly. Collective. */
 static int output_moments(run_ctx_t *run, hmc_output_t *output, hmc_chains_t *chains, int64_t rows) {
-  const int64_t dim = run->target->dim, n = (int64_t)chains->totals[2];
+  const int64_t dim = run->target->dim, n = (int64_t)chains->totals.moment_draws;
   if (n < 1) return DS_OK;
   backend_t *b = run->backend;
   /* The per-chain values in float32, as accumulated, in the moments' checkpoint mirrors (no
@@ -762,7 +782,7 @@ static void report_progress(run_ctx_t *run, hmc_chains_t *chains, hmc_stats_t *s
   char detail[160];
   snprintf(detail, sizeof detail, "accept %.3f  step %.3g  leapfrog %d  divergences %.0f",
            exact_sum_value(&stats->accept) / n, exact_sum_value(&stats->step) / n, chains->batch.n_leapfrog,
-           chains->totals[in_warmup ? 0 : 1]);
+           in_warmup ? chains->totals.divergent_warmup : chains->totals.divergent_sampling);
   progress_update(&run->progress, in_warmup ? "warmup" : "sampling", done, detail);
 }
 
@@ -805,10 +825,9 @@ static int iterate(run_ctx_t *run, hmc_chains_t *chains, adapt_t *adapt, hmc_out
     } else if (add_moments) {
       batch->moment_mean = chains->moment_mean;
       batch->moment_m2 = chains->moment_m2;
-      batch->moment_count = (int64_t)chains->totals[2] + 1;
+      batch->moment_count = (int64_t)chains->totals.moment_draws + 1;
     }
     batch->n_leapfrog = adapt_leapfrog_steps(adapt, it, cfg->warmup, hmc_fixed_steps(cfg));
-    if (keep) phase->slot_steps[phase->count] = batch->n_leapfrog;
     if (in_warmup && adapt_chees(adapt)) DS_TRY(adapt_chees_prepare(adapt, batch, batch->q, it));
     hmc_stats_t stats;
     int stop = 0;
@@ -820,8 +839,8 @@ static int iterate(run_ctx_t *run, hmc_chains_t *chains, adapt_t *adapt, hmc_out
     batch->chees = NULL;
     DS_TRY(comm_agree(run->comm, status));
     DS_TRY(iteration_stats(run, &stats, &stop));
-    if (add_moments) chains->totals[2] += 1.0;
-    chains->totals[in_warmup ? 0 : 1] += (double)stats.divergent;
+    if (add_moments) chains->totals.moment_draws += 1.0;
+    *(in_warmup ? &chains->totals.divergent_warmup : &chains->totals.divergent_sampling) += (double)stats.divergent;
     if (in_warmup && adapt) {
       int search = 0;
       DS_TRY(comm_agree(run->comm, adapt_after_iteration(adapt, it, &stats, batch, chains->step_nominal,
@@ -853,7 +872,7 @@ static void report_end(run_ctx_t *run, hmc_chains_t *chains, int64_t output_chai
   char what[CONFIG_PATH_MAX + 256];
   snprintf(what, sizeof what, "hmc: %lld draws of %lld chains written to %s, moments of all %lld (%.0f divergent "
            "draws; %.0f divergent transitions in warmup)", (long long)kept, (long long)output_chains, cfg->out,
-           (long long)config_items(cfg), chains->totals[1], chains->totals[0]);
+           (long long)config_items(cfg), chains->totals.divergent_sampling, chains->totals.divergent_warmup);
   progress_finish(&run->progress, what);
   if (chains->frozen > 0 && run->comm->rank == 0 && !cfg->quiet) {
     char ids[256] = "";

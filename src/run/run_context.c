@@ -159,7 +159,10 @@ int run_stop_requested(run_ctx_t *run, int *stop) {
 }
 
 int run_check_checkpoint_dir(run_ctx_t *run) {
-  if (run->resume_path || !ckpt_dir_has_checkpoints(run->comm->world, run->cfg->checkpoint_dir)) return DS_OK;
+  int found = 0;
+  if (run->resume_path) return DS_OK;
+  DS_TRY(ckpt_dir_has_checkpoints(run->comm->world, run->cfg->checkpoint_dir, &found));
+  if (!found) return DS_OK;
   return ds_fail(DS_ERR_INPUT,
                  "--checkpoint-dir %s already holds checkpoints: continue that run with `dsampler resume %s`, "
                  "or give another --checkpoint-dir (or remove them)",

@@ -12,6 +12,8 @@
 #include "dsampler_target.h"
 #include "dual_average.h"
 #include "exactsum_core.h"
+#include "hmc_stats.h"
+#include "status.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -80,10 +82,9 @@ typedef struct hmc_batch {
   float jitter;            /* the step used is nominal * (1 + jitter * (2u - 1)), u its own word */
   const float *inv_metric; /* [n_chains, dim] diagonal of M^-1, or [dim] when shared_metric */
   int shared_metric;       /* 1: one metric for every chain (unit or pooled adaptation) */
-  float *step_size;        /* [n_chains] out: the step used */
-  float *accept_prob;      /* [n_chains] out: min(1, exp(H0 - H1)), 0 when divergent */
-  float *energy;           /* [n_chains] out: the Hamiltonian at the state kept */
-  uint8_t *diverging;      /* [n_chains] out */
+  /* [n_chains] out: the sample statistics computed by the transition (hmc_stats.h's OUTPUT
+   * rows: accept_prob, step_size, diverging, energy, ...). */
+  HMC_SAMPLE_STATS(HMC_STAT_BATCH_MEMBER)
   uint8_t *accepted;       /* [n_chains] out */
   /* When moment_mean is not NULL, the state kept is added to each chain's running moments
    * (Welford, float): with n = moment_count (this sample included), delta = q - mean,
@@ -129,11 +130,12 @@ typedef struct hmc_stats {
 } hmc_stats_t;
 
 /* Draws kept on the backend until they are written: `capacity` slots of rows chains, laid out
- * as the output takes them, [rows, capacity(, dim)]. */
+ * as the output takes them, [rows, capacity(, dim)]: the position q and each sample statistic
+ * of hmc_stats.h under its output name. */
 typedef struct hmc_draw_block {
   int64_t rows, capacity, dim;
-  float *q, *logp, *accept, *step, *energy; /* backend memory */
-  uint8_t *diverging;
+  float *q;
+  HMC_SAMPLE_STATS(HMC_STAT_BLOCK_MEMBER)
 } hmc_draw_block_t;
 
 typedef struct backend backend_t;
@@ -238,6 +240,70 @@ int backend_cpu_create(backend_t **out);
 /* 1 when this build has the CUDA backend. */
 int backend_cuda_built(void);
 void backend_destroy(backend_t *b);
+
+/* The batch's OUTPUT statistics (hmc_stats.h), [n_chains] each in backend memory. */
+#define HMC_STAT_ALLOC_OUTPUT(type, member)                                                   \
+  if (status == DS_OK) status = backend->alloc(backend, (void **)&batch->member, rows * sizeof(type));
+#define HMC_STAT_ALLOC_STATE(type, member)
+#define HMC_STAT_ALLOC_SCALAR(type, member)
+#define HMC_STAT_ALLOC(name, type, dtype, source, member) HMC_STAT_ALLOC_##source(type, member)
+static inline int hmc_batch_alloc_stats(backend_t *backend, hmc_batch_t *batch) {
+  const size_t rows = (size_t)batch->n_chains;
+  int status = DS_OK;
+  HMC_SAMPLE_STATS(HMC_STAT_ALLOC)
+  return status;
+}
+#define HMC_STAT_RELEASE_OUTPUT(member) backend->release(backend, batch->member);
+#define HMC_STAT_RELEASE_STATE(member)
+#define HMC_STAT_RELEASE_SCALAR(member)
+#define HMC_STAT_RELEASE(name, type, dtype, source, member) HMC_STAT_RELEASE_##source(member)
+static inline void hmc_batch_release_stats(backend_t *backend, hmc_batch_t *batch) {
+  HMC_SAMPLE_STATS(HMC_STAT_RELEASE)
+}
+#define HMC_STAT_SHARE_OUTPUT(member) batch->member = from->member;
+#define HMC_STAT_SHARE_STATE(member)
+#define HMC_STAT_SHARE_SCALAR(member)
+#define HMC_STAT_SHARE(name, type, dtype, source, member) HMC_STAT_SHARE_##source(member)
+/* batch's OUTPUT statistics become those of `from` (another batch of the same chains). */
+static inline void hmc_batch_share_stats(hmc_batch_t *batch, const hmc_batch_t *from) {
+  HMC_SAMPLE_STATS(HMC_STAT_SHARE)
+}
+
+/* A draw block of `capacity` slots for max(rows, 1) chains, in backend memory, or (host) in
+ * the host memory the backend copies to fastest. */
+static inline int hmc_draw_block_alloc(backend_t *backend, hmc_draw_block_t *block, int host, int64_t rows,
+                                       int64_t capacity, int64_t dim) {
+  int (*alloc)(backend_t *, void **, size_t) = host ? backend->alloc_host : backend->alloc;
+  const size_t cells = (size_t)((rows > 1 ? rows : 1) * capacity);
+  block->rows = rows;
+  block->capacity = capacity;
+  block->dim = dim;
+  int status = alloc(backend, (void **)&block->q, cells * (size_t)dim * sizeof(float));
+#define HMC_STAT_BLOCK_ALLOC(name, type, dtype, source, member) \
+  if (status == DS_OK) status = alloc(backend, (void **)&block->name, cells * sizeof(type));
+  HMC_SAMPLE_STATS(HMC_STAT_BLOCK_ALLOC)
+#undef HMC_STAT_BLOCK_ALLOC
+  return status;
+}
+
+static inline void hmc_draw_block_release(backend_t *backend, hmc_draw_block_t *block, int host) {
+  void (*release)(backend_t *, void *) = host ? backend->release_host : backend->release;
+  release(backend, block->q);
+#define HMC_STAT_BLOCK_RELEASE(name, type, dtype, source, member) release(backend, block->name);
+  HMC_SAMPLE_STATS(HMC_STAT_BLOCK_RELEASE)
+#undef HMC_STAT_BLOCK_RELEASE
+}
+
+/* The block's filled rows (all its slots) to host, a block of the same shape. */
+static inline int hmc_draw_block_download(backend_t *backend, hmc_draw_block_t *host, const hmc_draw_block_t *block) {
+  const size_t cells = (size_t)(block->rows * block->capacity);
+  int status = backend->download(backend, host->q, block->q, cells * (size_t)block->dim * sizeof(float));
+#define HMC_STAT_BLOCK_DOWNLOAD(name, type, dtype, source, member) \
+  if (status == DS_OK) status = backend->download(backend, host->name, block->name, cells * sizeof(type));
+  HMC_SAMPLE_STATS(HMC_STAT_BLOCK_DOWNLOAD)
+#undef HMC_STAT_BLOCK_DOWNLOAD
+  return status;
+}
 
 #ifdef __cplusplus
 }

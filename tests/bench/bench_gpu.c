@@ -247,18 +247,13 @@ static int bench_stats = 0;
 static hmc_row_t bench_hmc(curandGenerator_t generator, const dsampler_target *target, int64_t chains, int repeats,
                            int shared_metric) {
   const size_t count = (size_t)chains * bench_dim;
-  float *q, *grad, *inv_metric, *logp, *step, *accept_prob, *energy;
-  uint8_t *diverging, *accepted;
+  float *q, *grad, *inv_metric, *logp, *step;
+  uint8_t *accepted;
   BENCH_TRY(gpu->alloc(gpu, (void **)&q, count * sizeof(float)));
   BENCH_TRY(gpu->alloc(gpu, (void **)&grad, count * sizeof(float)));
   BENCH_TRY(gpu->alloc(gpu, (void **)&inv_metric, count * sizeof(float)));
   BENCH_TRY(gpu->alloc(gpu, (void **)&logp, (size_t)chains * sizeof(float)));
   BENCH_TRY(gpu->alloc(gpu, (void **)&step, (size_t)chains * sizeof(float)));
-  float *step_used = NULL;
-  BENCH_TRY(gpu->alloc(gpu, (void **)&step_used, (size_t)chains * sizeof(float)));
-  BENCH_TRY(gpu->alloc(gpu, (void **)&accept_prob, (size_t)chains * sizeof(float)));
-  BENCH_TRY(gpu->alloc(gpu, (void **)&energy, (size_t)chains * sizeof(float)));
-  BENCH_TRY(gpu->alloc(gpu, (void **)&diverging, (size_t)chains));
   BENCH_TRY(gpu->alloc(gpu, (void **)&accepted, (size_t)chains));
   BENCH_TRY(fill_normal(generator, q, count, 1.0f));
   float *ones = malloc(count * sizeof(float));
@@ -270,9 +265,9 @@ static hmc_row_t bench_hmc(curandGenerator_t generator, const dsampler_target *t
   BENCH_TRY(gpu->upload(gpu, step, ones, (size_t)chains * sizeof(float)));
   BENCH_TRY(gpu->logp_grad(gpu, target, q, chains, logp, grad));
   hmc_batch_t batch = {.n_chains = chains, .chain_begin = 0, .dim = bench_dim, .seed = 2024, .iteration = 0,
-                       .n_leapfrog = 10, .q = q, .logp = logp, .grad = grad, .step_nominal = step, .step_size = step_used,
-                       .inv_metric = inv_metric, .accept_prob = accept_prob, .energy = energy,
-                       .diverging = diverging, .accepted = accepted, .shared_metric = shared_metric};
+                       .n_leapfrog = 10, .q = q, .logp = logp, .grad = grad, .step_nominal = step,
+                       .inv_metric = inv_metric, .accepted = accepted, .shared_metric = shared_metric};
+  BENCH_TRY(hmc_batch_alloc_stats(gpu, &batch));
   float *moment_mean = NULL, *moment_m2 = NULL;
   if (bench_moments) {
     BENCH_TRY(gpu->alloc(gpu, (void **)&moment_mean, count * sizeof(float)));
@@ -307,8 +302,8 @@ static hmc_row_t bench_hmc(curandGenerator_t generator, const dsampler_target *t
   row.gbytes_per_s = bytes / (row.iteration_ms * 1e-3) / 1e9;
   free(ms); free(ones); free(flags);
   gpu->release(gpu, q); gpu->release(gpu, grad); gpu->release(gpu, inv_metric); gpu->release(gpu, logp);
-  gpu->release(gpu, step); gpu->release(gpu, step_used); gpu->release(gpu, moment_mean); gpu->release(gpu, moment_m2); gpu->release(gpu, accept_prob); gpu->release(gpu, energy);
-  gpu->release(gpu, diverging); gpu->release(gpu, accepted);
+  gpu->release(gpu, step); gpu->release(gpu, moment_mean); gpu->release(gpu, moment_m2);
+  hmc_batch_release_stats(gpu, &batch); gpu->release(gpu, accepted);
   return row;
 }
 

@@ -33,6 +33,7 @@ typedef struct chain_arrays {
   float *q, *logp, *grad, *step_size, *step_used, *inv_metric, *accept_prob, *energy, *moment_mean, *moment_m2;
   float *chees_center, *chees;
   uint8_t *diverging, *accepted;
+  hmc_batch_t stats;       /* the sample statistics' arrays (hmc_stats.h); the four above alias them */
 } chain_arrays_t;
 
 static void arrays_alloc(backend_t *b, chain_arrays_t *a, int64_t n, int64_t dim) {
@@ -42,14 +43,16 @@ static void arrays_alloc(backend_t *b, chain_arrays_t *a, int64_t n, int64_t dim
   GPU_TRY(b->alloc(b, (void **)&a->inv_metric, nd));
   GPU_TRY(b->alloc(b, (void **)&a->logp, n4));
   GPU_TRY(b->alloc(b, (void **)&a->step_size, n4));
-  GPU_TRY(b->alloc(b, (void **)&a->step_used, n4));
   GPU_TRY(b->alloc(b, (void **)&a->moment_mean, nd));
   GPU_TRY(b->alloc(b, (void **)&a->moment_m2, nd));
   GPU_TRY(b->fill(b, a->moment_mean, 0.0f, n * dim));
   GPU_TRY(b->fill(b, a->moment_m2, 0.0f, n * dim));
-  GPU_TRY(b->alloc(b, (void **)&a->accept_prob, n4));
-  GPU_TRY(b->alloc(b, (void **)&a->energy, n4));
-  GPU_TRY(b->alloc(b, (void **)&a->diverging, (size_t)n));
+  a->stats = (hmc_batch_t){.n_chains = n};
+  GPU_TRY(hmc_batch_alloc_stats(b, &a->stats));
+  a->step_used = a->stats.step_size;
+  a->accept_prob = a->stats.accept_prob;
+  a->energy = a->stats.energy;
+  a->diverging = a->stats.diverging;
   GPU_TRY(b->alloc(b, (void **)&a->accepted, (size_t)n));
   GPU_TRY(b->alloc(b, (void **)&a->chees_center, (size_t)dim * sizeof(float)));
   GPU_TRY(b->alloc(b, (void **)&a->chees, 2 * n4));
@@ -57,18 +60,19 @@ static void arrays_alloc(backend_t *b, chain_arrays_t *a, int64_t n, int64_t dim
 
 static void arrays_free(backend_t *b, chain_arrays_t *a) {
   b->release(b, a->q); b->release(b, a->grad); b->release(b, a->inv_metric); b->release(b, a->logp);
-  b->release(b, a->step_size); b->release(b, a->step_used); b->release(b, a->moment_mean); b->release(b, a->moment_m2); b->release(b, a->accept_prob); b->release(b, a->energy);
-  b->release(b, a->diverging); b->release(b, a->accepted);
+  b->release(b, a->step_size); b->release(b, a->moment_mean); b->release(b, a->moment_m2);
+  hmc_batch_release_stats(b, &a->stats);
+  b->release(b, a->accepted);
   b->release(b, a->chees_center); b->release(b, a->chees);
 }
 
 static hmc_batch_t batch_of(chain_arrays_t *a, int64_t n, int64_t dim, int64_t chain_begin, uint32_t iteration) {
   hmc_batch_t batch = {.n_chains = n, .chain_begin = chain_begin, .dim = dim, .seed = 0x5eed0123456789abull,
                        .iteration = iteration, .n_leapfrog = 10, .q = a->q, .logp = a->logp, .grad = a->grad,
-                       .step_nominal = a->step_size, .step_size = a->step_used, .inv_metric = a->inv_metric, .accept_prob = a->accept_prob,
-                       .energy = a->energy, .diverging = a->diverging, .accepted = a->accepted,
+                       .step_nominal = a->step_size, .inv_metric = a->inv_metric, .accepted = a->accepted,
                        .jitter = 0.3f, .moment_mean = a->moment_mean, .moment_m2 = a->moment_m2,
                        .moment_count = (int64_t)iteration - 99};
+  hmc_batch_share_stats(&batch, &a->stats);
   return batch;
 }
 
