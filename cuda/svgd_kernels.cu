@@ -1048,27 +1048,38 @@ __device__ __forceinline__ void flash_load_rows(const uint32_t *hi, const uint32
   }
 }
 
-/* dot of the warp's 16 rows with columns n0 .. n0 + 7 of [column][k] arrays cols_hi, cols_lo
- * (stride words a column): C layout, dot[0] (g, 2t), dot[1] (g, 2t + 1), dot[2] (g + 8, 2t),
- * dot[3] (g + 8, 2t + 1). The one formula of the GPU's distances up to FLASH_MAX_DIM. */
-template <int DP>
-__device__ __forceinline__ void flash_dot_tile(const uint32_t a_hi[flash_dims<DP>::KSTEPS][4],
-                                               const uint32_t a_lo[flash_dims<DP>::KSTEPS][4],
-                                               const uint32_t *cols_hi, const uint32_t *cols_lo, int stride, int n0,
-                                               int g, int t, float dot[4]) {
-  float hh[4] = {0.0f, 0.0f, 0.0f, 0.0f}, lh[4] = {0.0f, 0.0f, 0.0f, 0.0f}, hl[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-  const uint32_t *column_hi = cols_hi + (n0 + g) * stride + 2 * t, *column_lo = cols_lo + (n0 + g) * stride + 2 * t;
+/* dot of the warp's 16 rows with columns n0 + 8 j .. n0 + 8 j + 7, j < NT, of [column][k] arrays
+ * cols_hi, cols_lo (stride words a column): C layout, dot[j][0] (g, 2t), dot[j][1] (g, 2t + 1),
+ * dot[j][2] (g + 8, 2t), dot[j][3] (g + 8, 2t + 1). The one formula of the GPU's distances up to
+ * FLASH_MAX_DIM: each of the 3 NT chains takes its k8 steps in ascending order, so a result
+ * does not depend on NT or on the tiles beside it; k8 steps outer, tiles inner, so 3 NT
+ * independent chains are in flight. */
+template <int DP, int NT>
+__device__ __forceinline__ void flash_dot_tiles(const uint32_t a_hi[flash_dims<DP>::KSTEPS][4],
+                                                const uint32_t a_lo[flash_dims<DP>::KSTEPS][4],
+                                                const uint32_t *cols_hi, const uint32_t *cols_lo, int stride, int n0,
+                                                int g, int t, float dot[NT][4]) {
+  float hh[NT][4], lh[NT][4], hl[NT][4];
 #pragma unroll
-  for (int ks = 0; ks < flash_dims<DP>::KSTEPS; ++ks) {
-    const uint2 bh = *reinterpret_cast<const uint2 *>(column_hi + 8 * ks);
-    const uint2 bl = *reinterpret_cast<const uint2 *>(column_lo + 8 * ks);
-    const uint32_t b_hi[2] = {bh.x, bh.y}, b_lo[2] = {bl.x, bl.y};
-    mma_tf32_m16n8k8(lh, a_lo[ks], b_hi);
-    mma_tf32_m16n8k8(hl, a_hi[ks], b_lo);
-    mma_tf32_m16n8k8(hh, a_hi[ks], b_hi);
-  }
+  for (int j = 0; j < NT; ++j)
 #pragma unroll
-  for (int e = 0; e < 4; ++e) dot[e] = __fadd_rn(hh[e], __fadd_rn(lh[e], hl[e]));
+    for (int e = 0; e < 4; ++e) hh[j][e] = lh[j][e] = hl[j][e] = 0.0f;
+#pragma unroll
+  for (int ks = 0; ks < flash_dims<DP>::KSTEPS; ++ks)
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+      const int at = (n0 + 8 * j + g) * stride + 2 * t + 8 * ks;
+      const uint2 bh = *reinterpret_cast<const uint2 *>(cols_hi + at);
+      const uint2 bl = *reinterpret_cast<const uint2 *>(cols_lo + at);
+      const uint32_t b_hi[2] = {bh.x, bh.y}, b_lo[2] = {bl.x, bl.y};
+      mma_tf32_m16n8k8(lh[j], a_lo[ks], b_hi);
+      mma_tf32_m16n8k8(hl[j], a_hi[ks], b_lo);
+      mma_tf32_m16n8k8(hh[j], a_hi[ks], b_hi);
+    }
+#pragma unroll
+  for (int j = 0; j < NT; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) dot[j][e] = __fadd_rn(hh[j][e], __fadd_rn(lh[j][e], hl[j][e]));
 }
 
 /* hi, lo [padded rows][dp] of src [n][dim]: zeros past dim and past n (a padding row's
@@ -1173,15 +1184,16 @@ __global__ void __launch_bounds__(FLASH_THREADS, 1) svgd_flash_phi_kernel(const 
 #pragma unroll
     for (int sub = 0; sub < FLASH_BN / FLASH_SUB; ++sub) {
       uint32_t p_hi[4][4], p_lo[4][4];
+      float dot[4][4];
+      flash_dot_tiles<DP, 4>(a_hi, a_lo, s.y_hi, s.y_lo, Y_STRIDE, sub * FLASH_SUB, g, t, dot);
 #pragma unroll
       for (int jn = 0; jn < 4; ++jn) {
         const int n0 = sub * FLASH_SUB + 8 * jn;
-        float dot[4], k[4];
-        flash_dot_tile<DP>(a_hi, a_lo, s.y_hi, s.y_lo, Y_STRIDE, n0, g, t, dot);
+        float k[4];
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int cl = n0 + 2 * t + (e & 1);
-          k[e] = pair_weight(a.weight, svgd_gemm_distance(row_square[e >> 1], s.squares[cl], dot[e]));
+          k[e] = pair_weight(a.weight, svgd_gemm_distance(row_square[e >> 1], s.squares[cl], dot[jn][e]));
           if (masked && (c0 + cl >= a.n || c0 + cl == r0 + g + 8 * (e >> 1))) k[e] = 0.0f;
         }
         sum_k[0] = __fadd_rn(__fadd_rn(sum_k[0], k[0]), k[1]);
@@ -1192,22 +1204,27 @@ __global__ void __launch_bounds__(FLASH_THREADS, 1) svgd_flash_phi_kernel(const 
         tf32_split(k[1], &p_hi[jn][2], &p_lo[jn][2]);
         tf32_split(k[3], &p_hi[jn][3], &p_lo[jn][3]);
       }
+      /* part[c]: this subtile's K v from zero, column steps ascending; CT chains in flight. */
+      float part[CT][4];
 #pragma unroll
-      for (int c = 0; c < CT; ++c) {
-        float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      for (int c = 0; c < CT; ++c)
 #pragma unroll
-        for (int jn = 0; jn < 4; ++jn) {
-          const int j = sub * FLASH_SUB + 8 * jn + 2 * t;
-          const int at = j * V_STRIDE + 8 * c + g;
+        for (int e = 0; e < 4; ++e) part[c][e] = 0.0f;
+#pragma unroll
+      for (int jn = 0; jn < 4; ++jn)
+#pragma unroll
+        for (int c = 0; c < CT; ++c) {
+          const int at = (sub * FLASH_SUB + 8 * jn + 2 * t) * V_STRIDE + 8 * c + g;
           const uint32_t b_hi[2] = {s.v_hi[at], s.v_hi[at + V_STRIDE]};
           const uint32_t b_lo[2] = {s.v_lo[at], s.v_lo[at + V_STRIDE]};
-          mma_tf32_m16n8k8(part, p_lo[jn], b_hi);
-          mma_tf32_m16n8k8(part, p_hi[jn], b_lo);
-          mma_tf32_m16n8k8(part, p_hi[jn], b_hi);
+          mma_tf32_m16n8k8(part[c], p_lo[jn], b_hi);
+          mma_tf32_m16n8k8(part[c], p_hi[jn], b_lo);
+          mma_tf32_m16n8k8(part[c], p_hi[jn], b_hi);
         }
 #pragma unroll
-        for (int e = 0; e < 4; ++e) acc[c][e] = __fadd_rn(acc[c][e], part[e]);
-      }
+      for (int c = 0; c < CT; ++c)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[c][e] = __fadd_rn(acc[c][e], part[c][e]);
     }
     cp_async_wait_all();
     __syncthreads();
@@ -1254,27 +1271,6 @@ struct flash_hist_stage {
 template <int DP>
 constexpr size_t flash_hist_smem_bytes() {
   return sizeof(uint32_t) * HIST_WORDS + 2 * sizeof(flash_hist_stage<DP>);
-}
-
-/* One count of key bits by the pass's rule (svgd_pair_histogram_kernel's). */
-template <int PASS>
-__device__ __forceinline__ void hist_count_key(uint32_t *hist_s, unsigned long long *hist, uint32_t bits,
-                                               uint32_t select_bits, unsigned long long &below,
-                                               unsigned long long &above) {
-  if (PASS == SVGD_MEDIAN_PASS_HIGH) {
-    hist_count(hist_s, hist, bits >> 16);
-  } else if (PASS == SVGD_MEDIAN_PASS_LOW) {
-    if ((bits >> 16) == select_bits) hist_count(hist_s, hist, bits & 0xFFFFu);
-  } else {
-    const uint32_t offset = bits - select_bits; /* wraps for keys below the window */
-    if (offset < SVGD_WINDOW_FINE_BINS)
-      hist_count(hist_s, hist, SVGD_WINDOW_FINE + offset);
-    else if (bits < select_bits)
-      ++below;
-    else
-      ++above;
-    if (bits < 0x80000000u) hist_count(hist_s, hist, SVGD_WINDOW_HIGH + (bits >> 16));
-  }
 }
 
 /* A persistent grid over (128-row tile, 64-column tile) of the band, row-tile major: rows
@@ -1338,20 +1334,57 @@ __global__ void __launch_bounds__(FLASH_THREADS, 1) svgd_flash_histogram_kernel(
     const flash_hist_stage<DP> &s = stages[buffer];
     const int c0 = first_column(item);
 #pragma unroll
-    for (int jn = 0; jn < FLASH_BN / 8; ++jn) {
-      const int n0 = 8 * jn;
-      /* Offsets of this n8 tile's pairs lie in [c0 + n0 - r0 - 15, c0 + n0 + 7 - r0]. */
-      const int lowest = c0 + n0 - r0 - 15, highest = c0 + n0 + 7 - r0;
+    for (int sub = 0; sub < FLASH_BN / FLASH_SUB; ++sub) {
+      const int n0 = sub * FLASH_SUB;
+      /* Offsets of this subtile's pairs lie in [c0 + n0 - r0 - 15, c0 + n0 + 31 - r0]. */
+      const int lowest = c0 + n0 - r0 - 15, highest = c0 + n0 + FLASH_SUB - 1 - r0;
       if (highest < 1 || lowest > a.half) continue; /* warp-uniform */
-      float dot[4];
-      flash_dot_tile<DP>(a_hi, a_lo, s.y_hi, s.y_lo, Y_STRIDE, n0, g, t, dot);
+      float dot[4][4];
+      flash_dot_tiles<DP, 4>(a_hi, a_lo, s.y_hi, s.y_lo, Y_STRIDE, n0, g, t, dot);
+      /* The 16 pairs' bins first, then their shared-memory counts issued back to back, then the
+       * rare wrap-arounds: no count waits on the one before. */
+      uint32_t bins[16], high_bins[16];
+      bool counted[16], high_counted[16];
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int h = e >> 1, cl = n0 + 2 * t + (e & 1);
-        const int offset = c0 + cl - (r0 + g + 8 * h);
-        if (offset < 1 || offset > spans[h]) continue;
-        const float d = svgd_gemm_distance(row_square[h], s.squares[cl], dot[e]);
-        hist_count_key<PASS>(hist_s, a.hist, __float_as_uint(d), a.select_bits, below, above);
+      for (int jn = 0; jn < 4; ++jn)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int p = 4 * jn + e, h = e >> 1, cl = n0 + 8 * jn + 2 * t + (e & 1);
+          const int offset = c0 + cl - (r0 + g + 8 * h);
+          const bool in_band = offset >= 1 && offset <= spans[h];
+          const uint32_t bits = __float_as_uint(svgd_gemm_distance(row_square[h], s.squares[cl], dot[jn][e]));
+          high_counted[p] = false;
+          high_bins[p] = 0u;
+          if (PASS == SVGD_MEDIAN_PASS_HIGH) {
+            counted[p] = in_band;
+            bins[p] = bits >> 16;
+          } else if (PASS == SVGD_MEDIAN_PASS_LOW) {
+            counted[p] = in_band && (bits >> 16) == a.select_bits;
+            bins[p] = bits & 0xFFFFu;
+          } else {
+            const uint32_t window_offset = bits - a.select_bits; /* wraps for keys below the window */
+            counted[p] = in_band && window_offset < SVGD_WINDOW_FINE_BINS;
+            bins[p] = SVGD_WINDOW_FINE + window_offset;
+            below += in_band && window_offset >= SVGD_WINDOW_FINE_BINS && bits < a.select_bits;
+            above += in_band && window_offset >= SVGD_WINDOW_FINE_BINS && bits >= a.select_bits;
+            high_counted[p] = in_band && bits < 0x80000000u;
+            high_bins[p] = SVGD_WINDOW_HIGH + (bits >> 16);
+          }
+        }
+      uint32_t olds[16], high_olds[16];
+#pragma unroll
+      for (int p = 0; p < 16; ++p) {
+        olds[p] = counted[p] ? atomicAdd(&hist_s[bins[p] >> 1], 1u << ((bins[p] & 1u) << 4)) : 0u;
+        if (PASS == SVGD_MEDIAN_PASS_WINDOW)
+          high_olds[p] = high_counted[p] ? atomicAdd(&hist_s[high_bins[p] >> 1], 1u << ((high_bins[p] & 1u) << 4)) : 0u;
+      }
+#pragma unroll
+      for (int p = 0; p < 16; ++p) {
+        if (counted[p] && ((olds[p] >> ((bins[p] & 1u) << 4)) & 0xFFFFu) == 0xFFFFu)
+          hist_settle_wrap(a.hist, bins[p], olds[p]);
+        if (PASS == SVGD_MEDIAN_PASS_WINDOW && high_counted[p] &&
+            ((high_olds[p] >> ((high_bins[p] & 1u) << 4)) & 0xFFFFu) == 0xFFFFu)
+          hist_settle_wrap(a.hist, high_bins[p], high_olds[p]);
       }
     }
     cp_async_wait_all();
@@ -1381,7 +1414,7 @@ __global__ void __launch_bounds__(FLASH_THREADS, 1) svgd_flash_histogram_kernel(
   }
 }
 
-/* D [rows][n] of rows row_begin .. as the two kernels above take them (flash_dot_tile on the
+/* D [rows][n] of rows row_begin .. as the two kernels above take them (flash_dot_tiles on the
  * same split values, columns read from global memory): for tests. A warp per 16 x 8 tile. */
 template <int DP>
 __global__ void svgd_flash_distances_kernel(const uint32_t *y_hi, const uint32_t *y_lo, const float *squares,
@@ -1393,12 +1426,12 @@ __global__ void svgd_flash_distances_kernel(const uint32_t *y_hi, const uint32_t
   if (n0 >= n) return; /* whole warps */
   uint32_t a_hi[KSTEPS][4], a_lo[KSTEPS][4];
   flash_load_rows<DP>(y_hi, y_lo, r0, row_end, g, t, a_hi, a_lo);
-  float dot[4];
-  flash_dot_tile<DP>(a_hi, a_lo, y_hi + n0 * DP, y_lo + n0 * DP, DP, 0, g, t, dot);
+  float dot[1][4];
+  flash_dot_tiles<DP, 1>(a_hi, a_lo, y_hi + n0 * DP, y_lo + n0 * DP, DP, 0, g, t, dot);
 #pragma unroll
   for (int e = 0; e < 4; ++e) {
     const long long i = r0 + g + 8 * (e >> 1), j = n0 + 2 * t + (e & 1);
-    if (i < row_end && j < n) dist[(i - row_begin) * n + j] = svgd_gemm_distance(squares[i], squares[j], dot[e]);
+    if (i < row_end && j < n) dist[(i - row_begin) * n + j] = svgd_gemm_distance(squares[i], squares[j], dot[0][e]);
   }
 }
 
@@ -1646,7 +1679,11 @@ int launch_centred_rows(const float *x, long long n, int dim, float *y, float *s
 }
 
 /* Whether the distances are the tensor cores' (svgd_flash_* kernels). */
-bool flash_dims_apply(long long dim) { return dim >= 1 && dim <= FLASH_MAX_DIM; }
+/* Below FLASH_MIN_DIM coordinates the GEMM identity's cancellation (|y|^2 against D) costs more
+ * than 2e-6 of phi (d = 1: 3.5e-6 measured) and there is no product to speak of: direct
+ * differences on the CUDA cores, as before, bitwise the CPU's. */
+constexpr int FLASH_MIN_DIM = 4;
+bool flash_dims_apply(long long dim) { return dim >= FLASH_MIN_DIM && dim <= FLASH_MAX_DIM; }
 
 /* Column splits of the flash phi: a function of n alone (never of the local rows), so sums run
  * in the same order on any number of ranks; small n gets more blocks to fill the device. */
