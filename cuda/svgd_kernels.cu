@@ -1930,6 +1930,7 @@ extern "C" size_t svgd_phi_scratch_floats(int64_t n, int64_t dim, int64_t rows) 
     return 2 * (size_t)flash_splits(n) * (size_t)rows * (size_t)(dim + 1) + flash_inputs_floats(n, dim, true);
   const int splits = dim <= PHI_MAX_DIM ? phi_splits(n) : 1;
   size_t floats = 2 * (size_t)splits * (size_t)rows * (size_t)(dim + 1) + (size_t)n * (size_t)dim;
+  if (dim <= PHI_MAX_DIM) floats += 4 + (size_t)n * (size_t)dim; /* the centred rows, on 16 bytes */
   if (dim > PHI_MAX_DIM) {
     const long long slab = wide_slab_columns(n, rows);
     /* 12: the alignment of v, of the slab and of the centred rows */
@@ -2077,21 +2078,34 @@ extern "C" int svgd_launch_phi(const float *x_all, const float *score_all, int64
     x_all = centred;
     a.x = centred;
   }
+  /* The vectors the kernel weighs and the finish take the centred rows y = x - x_0 (dim > 128:
+   * x_all already is): sum_j K_ij (x_i - x_j) is then formed from values on the scale of the
+   * cloud's spread, not of its distance from the origin (a cloud at -1000 in d = 3 lost 4e-4
+   * relative to the cancellation of x_i sum K and sum K x_j). The distances still take x. */
+  const float *vector_x = x_all;
+  if (dim <= PHI_MAX_DIM) {
+    float *centred = align16(v_all + (size_t)n * (size_t)dim);
+    DS_TRY(launch_centred_rows(x_all, n, (int)dim, centred, NULL, stream));
+    vector_x = centred;
+  }
   if (kernel->kind == SVGD_KERNEL_RBF) {
     a.v = v_all;
-    svgd_v_kernel<<<grid_for(n * dim, 256), 256, 0, stream>>>(x_all, score_all, n * dim, h, v_all);
+    svgd_v_kernel<<<grid_for(n * dim, 256), 256, 0, stream>>>(vector_x, score_all, n * dim, h, v_all);
     CUDA_CHECK_LAUNCH("svgd_v_kernel");
     DS_TRY(phi_pass(a, k_slab, k_tile_sums, squares, dist, row_blocks, stream));
-    svgd_phi_finish_kernel<<<grid_for(rows * dim, 256), 256, 0, stream>>>(a, phi);
+    phi_args finish = a;
+    finish.x = vector_x;
+    svgd_phi_finish_kernel<<<grid_for(rows * dim, 256), 256, 0, stream>>>(finish, phi);
     CUDA_CHECK_LAUNCH("svgd_phi_finish_kernel");
     return DS_OK;
   }
-  /* imq: sum_j k_ij s_j, then sum_j w_ij x_j and sum_j w_ij into the second set. */
+  /* imq: sum_j k_ij s_j, then sum_j w_ij y_j and sum_j w_ij into the second set. */
   phi_args weight = a;
   a.v = score_all;
   a.weight.mode = PHI_WEIGHT_IMQ_VALUE;
   DS_TRY(phi_pass(a, k_slab, k_tile_sums, squares, dist, row_blocks, stream));
-  weight.v = x_all;
+  a.x = vector_x; /* for the finish */
+  weight.v = vector_x;
   weight.weight.mode = PHI_WEIGHT_IMQ_WEIGHT;
   weight.partial_sums = scratch + set_floats;
   weight.partial_k = weight.partial_sums + (size_t)a.splits * (size_t)rows * (size_t)dim;
