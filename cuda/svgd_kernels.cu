@@ -982,6 +982,459 @@ __global__ void svgd_phi_finish_imq_kernel(const phi_args value, const phi_args 
   }
 }
 
+/* ---------------------------------------------------------------- tensor-core pair tiles (dim <= 64) */
+
+/* Up to FLASH_MAX_DIM coordinates every pair's distance is taken on the tensor cores, the same way
+ * in the median's passes and in phi, so the median is exact for the distances phi uses:
+ *   y = x - x_0 (centred rows), |y_j|^2 an fma chain (svgd_squares_kernel), y split into TF32
+ *   hi + lo (mma_tf32.cuh) and zero-padded to DP coordinates;
+ *   dot_ij = hh + (lh + hl), three m16n8k8 chains from zero over the k8 steps ascending: hh of
+ *   hi_i hi_j, lh of lo_i hi_j, hl of hi_i lo_j. Slot s of a k8 step holds coordinate
+ *   k0 + 2s (s < 4) or k0 + 2(s - 4) + 1, in rows and columns alike. Every slot's product is
+ *   the same value whichever particle is the row, so hh_ij = hh_ji and lh_ij = hl_ji bitwise,
+ *   and the float sums make dot_ij = dot_ji: D is symmetric, as the median's one count per
+ *   unordered pair needs. The large hh chain runs apart from the small ones: the tensor cores
+ *   truncate as they add, and the cross terms' truncations then cost 2^-11 of theirs.
+ *   D_ij = svgd_gemm_distance(|y_i|^2, |y_j|^2, dot_ij).
+ * phi (svgd_flash_phi_kernel): a block of 128 rows, a warp's 16 rows' A fragments in registers
+ * for the whole pass, 64-column tiles of [y hi | y lo | v hi | v lo] streamed through shared
+ * memory (cp.async, double buffered). A warp takes 32 columns at a time: D and K in registers, K
+ * split hi + lo and used as the A fragment of K v (its C layout is the A layout once slot s holds
+ * column 2s or 2(s - 4) + 1), v split in the prepass; sum_j K v in 3xTF32, each 32-column part
+ * from zero then added in float32 round to nearest, parts in column order; sum_j K in float, a
+ * thread's columns in order, then its quad in a fixed tree. K never leaves the registers.
+ * Median (svgd_flash_histogram_kernel): the same distances over the band of pairs, counted as
+ * svgd_pair_histogram_kernel counts them. */
+constexpr int FLASH_MAX_DIM = 64;
+constexpr int FLASH_THREADS = 256; /* 8 warps of 16 rows */
+constexpr int FLASH_BM = 128;
+constexpr int FLASH_BN = 64;       /* columns per staged tile */
+constexpr int FLASH_SUB = 32;      /* columns a warp forms K for at once: 4 n8 tiles */
+constexpr int FLASH_MAX_SPLITS = 8;
+static_assert(FLASH_BM == 16 * (FLASH_THREADS / 32), "a warp per 16 rows");
+static_assert(FLASH_BN % FLASH_SUB == 0 && FLASH_SUB == 32, "4 n8 tiles per warp step");
+
+template <int DP>
+struct flash_dims {
+  static constexpr int KSTEPS = DP / 8;
+  /* [column][k] words, read 8 bytes at (n0 + g) stride + 2t: banks 8g + 2t (or 24g + 2t) distinct
+   * within each half warp. */
+  static constexpr int Y_STRIDE = DP == 8 ? 24 : DP + 8;
+  /* [column][coordinate], read at (2t) stride + g and one row further: banks 8t + g distinct. */
+  static constexpr int V_STRIDE = DP + 4;
+};
+
+int flash_padded_dim(long long dim) { return dim <= 8 ? 8 : dim <= 16 ? 16 : dim <= 32 ? 32 : 64; }
+/* Rows of the split arrays: n rounded up to whole column tiles, so whole tiles can be read. */
+long long flash_padded_rows(long long n) { return (n + FLASH_BN - 1) / FLASH_BN * FLASH_BN; }
+
+/* The A fragments of rows row0 .. row0 + 15 (slot order above); zeros past row_end. */
+template <int DP>
+__device__ __forceinline__ void flash_load_rows(const uint32_t *hi, const uint32_t *lo, long long row0,
+                                                long long row_end, int g, int t,
+                                                uint32_t a_hi[flash_dims<DP>::KSTEPS][4],
+                                                uint32_t a_lo[flash_dims<DP>::KSTEPS][4]) {
+  const long long top = row0 + g, bottom = row0 + g + 8;
+  const bool top_valid = top < row_end, bottom_valid = bottom < row_end;
+#pragma unroll
+  for (int ks = 0; ks < flash_dims<DP>::KSTEPS; ++ks) {
+    const int k = 8 * ks + 2 * t;
+    const uint2 th = top_valid ? *reinterpret_cast<const uint2 *>(hi + top * DP + k) : make_uint2(0u, 0u);
+    const uint2 tl = top_valid ? *reinterpret_cast<const uint2 *>(lo + top * DP + k) : make_uint2(0u, 0u);
+    const uint2 bh = bottom_valid ? *reinterpret_cast<const uint2 *>(hi + bottom * DP + k) : make_uint2(0u, 0u);
+    const uint2 bl = bottom_valid ? *reinterpret_cast<const uint2 *>(lo + bottom * DP + k) : make_uint2(0u, 0u);
+    a_hi[ks][0] = th.x; a_hi[ks][1] = bh.x; a_hi[ks][2] = th.y; a_hi[ks][3] = bh.y;
+    a_lo[ks][0] = tl.x; a_lo[ks][1] = bl.x; a_lo[ks][2] = tl.y; a_lo[ks][3] = bl.y;
+  }
+}
+
+/* dot of the warp's 16 rows with columns n0 + 8 j .. n0 + 8 j + 7, j < NT, of [column][k] arrays
+ * cols_hi, cols_lo (stride words a column): C layout, dot[j][0] (g, 2t), dot[j][1] (g, 2t + 1),
+ * dot[j][2] (g + 8, 2t), dot[j][3] (g + 8, 2t + 1). The one formula of the GPU's distances up to
+ * FLASH_MAX_DIM: each of the 3 NT chains takes its k8 steps in ascending order, so a result
+ * does not depend on NT or on the tiles beside it; k8 steps outer, tiles inner, so 3 NT
+ * independent chains are in flight. */
+template <int DP, int NT>
+__device__ __forceinline__ void flash_dot_tiles(const uint32_t a_hi[flash_dims<DP>::KSTEPS][4],
+                                                const uint32_t a_lo[flash_dims<DP>::KSTEPS][4],
+                                                const uint32_t *cols_hi, const uint32_t *cols_lo, int stride, int n0,
+                                                int g, int t, float dot[NT][4]) {
+  float hh[NT][4], lh[NT][4], hl[NT][4];
+#pragma unroll
+  for (int j = 0; j < NT; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) hh[j][e] = lh[j][e] = hl[j][e] = 0.0f;
+#pragma unroll
+  for (int ks = 0; ks < flash_dims<DP>::KSTEPS; ++ks)
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+      const int at = (n0 + 8 * j + g) * stride + 2 * t + 8 * ks;
+      const uint2 bh = *reinterpret_cast<const uint2 *>(cols_hi + at);
+      const uint2 bl = *reinterpret_cast<const uint2 *>(cols_lo + at);
+      const uint32_t b_hi[2] = {bh.x, bh.y}, b_lo[2] = {bl.x, bl.y};
+      mma_tf32_m16n8k8(lh[j], a_lo[ks], b_hi);
+      mma_tf32_m16n8k8(hl[j], a_hi[ks], b_lo);
+      mma_tf32_m16n8k8(hh[j], a_hi[ks], b_hi);
+    }
+#pragma unroll
+  for (int j = 0; j < NT; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) dot[j][e] = __fadd_rn(hh[j][e], __fadd_rn(lh[j][e], hl[j][e]));
+}
+
+/* hi, lo [padded rows][dp] of src [n][dim]: zeros past dim and past n (a padding row's
+ * weight is 0, and 0 times a stale NaN would not be). */
+__global__ void svgd_flash_split_kernel(const float *src, long long n, long long padded_rows, int dim, int dp,
+                                        uint32_t *hi, uint32_t *lo) {
+  for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < padded_rows * dp;
+       e += (long long)gridDim.x * blockDim.x) {
+    const long long j = e / dp;
+    const int k = (int)(e - j * dp);
+    tf32_split(k < dim && j < n ? src[j * dim + k] : 0.0f, &hi[e], &lo[e]);
+  }
+}
+
+/* The columns' vectors v of a phi pass, split: s - y / h (rbf, as svgd_v_kernel), s, or y. */
+enum { FLASH_V_RBF = 0, FLASH_V_SCORE = 1, FLASH_V_CENTRED = 2 };
+__global__ void svgd_flash_v_split_kernel(const float *score, const float *centred, long long n, long long padded_rows,
+                                          int dim, int dp, int mode, float h, uint32_t *hi, uint32_t *lo) {
+  for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < padded_rows * dp;
+       e += (long long)gridDim.x * blockDim.x) {
+    const long long j = e / dp;
+    const int k = (int)(e - j * dp);
+    float v = 0.0f;
+    if (k < dim && j < n) {
+      const long long at = j * dim + k;
+      v = mode == FLASH_V_RBF ? __fsub_rn(score[at], __fdiv_rn(centred[at], h))
+          : mode == FLASH_V_SCORE ? score[at] : centred[at];
+    }
+    tf32_split(v, &hi[e], &lo[e]);
+  }
+}
+
+struct flash_phi_args {
+  const uint32_t *y_hi, *y_lo, *v_hi, *v_lo; /* [padded rows][DP] */
+  const float *squares;                      /* [n] |y_j|^2 */
+  long long n, row_begin, row_end;
+  int dim, splits;
+  pair_weight_t weight;
+  float *partial_sums; /* [splits][rows][dim] */
+  float *partial_k;    /* [splits][rows] */
+};
+
+template <int DP>
+struct flash_phi_stage {
+  uint32_t y_hi[FLASH_BN * flash_dims<DP>::Y_STRIDE], y_lo[FLASH_BN * flash_dims<DP>::Y_STRIDE];
+  uint32_t v_hi[FLASH_BN * flash_dims<DP>::V_STRIDE], v_lo[FLASH_BN * flash_dims<DP>::V_STRIDE];
+  float squares[FLASH_BN];
+};
+
+/* grid (row blocks, splits), FLASH_THREADS, 2 stages dynamic. Column tiles of the split
+ * tiles * split / splits .. ascending; the diagonal and columns past n weigh 0. */
+template <int DP>
+__global__ void __launch_bounds__(FLASH_THREADS, 1) svgd_flash_phi_kernel(const flash_phi_args a) {
+  constexpr int KSTEPS = flash_dims<DP>::KSTEPS, Y_STRIDE = flash_dims<DP>::Y_STRIDE;
+  constexpr int V_STRIDE = flash_dims<DP>::V_STRIDE, CHUNKS = DP / 4, CT = DP / 8;
+  extern __shared__ float4 flash_shared_raw[];
+  flash_phi_stage<DP> *stages = reinterpret_cast<flash_phi_stage<DP> *>(flash_shared_raw);
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / 4, t = lane % 4;
+  const long long r0 = a.row_begin + (long long)blockIdx.x * FLASH_BM + 16 * warp; /* the warp's rows */
+  const int split = blockIdx.y;
+  const long long tiles = (a.n + FLASH_BN - 1) / FLASH_BN;
+  const long long tile_begin = tiles * split / a.splits, tile_end = tiles * (split + 1) / a.splits;
+
+  /* Columns past n read the split arrays' padding rows and are masked. */
+  auto stage = [&](long long tile, int buffer) {
+    flash_phi_stage<DP> &s = stages[buffer];
+    for (int f = tid; f < FLASH_BN * CHUNKS; f += FLASH_THREADS) {
+      const int cc = f / CHUNKS, kk = 4 * (f % CHUNKS);
+      const size_t at = (size_t)(tile * FLASH_BN + cc) * DP + kk;
+      cp_async_f32x4(reinterpret_cast<float *>(&s.y_hi[cc * Y_STRIDE + kk]), reinterpret_cast<const float *>(a.y_hi + at), true);
+      cp_async_f32x4(reinterpret_cast<float *>(&s.y_lo[cc * Y_STRIDE + kk]), reinterpret_cast<const float *>(a.y_lo + at), true);
+      cp_async_f32x4(reinterpret_cast<float *>(&s.v_hi[cc * V_STRIDE + kk]), reinterpret_cast<const float *>(a.v_hi + at), true);
+      cp_async_f32x4(reinterpret_cast<float *>(&s.v_lo[cc * V_STRIDE + kk]), reinterpret_cast<const float *>(a.v_lo + at), true);
+    }
+    if (tid < FLASH_BN) {
+      const long long column = tile * FLASH_BN + tid;
+      cp_async_f32(&s.squares[tid], a.squares + (column < a.n ? column : 0), column < a.n);
+    }
+  };
+
+  uint32_t a_hi[KSTEPS][4], a_lo[KSTEPS][4];
+  flash_load_rows<DP>(a.y_hi, a.y_lo, r0, a.row_end, g, t, a_hi, a_lo);
+  const float row_square[2] = {r0 + g < a.row_end ? a.squares[r0 + g] : 0.0f,
+                               r0 + g + 8 < a.row_end ? a.squares[r0 + g + 8] : 0.0f};
+  /* acc[c][e]: sum_j K v of row g + 8 (e / 2), coordinate 8 c + 2 t + e % 2. */
+  float acc[CT][4];
+#pragma unroll
+  for (int c = 0; c < CT; ++c)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[c][e] = 0.0f;
+  float sum_k[2] = {0.0f, 0.0f};
+
+  if (tile_begin < tile_end) stage(tile_begin, 0);
+  cp_async_wait_all();
+  __syncthreads();
+  for (long long tile = tile_begin; tile < tile_end; ++tile) {
+    const int buffer = (int)((tile - tile_begin) & 1);
+    if (tile + 1 < tile_end) stage(tile + 1, buffer ^ 1);
+    const flash_phi_stage<DP> &s = stages[buffer];
+    const long long c0 = tile * FLASH_BN;
+    const bool masked = c0 + FLASH_BN > a.n || (c0 < r0 + 16 && r0 < c0 + FLASH_BN);
+#pragma unroll
+    for (int sub = 0; sub < FLASH_BN / FLASH_SUB; ++sub) {
+      uint32_t p_hi[4][4], p_lo[4][4];
+      float dot[4][4];
+      flash_dot_tiles<DP, 4>(a_hi, a_lo, s.y_hi, s.y_lo, Y_STRIDE, sub * FLASH_SUB, g, t, dot);
+#pragma unroll
+      for (int jn = 0; jn < 4; ++jn) {
+        const int n0 = sub * FLASH_SUB + 8 * jn;
+        float k[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int cl = n0 + 2 * t + (e & 1);
+          k[e] = pair_weight(a.weight, svgd_gemm_distance(row_square[e >> 1], s.squares[cl], dot[jn][e]));
+          if (masked && (c0 + cl >= a.n || c0 + cl == r0 + g + 8 * (e >> 1))) k[e] = 0.0f;
+        }
+        sum_k[0] = __fadd_rn(__fadd_rn(sum_k[0], k[0]), k[1]);
+        sum_k[1] = __fadd_rn(__fadd_rn(sum_k[1], k[2]), k[3]);
+        /* A fragment of K v over these 8 columns: slot t column 2t, slot t + 4 column 2t + 1. */
+        tf32_split(k[0], &p_hi[jn][0], &p_lo[jn][0]);
+        tf32_split(k[2], &p_hi[jn][1], &p_lo[jn][1]);
+        tf32_split(k[1], &p_hi[jn][2], &p_lo[jn][2]);
+        tf32_split(k[3], &p_hi[jn][3], &p_lo[jn][3]);
+      }
+      /* part[c]: this subtile's K v from zero, column steps ascending; CT chains in flight. */
+      float part[CT][4];
+#pragma unroll
+      for (int c = 0; c < CT; ++c)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) part[c][e] = 0.0f;
+#pragma unroll
+      for (int jn = 0; jn < 4; ++jn)
+#pragma unroll
+        for (int c = 0; c < CT; ++c) {
+          const int at = (sub * FLASH_SUB + 8 * jn + 2 * t) * V_STRIDE + 8 * c + g;
+          const uint32_t b_hi[2] = {s.v_hi[at], s.v_hi[at + V_STRIDE]};
+          const uint32_t b_lo[2] = {s.v_lo[at], s.v_lo[at + V_STRIDE]};
+          mma_tf32_m16n8k8(part[c], p_lo[jn], b_hi);
+          mma_tf32_m16n8k8(part[c], p_hi[jn], b_lo);
+          mma_tf32_m16n8k8(part[c], p_hi[jn], b_hi);
+        }
+#pragma unroll
+      for (int c = 0; c < CT; ++c)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[c][e] = __fadd_rn(acc[c][e], part[c][e]);
+    }
+    cp_async_wait_all();
+    __syncthreads();
+  }
+
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    sum_k[h] = __fadd_rn(sum_k[h], __shfl_xor_sync(0xffffffffu, sum_k[h], 1));
+    sum_k[h] = __fadd_rn(sum_k[h], __shfl_xor_sync(0xffffffffu, sum_k[h], 2));
+  }
+  const long long rows = a.row_end - a.row_begin;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const long long row = r0 + g + 8 * h;
+    if (row >= a.row_end) continue;
+    const long long local = (long long)split * rows + (row - a.row_begin);
+    if (t == 0) a.partial_k[local] = sum_k[h];
+    float *out = a.partial_sums + local * a.dim;
+#pragma unroll
+    for (int c = 0; c < CT; ++c)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int k = 8 * c + 2 * t + e;
+        if (k < a.dim) out[k] = acc[c][2 * h + e];
+      }
+  }
+}
+
+struct flash_hist_args {
+  const uint32_t *y_hi, *y_lo; /* [padded rows][DP] */
+  const float *squares;
+  int n, half, row_begin, row_end, col_tiles;
+  long long total_tiles;
+  uint32_t select_bits;
+  unsigned long long *hist;
+};
+
+template <int DP>
+struct flash_hist_stage {
+  uint32_t y_hi[FLASH_BN * flash_dims<DP>::Y_STRIDE], y_lo[FLASH_BN * flash_dims<DP>::Y_STRIDE];
+  float squares[FLASH_BN];
+};
+
+template <int DP>
+constexpr size_t flash_hist_smem_bytes() {
+  return sizeof(uint32_t) * HIST_WORDS + 2 * sizeof(flash_hist_stage<DP>);
+}
+
+/* A persistent grid over (128-row tile, 64-column tile) of the band, row-tile major: rows
+ * [row_begin, row_end), a row i's pairs (i, i + offset mod n) for offset 1 .. span(i). */
+template <int DP, int PASS>
+__global__ void __launch_bounds__(FLASH_THREADS, 1) svgd_flash_histogram_kernel(const flash_hist_args a) {
+  constexpr int KSTEPS = flash_dims<DP>::KSTEPS, Y_STRIDE = flash_dims<DP>::Y_STRIDE, CHUNKS = DP / 4;
+  extern __shared__ float4 flash_shared_raw[];
+  uint32_t *hist_s = reinterpret_cast<uint32_t *>(flash_shared_raw);
+  flash_hist_stage<DP> *stages = reinterpret_cast<flash_hist_stage<DP> *>(hist_s + HIST_WORDS);
+  __shared__ unsigned long long outside_s[2];
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / 4, t = lane % 4;
+  for (int w = tid; w < HIST_WORDS / 4; w += FLASH_THREADS)
+    reinterpret_cast<uint4 *>(hist_s)[w] = make_uint4(0u, 0u, 0u, 0u);
+  if (tid < 2) outside_s[tid] = 0ull;
+
+  const long long item_begin = a.total_tiles * blockIdx.x / gridDim.x;
+  const long long item_end = a.total_tiles * (blockIdx.x + 1) / gridDim.x;
+  /* The first virtual column (row + offset, not reduced modulo n) of an item's tile. */
+  auto first_column = [&](long long item) {
+    const int row_tile = (int)(item / a.col_tiles), col_tile = (int)(item - (long long)row_tile * a.col_tiles);
+    return a.row_begin + row_tile * FLASH_BM + 1 + col_tile * FLASH_BN;
+  };
+  auto stage = [&](long long item, int buffer) {
+    flash_hist_stage<DP> &s = stages[buffer];
+    const int c0 = first_column(item);
+    for (int f = tid; f < FLASH_BN * CHUNKS; f += FLASH_THREADS) {
+      const int cc = f / CHUNKS, kk = 4 * (f % CHUNKS);
+      const size_t at = (size_t)((c0 + cc) % a.n) * DP + kk;
+      cp_async_f32x4(reinterpret_cast<float *>(&s.y_hi[cc * Y_STRIDE + kk]), reinterpret_cast<const float *>(a.y_hi + at), true);
+      cp_async_f32x4(reinterpret_cast<float *>(&s.y_lo[cc * Y_STRIDE + kk]), reinterpret_cast<const float *>(a.y_lo + at), true);
+    }
+    if (tid < FLASH_BN) cp_async_f32(&s.squares[tid], a.squares + (c0 + tid) % a.n, true);
+  };
+
+  uint32_t a_hi[KSTEPS][4], a_lo[KSTEPS][4];
+  float row_square[2] = {0.0f, 0.0f};
+  int spans[2] = {0, 0};
+  int loaded_row_tile = -1;
+  unsigned long long below = 0ull, above = 0ull;
+  if (item_begin < item_end) stage(item_begin, 0);
+  cp_async_wait_all();
+  __syncthreads();
+  for (long long item = item_begin; item < item_end; ++item) {
+    const int buffer = (int)((item - item_begin) & 1);
+    if (item + 1 < item_end) stage(item + 1, buffer ^ 1);
+    const int row_tile = (int)(item / a.col_tiles);
+    const int r0 = a.row_begin + row_tile * FLASH_BM + 16 * warp;
+    if (row_tile != loaded_row_tile) {
+      loaded_row_tile = row_tile;
+      flash_load_rows<DP>(a.y_hi, a.y_lo, r0, a.row_end, g, t, a_hi, a_lo);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int i = r0 + g + 8 * h;
+        row_square[h] = i < a.row_end ? a.squares[i] : 0.0f;
+        /* The pair at distance n / 2 (even n) belongs to the row below half; rows past the
+         * range count nothing. */
+        spans[h] = i >= a.row_end ? 0 : (a.n % 2 == 0 && i >= a.half) ? a.half - 1 : a.half;
+      }
+    }
+    const flash_hist_stage<DP> &s = stages[buffer];
+    const int c0 = first_column(item);
+#pragma unroll
+    for (int sub = 0; sub < FLASH_BN / FLASH_SUB; ++sub) {
+      const int n0 = sub * FLASH_SUB;
+      /* Offsets of this subtile's pairs lie in [c0 + n0 - r0 - 15, c0 + n0 + 31 - r0]. */
+      const int lowest = c0 + n0 - r0 - 15, highest = c0 + n0 + FLASH_SUB - 1 - r0;
+      if (highest < 1 || lowest > a.half) continue; /* warp-uniform */
+      float dot[4][4];
+      flash_dot_tiles<DP, 4>(a_hi, a_lo, s.y_hi, s.y_lo, Y_STRIDE, n0, g, t, dot);
+      /* The 16 pairs' bins first, then their shared-memory counts issued back to back, then the
+       * rare wrap-arounds: no count waits on the one before. */
+      uint32_t bins[16], high_bins[16];
+      bool counted[16], high_counted[16];
+#pragma unroll
+      for (int jn = 0; jn < 4; ++jn)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int p = 4 * jn + e, h = e >> 1, cl = n0 + 8 * jn + 2 * t + (e & 1);
+          const int offset = c0 + cl - (r0 + g + 8 * h);
+          const bool in_band = offset >= 1 && offset <= spans[h];
+          const uint32_t bits = __float_as_uint(svgd_gemm_distance(row_square[h], s.squares[cl], dot[jn][e]));
+          high_counted[p] = false;
+          high_bins[p] = 0u;
+          if (PASS == SVGD_MEDIAN_PASS_HIGH) {
+            counted[p] = in_band;
+            bins[p] = bits >> 16;
+          } else if (PASS == SVGD_MEDIAN_PASS_LOW) {
+            counted[p] = in_band && (bits >> 16) == a.select_bits;
+            bins[p] = bits & 0xFFFFu;
+          } else {
+            const uint32_t window_offset = bits - a.select_bits; /* wraps for keys below the window */
+            counted[p] = in_band && window_offset < SVGD_WINDOW_FINE_BINS;
+            bins[p] = SVGD_WINDOW_FINE + window_offset;
+            below += in_band && window_offset >= SVGD_WINDOW_FINE_BINS && bits < a.select_bits;
+            above += in_band && window_offset >= SVGD_WINDOW_FINE_BINS && bits >= a.select_bits;
+            high_counted[p] = in_band && bits < 0x80000000u;
+            high_bins[p] = SVGD_WINDOW_HIGH + (bits >> 16);
+          }
+        }
+      uint32_t olds[16], high_olds[16];
+#pragma unroll
+      for (int p = 0; p < 16; ++p) {
+        olds[p] = counted[p] ? atomicAdd(&hist_s[bins[p] >> 1], 1u << ((bins[p] & 1u) << 4)) : 0u;
+        if (PASS == SVGD_MEDIAN_PASS_WINDOW)
+          high_olds[p] = high_counted[p] ? atomicAdd(&hist_s[high_bins[p] >> 1], 1u << ((high_bins[p] & 1u) << 4)) : 0u;
+      }
+#pragma unroll
+      for (int p = 0; p < 16; ++p) {
+        if (counted[p] && ((olds[p] >> ((bins[p] & 1u) << 4)) & 0xFFFFu) == 0xFFFFu)
+          hist_settle_wrap(a.hist, bins[p], olds[p]);
+        if (PASS == SVGD_MEDIAN_PASS_WINDOW && high_counted[p] &&
+            ((high_olds[p] >> ((high_bins[p] & 1u) << 4)) & 0xFFFFu) == 0xFFFFu)
+          hist_settle_wrap(a.hist, high_bins[p], high_olds[p]);
+      }
+    }
+    cp_async_wait_all();
+    __syncthreads();
+  }
+
+  for (int w = tid; w < HIST_WORDS; w += FLASH_THREADS) {
+    const uint32_t counts = hist_s[w];
+    if (counts & 0xFFFFu) atomicAdd(&a.hist[2 * w], 2ull * (counts & 0xFFFFu));
+    if (counts >> 16) atomicAdd(&a.hist[2 * w + 1], 2ull * (counts >> 16));
+  }
+  if (PASS == SVGD_MEDIAN_PASS_WINDOW) {
+#pragma unroll
+    for (int lane_offset = 16; lane_offset > 0; lane_offset >>= 1) {
+      below += __shfl_down_sync(0xFFFFFFFFu, below, lane_offset);
+      above += __shfl_down_sync(0xFFFFFFFFu, above, lane_offset);
+    }
+    if (lane == 0) {
+      atomicAdd(&outside_s[0], below);
+      atomicAdd(&outside_s[1], above);
+    }
+    __syncthreads();
+    if (tid == 0) {
+      if (outside_s[0]) atomicAdd(&a.hist[SVGD_WINDOW_BELOW], 2ull * outside_s[0]);
+      if (outside_s[1]) atomicAdd(&a.hist[SVGD_WINDOW_ABOVE], 2ull * outside_s[1]);
+    }
+  }
+}
+
+/* D [rows][n] of rows row_begin .. as the two kernels above take them (flash_dot_tiles on the
+ * same split values, columns read from global memory): for tests. A warp per 16 x 8 tile. */
+template <int DP>
+__global__ void svgd_flash_distances_kernel(const uint32_t *y_hi, const uint32_t *y_lo, const float *squares,
+                                            long long n, long long row_begin, long long row_end, float *dist) {
+  constexpr int KSTEPS = flash_dims<DP>::KSTEPS;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
+  const long long r0 = row_begin + 16ll * blockIdx.x;
+  const long long n0 = 8ll * ((long long)blockIdx.y * (blockDim.x / 32) + warp);
+  if (n0 >= n) return; /* whole warps */
+  uint32_t a_hi[KSTEPS][4], a_lo[KSTEPS][4];
+  flash_load_rows<DP>(y_hi, y_lo, r0, row_end, g, t, a_hi, a_lo);
+  float dot[1][4];
+  flash_dot_tiles<DP, 1>(a_hi, a_lo, y_hi + n0 * DP, y_lo + n0 * DP, DP, 0, g, t, dot);
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    const long long i = r0 + g + 8 * (e >> 1), j = n0 + 2 * t + (e & 1);
+    if (i < row_end && j < n) dist[(i - row_begin) * n + j] = svgd_gemm_distance(squares[i], squares[j], dot[0][e]);
+  }
+}
+
 /* ---------------------------------------------------------------- kernel Stein discrepancy */
 
 constexpr int STEIN_THREADS = 256;
@@ -1207,11 +1660,178 @@ int launch_centred_rows(const float *x, long long n, int dim, float *y, float *s
   return DS_OK;
 }
 
+/* Whether the distances are the tensor cores' (svgd_flash_* kernels). */
+/* Below FLASH_MIN_DIM coordinates the GEMM identity's cancellation (|y|^2 against D) costs more
+ * than 2e-6 of phi (d = 1: 3.5e-6 measured) and there is no product to speak of: direct
+ * differences on the CUDA cores, as before, bitwise the CPU's. */
+constexpr int FLASH_MIN_DIM = 4;
+bool flash_dims_apply(long long dim) { return dim >= FLASH_MIN_DIM && dim <= FLASH_MAX_DIM; }
+
+/* Column splits of the flash phi: a function of n alone (never of the local rows), so sums run
+ * in the same order on any number of ranks; small n gets more blocks to fill the device. */
+int flash_splits(long long n) {
+  const long long tiles = (n + FLASH_BN - 1) / FLASH_BN;
+  long long splits = 65536 / (n > 0 ? n : 1);
+  if (splits > FLASH_MAX_SPLITS) splits = FLASH_MAX_SPLITS;
+  if (splits > tiles) splits = tiles;
+  return splits < 1 ? 1 : (int)splits;
+}
+
+/* The flash kernels' inputs in scratch, each on 16 bytes: centred rows y [n][dim], |y|^2 [n],
+ * y hi and lo [padded rows][DP]; with_v: v hi and lo the same size. */
+struct flash_inputs {
+  float *centred, *squares;
+  uint32_t *y_hi, *y_lo, *v_hi, *v_lo;
+};
+
+float *align16(float *p) {
+  return reinterpret_cast<float *>((reinterpret_cast<uintptr_t>(p) + 15) & ~static_cast<uintptr_t>(15));
+}
+
+size_t flash_inputs_floats(long long n, long long dim, bool with_v) {
+  const size_t split = (size_t)flash_padded_rows(n) * (size_t)flash_padded_dim(dim);
+  return (size_t)n * (size_t)dim + (size_t)n + (with_v ? 4 : 2) * split + 4 * 6;
+}
+
+flash_inputs flash_layout(float *scratch, long long n, long long dim, bool with_v) {
+  const size_t split = (size_t)flash_padded_rows(n) * (size_t)flash_padded_dim(dim);
+  flash_inputs in;
+  in.centred = align16(scratch);
+  in.squares = align16(in.centred + (size_t)n * (size_t)dim);
+  in.y_hi = reinterpret_cast<uint32_t *>(align16(in.squares + n));
+  in.y_lo = reinterpret_cast<uint32_t *>(align16(reinterpret_cast<float *>(in.y_hi + split)));
+  in.v_hi = with_v ? reinterpret_cast<uint32_t *>(align16(reinterpret_cast<float *>(in.y_lo + split))) : NULL;
+  in.v_lo = with_v ? reinterpret_cast<uint32_t *>(align16(reinterpret_cast<float *>(in.v_hi + split))) : NULL;
+  return in;
+}
+
+/* y, |y|^2 and y split, from x. */
+int flash_prepare_rows(const float *x, long long n, int dim, const flash_inputs &in, cudaStream_t stream) {
+  DS_TRY(launch_centred_rows(x, n, dim, in.centred, in.squares, stream));
+  const int dp = flash_padded_dim(dim);
+  const long long padded = flash_padded_rows(n);
+  svgd_flash_split_kernel<<<grid_for(padded * dp, 256), 256, 0, stream>>>(in.centred, n, padded, dim, dp, in.y_hi,
+                                                                          in.y_lo);
+  CUDA_CHECK_LAUNCH("svgd_flash_split_kernel");
+  return DS_OK;
+}
+
+template <int DP, int PASS>
+int launch_flash_histogram_kernel(const flash_hist_args &a, long long blocks, cudaStream_t stream) {
+  const size_t smem = flash_hist_smem_bytes<DP>();
+  CUDA_CHECK(cudaFuncSetAttribute(svgd_flash_histogram_kernel<DP, PASS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  (int)smem));
+  svgd_flash_histogram_kernel<DP, PASS><<<(unsigned)blocks, FLASH_THREADS, smem, stream>>>(a);
+  CUDA_CHECK_LAUNCH("svgd_flash_histogram_kernel");
+  return DS_OK;
+}
+
+template <int DP>
+int launch_flash_histogram_pass(const flash_hist_args &a, int pass, long long blocks, cudaStream_t stream) {
+  if (pass == SVGD_MEDIAN_PASS_HIGH) return launch_flash_histogram_kernel<DP, SVGD_MEDIAN_PASS_HIGH>(a, blocks, stream);
+  if (pass == SVGD_MEDIAN_PASS_LOW) return launch_flash_histogram_kernel<DP, SVGD_MEDIAN_PASS_LOW>(a, blocks, stream);
+  return launch_flash_histogram_kernel<DP, SVGD_MEDIAN_PASS_WINDOW>(a, blocks, stream);
+}
+
+int launch_flash_histogram(const float *x_all, long long n, int dim, long long row_begin, long long row_end, int pass,
+                           uint32_t select_bits, unsigned long long *hist, float *scratch, int sm_count,
+                           cudaStream_t stream) {
+  const flash_inputs in = flash_layout(scratch, n, dim, false);
+  DS_TRY(flash_prepare_rows(x_all, n, dim, in, stream));
+  flash_hist_args a;
+  a.y_hi = in.y_hi;
+  a.y_lo = in.y_lo;
+  a.squares = in.squares;
+  a.n = (int)n;
+  a.half = (int)(n / 2);
+  a.row_begin = (int)row_begin;
+  a.row_end = (int)row_end;
+  /* Offsets up to half for rows up to FLASH_BM - 1 below a tile's first row. */
+  a.col_tiles = (int)((FLASH_BM - 1 + a.half + FLASH_BN - 1) / FLASH_BN);
+  a.total_tiles = (row_end - row_begin + FLASH_BM - 1) / FLASH_BM * (long long)a.col_tiles;
+  a.select_bits = select_bits;
+  a.hist = hist;
+  long long blocks = sm_count > 0 ? sm_count : 1;
+  if (blocks > a.total_tiles) blocks = a.total_tiles;
+  switch (flash_padded_dim(dim)) {
+    case 8: return launch_flash_histogram_pass<8>(a, pass, blocks, stream);
+    case 16: return launch_flash_histogram_pass<16>(a, pass, blocks, stream);
+    case 32: return launch_flash_histogram_pass<32>(a, pass, blocks, stream);
+    default: return launch_flash_histogram_pass<64>(a, pass, blocks, stream);
+  }
+}
+
+template <int DP>
+int launch_flash_phi_kernel(const flash_phi_args &a, long long row_blocks, cudaStream_t stream) {
+  const size_t smem = 2 * sizeof(flash_phi_stage<DP>);
+  CUDA_CHECK(cudaFuncSetAttribute(svgd_flash_phi_kernel<DP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+  svgd_flash_phi_kernel<DP><<<dim3((unsigned)row_blocks, (unsigned)a.splits), FLASH_THREADS, smem, stream>>>(a);
+  CUDA_CHECK_LAUNCH("svgd_flash_phi_kernel");
+  return DS_OK;
+}
+
+/* One phi pass on the tensor cores: the columns' v (mode) split, then the pair kernel into
+ * partial_sums, partial_k. */
+int flash_phi_pass(const phi_args &p, const flash_inputs &in, int v_mode, long long row_blocks, cudaStream_t stream) {
+  const int dp = flash_padded_dim(p.dim);
+  const long long padded = flash_padded_rows(p.n);
+  svgd_flash_v_split_kernel<<<grid_for(padded * dp, 256), 256, 0, stream>>>(p.score, in.centred, p.n, padded, p.dim, dp,
+                                                                            v_mode, p.h, in.v_hi, in.v_lo);
+  CUDA_CHECK_LAUNCH("svgd_flash_v_split_kernel");
+  flash_phi_args a;
+  a.y_hi = in.y_hi;
+  a.y_lo = in.y_lo;
+  a.v_hi = in.v_hi;
+  a.v_lo = in.v_lo;
+  a.squares = in.squares;
+  a.n = p.n;
+  a.row_begin = p.row_begin;
+  a.row_end = p.row_end;
+  a.dim = p.dim;
+  a.splits = p.splits;
+  a.weight = p.weight;
+  a.partial_sums = p.partial_sums;
+  a.partial_k = p.partial_k;
+  switch (dp) {
+    case 8: return launch_flash_phi_kernel<8>(a, row_blocks, stream);
+    case 16: return launch_flash_phi_kernel<16>(a, row_blocks, stream);
+    case 32: return launch_flash_phi_kernel<32>(a, row_blocks, stream);
+    default: return launch_flash_phi_kernel<64>(a, row_blocks, stream);
+  }
+}
+
 } /* namespace */
 
-/* The centred rows [n][dim] and their squares [n] for the GEMM identity (dim > 128). */
+/* The centred rows [n][dim] and their squares [n] for the GEMM identity (dim > 128); up to
+ * FLASH_MAX_DIM coordinates those and their TF32 splits (the tensor cores' distances). */
 extern "C" size_t svgd_pair_histogram_scratch_floats(int64_t n, int64_t dim) {
+  if (flash_dims_apply(dim)) return flash_inputs_floats(n, dim, false);
   return svgd_median_by_gemm(dim) ? (size_t)n * (size_t)dim + (size_t)n : 0;
+}
+
+extern "C" int svgd_distances_on_tensor_cores(int64_t dim) { return flash_dims_apply(dim); }
+
+extern "C" size_t svgd_pair_distances_scratch_floats(int64_t n, int64_t dim) {
+  return flash_dims_apply(dim) ? flash_inputs_floats(n, dim, false) : 0;
+}
+
+extern "C" int svgd_launch_pair_distances(const float *x_all, int64_t n, int64_t dim, int64_t row_begin,
+                                          int64_t row_end, float *dist, float *scratch, cudaStream_t stream) {
+  if (!flash_dims_apply(dim) || n < 1 || row_begin < 0 || row_end > n || row_begin > row_end || !scratch)
+    return ds_fail(DS_ERR_INTERNAL, "svgd_launch_pair_distances: bad sizes n=%lld dim=%lld rows [%lld, %lld)",
+                   (long long)n, (long long)dim, (long long)row_begin, (long long)row_end);
+  if (row_end == row_begin) return DS_OK;
+  const flash_inputs in = flash_layout(scratch, n, dim, false);
+  DS_TRY(flash_prepare_rows(x_all, n, (int)dim, in, stream));
+  const dim3 grid((unsigned)((row_end - row_begin + 15) / 16), (unsigned)((n + 31) / 32));
+  switch (flash_padded_dim(dim)) {
+    case 8: svgd_flash_distances_kernel<8><<<grid, 128, 0, stream>>>(in.y_hi, in.y_lo, in.squares, n, row_begin, row_end, dist); break;
+    case 16: svgd_flash_distances_kernel<16><<<grid, 128, 0, stream>>>(in.y_hi, in.y_lo, in.squares, n, row_begin, row_end, dist); break;
+    case 32: svgd_flash_distances_kernel<32><<<grid, 128, 0, stream>>>(in.y_hi, in.y_lo, in.squares, n, row_begin, row_end, dist); break;
+    default: svgd_flash_distances_kernel<64><<<grid, 128, 0, stream>>>(in.y_hi, in.y_lo, in.squares, n, row_begin, row_end, dist); break;
+  }
+  CUDA_CHECK_LAUNCH("svgd_flash_distances_kernel");
+  return DS_OK;
 }
 
 extern "C" int svgd_keeps_distances(int64_t n, int64_t dim) {
@@ -1232,6 +1852,12 @@ extern "C" int svgd_launch_pair_histogram(const float *x_all, int64_t n, int64_t
   if (n > HIST_MAX_N)
     return ds_fail(DS_ERR_INPUT, "the CUDA median takes at most %lld particles, got %lld", HIST_MAX_N, (long long)n);
   if (n < 2 || row_end == row_begin) return DS_OK;
+  if (flash_dims_apply(dim)) {
+    if (dist) return ds_fail(DS_ERR_INTERNAL, "svgd_launch_pair_histogram: distances kept at dim %lld", (long long)dim);
+    if (!scratch) return ds_fail(DS_ERR_INTERNAL, "svgd_launch_pair_histogram: no scratch for dim %lld", (long long)dim);
+    return launch_flash_histogram(x_all, n, (int)dim, row_begin, row_end, pass, select_bits, hist_dev, scratch, sm_count,
+                                  stream);
+  }
   pair_histogram_args a;
   a.x = x_all;
   a.n = (int)n;
@@ -1282,8 +1908,11 @@ extern "C" int svgd_launch_pair_histogram(const float *x_all, int64_t n, int64_t
 /* Scratch: [2 sets of splits x rows x (dim + 1) partial sums] [v: n x dim] [dim > 128: slab, tile
  * sums, squares]. The second set takes imq's second pass. */
 extern "C" size_t svgd_phi_scratch_floats(int64_t n, int64_t dim, int64_t rows) {
+  if (flash_dims_apply(dim))
+    return 2 * (size_t)flash_splits(n) * (size_t)rows * (size_t)(dim + 1) + flash_inputs_floats(n, dim, true);
   const int splits = dim <= PHI_MAX_DIM ? phi_splits(n) : 1;
   size_t floats = 2 * (size_t)splits * (size_t)rows * (size_t)(dim + 1) + (size_t)n * (size_t)dim;
+  if (dim <= PHI_MAX_DIM) floats += 4 + (size_t)n * (size_t)dim; /* the centred rows, on 16 bytes */
   if (dim > PHI_MAX_DIM) {
     const long long slab = wide_slab_columns(n, rows);
     /* 12: the alignment of v, of the slab and of the centred rows */
@@ -1371,7 +2000,8 @@ extern "C" int svgd_launch_phi(const float *x_all, const float *score_all, int64
   a.row_begin = row_begin;
   a.row_end = row_end;
   a.dim = (int)dim;
-  a.splits = dim <= PHI_MAX_DIM ? phi_splits(n) : 1;
+  const bool flash = flash_dims_apply(dim);
+  a.splits = flash ? flash_splits(n) : dim <= PHI_MAX_DIM ? phi_splits(n) : 1;
   a.h = h;
   a.exp2_scale = (float)(-1.4426950408889634 / (2.0 * (double)h));
   a.weight.mode = PHI_WEIGHT_RBF;
@@ -1388,6 +2018,30 @@ extern "C" int svgd_launch_phi(const float *x_all, const float *score_all, int64
     v_all = reinterpret_cast<float *>((reinterpret_cast<uintptr_t>(v_all) + 15) & ~static_cast<uintptr_t>(15));
   const long long row_blocks = (rows + PHI_BM - 1) / PHI_BM;
   if (row_blocks > 0x7FFFFFFF) return ds_fail(DS_ERR_INTERNAL, "svgd_launch_phi: too many rows (%lld)", rows);
+  if (flash) {
+    /* Centred rows stand for x from here on (phi depends on differences only), in the
+     * distances, in v and in the finish. */
+    const flash_inputs in = flash_layout(scratch + 2 * set_floats, n, dim, true);
+    DS_TRY(flash_prepare_rows(x_all, n, (int)dim, in, stream));
+    a.x = in.centred;
+    if (kernel->kind == SVGD_KERNEL_RBF) {
+      DS_TRY(flash_phi_pass(a, in, FLASH_V_RBF, row_blocks, stream));
+      svgd_phi_finish_kernel<<<grid_for(rows * dim, 256), 256, 0, stream>>>(a, phi);
+      CUDA_CHECK_LAUNCH("svgd_phi_finish_kernel");
+      return DS_OK;
+    }
+    phi_args weight = a;
+    a.weight.mode = PHI_WEIGHT_IMQ_VALUE;
+    DS_TRY(flash_phi_pass(a, in, FLASH_V_SCORE, row_blocks, stream));
+    weight.weight.mode = PHI_WEIGHT_IMQ_WEIGHT;
+    weight.partial_sums = scratch + set_floats;
+    weight.partial_k = weight.partial_sums + (size_t)a.splits * (size_t)rows * (size_t)dim;
+    DS_TRY(flash_phi_pass(weight, in, FLASH_V_CENTRED, row_blocks, stream));
+    svgd_phi_finish_imq_kernel<<<grid_for(rows * dim, 256), 256, 0, stream>>>(a, weight, svgd_kernel_diagonal(kernel),
+                                                                             phi);
+    CUDA_CHECK_LAUNCH("svgd_phi_finish_imq_kernel");
+    return DS_OK;
+  }
   float *k_slab = NULL, *k_tile_sums = NULL, *squares = NULL;
   if (dim > PHI_MAX_DIM) {
     const long long slab = wide_slab_columns(n, rows);
@@ -1406,21 +2060,34 @@ extern "C" int svgd_launch_phi(const float *x_all, const float *score_all, int64
     x_all = centred;
     a.x = centred;
   }
+  /* The vectors the kernel weighs and the finish take the centred rows y = x - x_0 (dim > 128:
+   * x_all already is): sum_j K_ij (x_i - x_j) is then formed from values on the scale of the
+   * cloud's spread, not of its distance from the origin (a cloud at -1000 in d = 3 lost 4e-4
+   * relative to the cancellation of x_i sum K and sum K x_j). The distances still take x. */
+  const float *vector_x = x_all;
+  if (dim <= PHI_MAX_DIM) {
+    float *centred = align16(v_all + (size_t)n * (size_t)dim);
+    DS_TRY(launch_centred_rows(x_all, n, (int)dim, centred, NULL, stream));
+    vector_x = centred;
+  }
   if (kernel->kind == SVGD_KERNEL_RBF) {
     a.v = v_all;
-    svgd_v_kernel<<<grid_for(n * dim, 256), 256, 0, stream>>>(x_all, score_all, n * dim, h, v_all);
+    svgd_v_kernel<<<grid_for(n * dim, 256), 256, 0, stream>>>(vector_x, score_all, n * dim, h, v_all);
     CUDA_CHECK_LAUNCH("svgd_v_kernel");
     DS_TRY(phi_pass(a, k_slab, k_tile_sums, squares, dist, row_blocks, stream));
-    svgd_phi_finish_kernel<<<grid_for(rows * dim, 256), 256, 0, stream>>>(a, phi);
+    phi_args finish = a;
+    finish.x = vector_x;
+    svgd_phi_finish_kernel<<<grid_for(rows * dim, 256), 256, 0, stream>>>(finish, phi);
     CUDA_CHECK_LAUNCH("svgd_phi_finish_kernel");
     return DS_OK;
   }
-  /* imq: sum_j k_ij s_j, then sum_j w_ij x_j and sum_j w_ij into the second set. */
+  /* imq: sum_j k_ij s_j, then sum_j w_ij y_j and sum_j w_ij into the second set. */
   phi_args weight = a;
   a.v = score_all;
   a.weight.mode = PHI_WEIGHT_IMQ_VALUE;
   DS_TRY(phi_pass(a, k_slab, k_tile_sums, squares, dist, row_blocks, stream));
-  weight.v = x_all;
+  a.x = vector_x; /* for the finish */
+  weight.v = vector_x;
   weight.weight.mode = PHI_WEIGHT_IMQ_WEIGHT;
   weight.partial_sums = scratch + set_floats;
   weight.partial_k = weight.partial_sums + (size_t)a.splits * (size_t)rows * (size_t)dim;

@@ -38,6 +38,15 @@ int svgd_launch_pair_histogram(const float *x_all, int64_t n, int64_t dim, int64
                                int64_t row_end, int pass, uint32_t select_bits,
                                unsigned long long *hist_dev, float *scratch, float *dist, int sm_count,
                                cudaStream_t stream);
+/* Whether the GPU's squared distances are the tensor cores' (dim <= 64: the GEMM identity on
+ * centred rows in 3xTF32, the same in the median's passes and in phi; svgd_kernels.cu). */
+int svgd_distances_on_tensor_cores(int64_t dim);
+/* D [row_end - row_begin][n] of those rows against every column, as the median and phi take
+ * them (diagonal entries included, as computed): for tests. scratch: the floats
+ * svgd_pair_distances_scratch_floats() says. */
+size_t svgd_pair_distances_scratch_floats(int64_t n, int64_t dim);
+int svgd_launch_pair_distances(const float *x_all, int64_t n, int64_t dim, int64_t row_begin, int64_t row_end,
+                               float *dist, float *scratch, cudaStream_t stream);
 /* Whether a median pass can keep its distances for phi (dist above): the GEMM identity's
  * (dim > 128) and n x svgd_kept_distances_ld(n) floats within phi's slab budget (512 MB), so
  * phi's K then comes from the median's own D (rank count aside: the rule depends on n and dim).

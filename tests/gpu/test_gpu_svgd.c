@@ -20,6 +20,11 @@
 
 static backend_t *cpu, *gpu;
 
+static int compare_floats(const void *a, const void *b) {
+  const float x = *(const float *)a, y = *(const float *)b;
+  return (x > y) - (x < y);
+}
+
 static float *device_copy(const float *host, int64_t floats) {
   void *dev = NULL;
   GPU_TRY(gpu->alloc(gpu, &dev, (size_t)floats * sizeof(float)));
@@ -34,7 +39,55 @@ static uint64_t pair_total(int64_t n, int64_t rows_begin, int64_t rows_end) {
   return 2 * total;
 }
 
+/* The GPU's own distances D [rows][n] of rows [row_begin, row_end), as its median and phi take
+ * them, where they are the tensor cores' (svgd_kernels.h). */
+static float *gpu_distances(const float *x_dev, int64_t n, int64_t dim, int64_t row_begin, int64_t row_end) {
+  const int64_t rows = row_end - row_begin;
+  float *dist_dev = NULL, *scratch = NULL, *dist = test_malloc((size_t)(rows * n) * sizeof *dist);
+  GPU_TRY(gpu->alloc(gpu, (void **)&dist_dev, (size_t)(rows * n) * sizeof(float)));
+  GPU_TRY(gpu->alloc(gpu, (void **)&scratch, svgd_pair_distances_scratch_floats(n, dim) * sizeof(float)));
+  GPU_TRY(svgd_launch_pair_distances(x_dev, n, dim, row_begin, row_end, dist_dev, scratch, 0));
+  GPU_EXPECT(cudaDeviceSynchronize() == cudaSuccess, "svgd_launch_pair_distances failed");
+  GPU_TRY(gpu->download(gpu, dist, dist_dev, (size_t)(rows * n) * sizeof(float)));
+  gpu->release(gpu, dist_dev);
+  gpu->release(gpu, scratch);
+  return dist;
+}
+
+/* backend.h's counting rule for one key, weight 2. */
+static void count_key(uint32_t bits, int pass, uint32_t select_bits, uint64_t *hist) {
+  if (pass == SVGD_MEDIAN_PASS_HIGH) {
+    hist[bits >> 16] += 2;
+  } else if (pass == SVGD_MEDIAN_PASS_LOW) {
+    if ((bits >> 16) == select_bits) hist[bits & 0xFFFFu] += 2;
+  } else {
+    const uint32_t offset = bits - select_bits;
+    if (offset < SVGD_WINDOW_FINE_BINS)
+      hist[SVGD_WINDOW_FINE + offset] += 2;
+    else
+      hist[bits < select_bits ? SVGD_WINDOW_BELOW : SVGD_WINDOW_ABOVE] += 2;
+    if (bits < 0x80000000u) hist[SVGD_WINDOW_HIGH + (bits >> 16)] += 2;
+  }
+}
+
+/* A pass counted on the host from distances D [rows][n] of rows [row_begin, row_end): each
+ * row's pairs (i, i + offset mod n), offset 1 .. span(i) (backend.h). */
+static void histogram_of_distances(const float *dist, int64_t n, int64_t row_begin, int64_t row_end, int pass,
+                                   uint32_t select_bits, uint64_t *hist) {
+  for (int64_t i = row_begin; i < row_end; ++i) {
+    const int64_t span = (n % 2 == 0 && i >= n / 2) ? n / 2 - 1 : n / 2;
+    for (int64_t offset = 1; offset <= span; ++offset) {
+      uint32_t bits;
+      memcpy(&bits, &dist[(i - row_begin) * n + (i + offset) % n], sizeof bits);
+      count_key(bits, pass, select_bits, hist);
+    }
+  }
+}
+
 /* One pass on both backends over rows [row_begin, row_end): bins must agree exactly.
+ * Where the GPU's distances are the tensor cores' (dim <= 64), its bins must equal instead
+ * those of its own distances counted on the host (the median is exact for the distances the
+ * GPU computes; the CPU's differ from them by rounding, see check_median_case).
  * select_bits: PASS_LOW's top 16 bits, PASS_WINDOW's window start. */
 static void check_pass(const char *label, const float *x, const float *x_dev, int64_t n, int64_t dim,
                        int64_t row_begin, int64_t row_end, int pass, uint32_t select_bits) {
@@ -42,7 +95,13 @@ static void check_pass(const char *label, const float *x, const float *x_dev, in
   uint64_t *hist_cpu = calloc((size_t)counts, sizeof *hist_cpu);
   uint64_t *hist_gpu = calloc((size_t)counts, sizeof *hist_gpu);
   if (!hist_cpu || !hist_gpu) exit(1);
-  GPU_TRY(cpu->svgd_pair_histogram(cpu, x, n, dim, row_begin, row_end, pass, select_bits, hist_cpu));
+  if (svgd_distances_on_tensor_cores(dim)) {
+    float *dist = gpu_distances(x_dev, n, dim, row_begin, row_end);
+    histogram_of_distances(dist, n, row_begin, row_end, pass, select_bits, hist_cpu);
+    free(dist);
+  } else {
+    GPU_TRY(cpu->svgd_pair_histogram(cpu, x, n, dim, row_begin, row_end, pass, select_bits, hist_cpu));
+  }
   GPU_TRY(gpu->svgd_pair_histogram(gpu, x_dev, n, dim, row_begin, row_end, pass, select_bits, hist_gpu));
   int64_t differing = 0;
   uint64_t total_gpu = 0;
@@ -124,9 +183,52 @@ static void check_median_case(const char *label, const float *x, int64_t n, int6
   check_pass(label, x, x_dev, n, dim, 0, n, SVGD_MEDIAN_PASS_HIGH, 0);
   check_pass(label, x, x_dev, n, dim, 0, n, SVGD_MEDIAN_PASS_LOW, high);
   check_windows(label, x, x_dev, n, dim, 0, n, median_cpu);
-  /* Exact: the same bits. */
-  GPU_EXPECT(memcmp(&median_cpu, &median_gpu, sizeof median_cpu) == 0, "%s: median gpu %.9g cpu %.9g", label,
-             (double)median_gpu, (double)median_cpu);
+  if (svgd_distances_on_tensor_cores(dim) && n >= 2) {
+    /* The GPU's distances: symmetric bitwise (one count per unordered pair stands for both),
+     * within 2e-6 (|y_i|^2 + |y_j|^2) of float64 (y = x - x_0, the GEMM identity's scale) plus
+     * 1e-30; the GPU's median the exact lower median of its n^2 distances (diagonal 0), sorted. */
+    float *dist = gpu_distances(x_dev, n, dim, 0, n);
+    float *values = test_malloc((size_t)(n * n) * sizeof *values);
+    int64_t asymmetric = 0;
+    double worst = 0.0, scale_sum = 0.0;
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        const float d = i == j ? 0.0f : dist[i * n + j];
+        values[i * n + j] = d;
+        if (i == j) continue;
+        asymmetric += memcmp(&dist[i * n + j], &dist[j * n + i], sizeof(float)) != 0;
+        double exact = 0.0, scale = 0.0;
+        for (int64_t k = 0; k < dim; ++k) {
+          const double yi = (double)x[i * dim + k] - (double)x[k], yj = (double)x[j * dim + k] - (double)x[k];
+          exact += (yi - yj) * (yi - yj);
+          scale += yi * yi + yj * yj;
+        }
+        const double err = fabs((double)d - exact) / (scale + 1e-30);
+        scale_sum += scale;
+        if (err > worst) worst = err;
+      }
+    qsort(values, (size_t)(n * n), sizeof *values, compare_floats);
+    const float median_exact = values[(n * n - 1) / 2];
+    GPU_EXPECT(asymmetric == 0, "%s: %lld GPU distances differ from their transposes", label, (long long)asymmetric);
+    GPU_EXPECT(worst <= 2e-6, "%s: GPU distance error %.3g of the pair's scale > 2e-6", label, worst);
+    /* Exact: the same bits. */
+    GPU_EXPECT(memcmp(&median_exact, &median_gpu, sizeof median_gpu) == 0, "%s: median gpu %.9g, of its distances %.9g",
+               label, (double)median_gpu, (double)median_exact);
+    /* Against the CPU's (direct differences): 1e-5 relative plus the distances' error bound,
+     * 2e-6 of the mean pair scale (coincident particles are 0 on the CPU, a few ulps of |y|^2
+     * by the GEMM identity). */
+    const double mean_scale = scale_sum / ((double)n * (double)(n - 1));
+    GPU_EXPECT(fabs((double)median_gpu - (double)median_cpu) <= 1e-5 * fabs((double)median_cpu) + 2e-6 * mean_scale,
+               "%s: median gpu %.9g cpu %.9g", label, (double)median_gpu, (double)median_cpu);
+    printf("  %-34s GPU distances: symmetric %s, worst error %.2e of scale, median = its distances' %s\n", label,
+           asymmetric ? "NO" : "yes", worst, memcmp(&median_exact, &median_gpu, sizeof median_gpu) ? "NO" : "yes");
+    free(values);
+    free(dist);
+  } else {
+    /* Exact: the same bits. */
+    GPU_EXPECT(memcmp(&median_cpu, &median_gpu, sizeof median_cpu) == 0, "%s: median gpu %.9g cpu %.9g", label,
+               (double)median_gpu, (double)median_cpu);
+  }
   printf("  %-34s median gpu %.9g cpu %.9g\n", label, (double)median_gpu, (double)median_cpu);
   gpu->release(gpu, x_dev);
 }
@@ -229,6 +331,45 @@ static void phi_reference(const float *x, const float *s, int64_t n, int64_t dim
     }
     for (int64_t k = 0; k < dim; ++k) out[k] /= (double)n;
   }
+}
+
+/* phi (rbf, the GPU's median bandwidth) within 2e-6 relative of a float64 direct sum, on every
+ * row: x ~ N(offset, 1), scores N(0, 1) times score_scale (the issue's range cases: a cloud far
+ * from the origin, scores of 1e30 and 1e-30 scale). */
+static void test_phi_accuracy(int64_t n, int64_t dim, float offset, float score_scale) {
+  const int64_t count = n * dim;
+  float *x = test_malloc((size_t)count * sizeof *x), *s = test_malloc((size_t)count * sizeof *s);
+  float *phi = test_malloc((size_t)count * sizeof *phi);
+  double *ref = test_malloc((size_t)count * sizeof *ref);
+  test_fill_normal(x, count, 1.0, 8100 + (uint64_t)n * 7 + (uint64_t)dim);
+  test_fill_normal(s, count, 1.0, 8200 + (uint64_t)n * 7 + (uint64_t)dim);
+  for (int64_t e = 0; e < count; ++e) {
+    x[e] += offset;
+    s[e] *= score_scale;
+  }
+  float *x_dev = device_copy(x, count), *s_dev = device_copy(s, count), *phi_dev = NULL;
+  GPU_TRY(gpu->alloc(gpu, (void **)&phi_dev, (size_t)count * sizeof(float)));
+  float median = backend_median(gpu, x_dev, n, dim, NULL);
+  if (median < 1e-5f) median = 1e-5f;
+  const float h = median / fmaxf(logf((float)n), 1.0f);
+  GPU_TRY(gpu->svgd_phi(gpu, x_dev, s_dev, n, dim, 0, n, &(svgd_kernel_t){SVGD_KERNEL_RBF, h, 0.0f, 0.0f}, phi_dev));
+  GPU_TRY(gpu->download(gpu, phi, phi_dev, (size_t)count * sizeof(float)));
+  phi_reference(x, s, n, dim, 0, n, (double)h, ref);
+  double num = 0.0, den = 0.0;
+  int64_t not_finite = 0;
+  for (int64_t e = 0; e < count; ++e) {
+    not_finite += !isfinite(phi[e]);
+    num += ((double)phi[e] - ref[e]) * ((double)phi[e] - ref[e]);
+    den += ref[e] * ref[e];
+  }
+  const double err = sqrt(num / den);
+  /* float32-class: 2e-6 relative to float64 (issue 24). */
+  GPU_EXPECT(not_finite == 0 && err <= 2e-6, "phi n=%lld d=%lld offset %g scores x%g: rel err vs float64 %.3g > 2e-6",
+             (long long)n, (long long)dim, (double)offset, (double)score_scale, err);
+  printf("  n=%-5lld d=%-4lld offset %-6g scores x%-6g h=%-10.5g phi vs float64 %.2e%s\n", (long long)n, (long long)dim,
+         (double)offset, (double)score_scale, (double)h, err, svgd_distances_on_tensor_cores(dim) ? " (tensor cores)" : "");
+  gpu->release(gpu, x_dev); gpu->release(gpu, s_dev); gpu->release(gpu, phi_dev);
+  free(x); free(s); free(phi); free(ref);
 }
 
 /* phi from the distances a median pass kept (backend.h's svgd_keep_distances, dim > 128): within
@@ -529,8 +670,9 @@ int main(void) {
   }
   GPU_TRY(backend_cpu_create(&cpu));
   GPU_TRY(backend_cuda_create(0, &gpu));
-  /* Both variants of each kernel must pass (svgd_kernels.h). */
-  for (int chunk = 16; chunk <= 32; chunk += 16) {
+  /* DSAMPLER_TEST_SKIP_MEDIANS=1 leaves the median histograms out (a quick run of the rest). */
+  const char *skip_medians = getenv("DSAMPLER_TEST_SKIP_MEDIANS");
+  for (int chunk = 16; chunk <= 32 && !(skip_medians && strcmp(skip_medians, "1") == 0); chunk += 16) {
     svgd_cuda_tuning_t tuning = svgd_cuda_get_tuning();
     tuning.hist_chunk = chunk;
     svgd_cuda_set_tuning(tuning);
@@ -552,6 +694,23 @@ int main(void) {
   test_phi_case(2000, 300, 300, 1, 0.0f);
   test_phi_case(2000, 300, 300, 1, 20.0f); /* a cloud far from the origin (dim > 128: centred) */
   test_phi_case(1100, 1030, 130, 1, 0.0f);
+  printf("phi against float64, 2e-6 relative:\n");
+  {
+    const int64_t dims[] = {1, 2, 3, 5, 8, 13, 16, 31, 32, 33, 48, 64, 100, 128, 129, 300, 1024};
+    for (size_t c = 0; c < sizeof dims / sizeof dims[0]; ++c) {
+      test_phi_accuracy(dims[c] > 128 ? 1500 : 2048, dims[c], 0.0f, 1.0f); /* even n */
+      test_phi_accuracy(dims[c] > 128 ? 1501 : 2001, dims[c], 0.0f, 1.0f); /* odd n */
+    }
+    test_phi_accuracy(2001, 64, 1000.0f, 1.0f); /* a cloud far from the origin */
+    test_phi_accuracy(2001, 3, -1000.0f, 1.0f);
+    test_phi_accuracy(1501, 300, 1000.0f, 1.0f);
+    test_phi_accuracy(2048, 64, 0.0f, 1e30f); /* scores of 1e30 and 1e-30 scale */
+    test_phi_accuracy(2048, 64, 0.0f, 1e-30f);
+    test_phi_accuracy(2001, 16, 0.0f, 1e30f);
+    test_phi_accuracy(1500, 1024, 0.0f, 1e30f);
+    test_phi_accuracy(1500, 1024, 0.0f, 1e-30f);
+    test_phi_accuracy(16384, 64, 0.0f, 1.0f);
+  }
   test_phi_kept(1000, 200, 0.0f);  /* even n */
   test_phi_kept(1537, 300, 20.0f); /* odd n, a cloud far from the origin */
   test_phi_kept(5, 129, 0.0f);     /* fewer rows than a tile */
