@@ -13,7 +13,7 @@
 #include "h5util.h"
 #include "status.h"
 
-typedef enum { OPT_STRING, OPT_INT, OPT_UINT, OPT_DOUBLE, OPT_FLAG } option_type_t;
+typedef enum { OPT_STRING, OPT_INT, OPT_UINT, OPT_DOUBLE, OPT_FLAG, OPT_CHOICE } option_type_t;
 enum { FOR_HMC = 1, FOR_SVGD = 2, FOR_BOTH = 3 };
 
 typedef struct option_spec {
@@ -21,13 +21,24 @@ typedef struct option_spec {
   option_type_t type;
   size_t offset;
   size_t size;        /* of a string field */
+  const char *const *choices; /* OPT_CHOICE: the words, NULL-ended, in the order of the field's enum */
   int applies;        /* FOR_* */
   const char *value_name;
   const char *help;
 } option_spec_t;
 
-#define STR(field) OPT_STRING, offsetof(config_t, field), sizeof(((config_t *)0)->field)
-#define NUM(kind, field) kind, offsetof(config_t, field), 0
+#define STR(field) OPT_STRING, offsetof(config_t, field), sizeof(((config_t *)0)->field), NULL
+#define NUM(kind, field) kind, offsetof(config_t, field), 0, NULL
+#define CHOICE(field, words) OPT_CHOICE, offsetof(config_t, field), sizeof(((config_t *)0)->field), words
+
+static const char *const adapt_words[] = {"per-chain", "pooled", "none", NULL};
+static const char *const metric_words[] = {"diag", "unit", NULL};
+static const char *const stuck_words[] = {"restart", "keep", NULL};
+static const char *const update_words[] = {"sgd", "adagrad", "adam", NULL};
+static const char *const kernel_words[] = {"rbf", "imq", NULL};
+static const char *const ksd_kernel_words[] = {"run", "imq", NULL};
+static const char *const backend_words[] = {"auto", "cpu", "cuda", NULL};
+static const char *const comm_words[] = {"auto", "nccl", "mpi", NULL};
 
 static const option_spec_t option_table[] = {
     {"target", STR(target), FOR_BOTH, "NAME",
@@ -47,25 +58,25 @@ static const option_spec_t option_table[] = {
     {"step-size", NUM(OPT_DOUBLE, step_size), FOR_BOTH, "EPS",
      "SVGD step; HMC leapfrog step (the initial one when warmup adapts it) (default 0.1)"},
     {"target-accept", NUM(OPT_DOUBLE, target_accept), FOR_HMC, "A", "acceptance rate warmup aims at (default 0.8)"},
-    {"adapt", STR(adapt), FOR_HMC, "MODE", "pooled (default: one step size and metric for all chains), per-chain or none"},
-    {"metric", STR(metric), FOR_HMC, "M", "diag (default: adapted in warmup) or unit"},
+    {"adapt", CHOICE(adapt, adapt_words), FOR_HMC, "MODE", "pooled (default: one step size and metric for all chains), per-chain or none"},
+    {"metric", CHOICE(metric, metric_words), FOR_HMC, "M", "diag (default: adapted in warmup) or unit"},
     {"jitter", NUM(OPT_DOUBLE, jitter), FOR_HMC, "J", "step size jitter: times 1 + J * U(-1, 1) (default 0.3 with a fixed --steps, 0 with auto)"},
     {"save-warmup", NUM(OPT_FLAG, save_warmup), FOR_HMC, NULL, "also write the warmup draws (warmup_* groups)"},
-    {"stuck", STR(stuck), FOR_HMC, "MODE",
+    {"stuck", CHOICE(stuck, stuck_words), FOR_HMC, "MODE",
      "restart (default): chains that never moved in the last warmup iterations start sampling from a random "
      "healthy chain's state; keep: leave them"},
     {"thin", NUM(OPT_INT, thin), FOR_HMC, "K", "keep every K-th draw: sampling iterations 0, K, 2K, ... (default 1)"},
     {"output-chains", NUM(OPT_INT, output_chains), FOR_HMC, "M",
      "write draws of chains 0..M-1 only (default: all); moments cover every chain"},
-    {"update", STR(update), FOR_SVGD, "KIND", "SVGD update: sgd (default), adagrad or adam (0.9, 0.999, 1e-8)"},
+    {"update", CHOICE(update, update_words), FOR_SVGD, "KIND", "SVGD update: sgd (default), adagrad or adam (0.9, 0.999, 1e-8)"},
     {"bandwidth", STR(bandwidth), FOR_SVGD, "H", "median (default) or a fixed positive bandwidth"},
-    {"kernel", STR(kernel), FOR_SVGD, "K",
+    {"kernel", CHOICE(kernel, kernel_words), FOR_SVGD, "K",
      "SVGD kernel: rbf (default), exp(-D / 2h), or imq, (c^2 + D / h)^beta; D the squared distance, h the bandwidth"},
     {"imq-c", NUM(OPT_DOUBLE, imq_c), FOR_SVGD, "C", "the IMQ kernel's c > 0 (default 1)"},
     {"imq-beta", NUM(OPT_DOUBLE, imq_beta), FOR_SVGD, "BETA", "the IMQ kernel's exponent, in (-1, 0) (default -0.5)"},
     {"ksd-every", NUM(OPT_INT, ksd_every), FOR_SVGD, "K",
      "kernel Stein discrepancy of the particles every K iterations (default 0: only after the last)"},
-    {"ksd-kernel", STR(ksd_kernel), FOR_SVGD, "K",
+    {"ksd-kernel", CHOICE(ksd_kernel, ksd_kernel_words), FOR_SVGD, "K",
      "the KSD's kernel: run (default: the update's kernel and bandwidth) or imq ((c^2 + D)^beta with --imq-c, "
      "--imq-beta: Gorham and Mackey's)"},
     {"save-every", NUM(OPT_INT, save_every), FOR_SVGD, "K",
@@ -80,8 +91,8 @@ static const option_spec_t option_table[] = {
      "the target's data: a Stan model's JSON data (as CmdStan reads it), HDF5 with X [n, D] and y [n] for logistic, "
      "or the file a plugin reads"},
     {"out", STR(out), FOR_BOTH, "FILE.h5", "output file (default run.h5)"},
-    {"backend", STR(backend), FOR_BOTH, "B", "auto (default), cpu or cuda"},
-    {"comm", STR(comm), FOR_BOTH, "C", "auto (default), nccl or mpi"},
+    {"backend", CHOICE(backend, backend_words), FOR_BOTH, "B", "auto (default), cpu or cuda"},
+    {"comm", CHOICE(comm, comm_words), FOR_BOTH, "C", "auto (default), nccl or mpi"},
     {"config", STR(config_file), FOR_BOTH, "FILE", "read options from an INI file (key = value)"},
     {"checkpoint-every", NUM(OPT_INT, checkpoint_every), FOR_BOTH, "N",
      "checkpoint every N iterations (default 0: only when stopped by a signal)"},
@@ -95,6 +106,9 @@ const char *config_algorithm_name(algorithm_t algorithm) {
   return algorithm == ALGO_HMC ? "hmc" : algorithm == ALGO_SVGD ? "svgd" : "none";
 }
 
+const char *config_backend_name(config_backend_t backend) { return backend_words[backend]; }
+const char *config_comm_name(config_comm_t comm) { return comm_words[comm]; }
+
 int64_t config_items(const config_t *cfg) { return cfg->algorithm == ALGO_HMC ? cfg->chains : cfg->particles; }
 
 static void config_defaults(config_t *cfg, algorithm_t algorithm) {
@@ -107,24 +121,24 @@ static void config_defaults(config_t *cfg, algorithm_t algorithm) {
   cfg->warmup = 1000;
   cfg->draws = 1000;
   cfg->target_accept = 0.8;
-  strcpy(cfg->adapt, "pooled");
+  cfg->adapt = CONFIG_ADAPT_POOLED;
   cfg->jitter = -1.0; /* resolved by config_validate */
-  strcpy(cfg->metric, "diag");
+  cfg->metric = CONFIG_METRIC_DIAG;
   cfg->iters = 500;
   cfg->steps = 0;     /* auto */
   cfg->step_size = 0.1;
-  strcpy(cfg->update, "sgd");
+  cfg->update = CONFIG_UPDATE_SGD;
   strcpy(cfg->bandwidth, "median");
-  strcpy(cfg->kernel, "rbf");
+  cfg->kernel = CONFIG_KERNEL_RBF;
   cfg->imq_c = 1.0;
   cfg->imq_beta = -0.5;
-  strcpy(cfg->ksd_kernel, "run");
+  cfg->ksd_kernel = CONFIG_KSD_KERNEL_RUN;
   strcpy(cfg->out, "run.h5");
-  strcpy(cfg->backend, "auto");
-  strcpy(cfg->comm, "auto");
+  cfg->backend = CONFIG_BACKEND_AUTO;
+  cfg->comm = CONFIG_COMM_AUTO;
   cfg->keep = 2;
   cfg->thin = 1;
-  strcpy(cfg->stuck, "restart");
+  cfg->stuck = CONFIG_STUCK_RESTART;
 }
 
 algorithm_t config_algorithm_from_name(const char *name) {
@@ -176,6 +190,19 @@ static int config_set(config_t *cfg, const option_spec_t *spec, const char *valu
         return ds_fail(DS_ERR_INPUT, "%s: expected a finite number, got '%s'", where, value);
       *(double *)field = parsed;
       return DS_OK;
+    }
+    case OPT_CHOICE: {
+      int count = 0;
+      for (; spec->choices[count]; ++count)
+        if (strcmp(value, spec->choices[count]) == 0) {
+          *(int *)field = count;
+          return DS_OK;
+        }
+      char expected[256] = "";
+      for (int i = 0; i < count; ++i)
+        snprintf(expected + strlen(expected), sizeof expected - strlen(expected), "%s%s",
+                 i == 0 ? "" : i + 1 == count ? " or " : ", ", spec->choices[i]);
+      return ds_fail(DS_ERR_INPUT, "%s: expected %s, got '%s'", where, expected, value);
     }
     case OPT_FLAG:
       if (value == NULL || strcmp(value, "1") == 0 || strcmp(value, "true") == 0 || strcmp(value, "yes") == 0)
@@ -320,12 +347,6 @@ static int config_validate(config_t *cfg) {
   if (!(cfg->step_size > 0)) return ds_fail(DS_ERR_INPUT, "--step-size: expected a positive number, got %g", cfg->step_size);
   if (hmc && !(cfg->target_accept > 0 && cfg->target_accept < 1))
     return ds_fail(DS_ERR_INPUT, "--target-accept: expected a number in (0, 1), got %g", cfg->target_accept);
-  if (hmc && strcmp(cfg->adapt, "per-chain") != 0 && strcmp(cfg->adapt, "pooled") != 0 && strcmp(cfg->adapt, "none") != 0)
-    return ds_fail(DS_ERR_INPUT, "--adapt: expected per-chain, pooled or none, got '%s'", cfg->adapt);
-  if (hmc && strcmp(cfg->metric, "diag") != 0 && strcmp(cfg->metric, "unit") != 0)
-    return ds_fail(DS_ERR_INPUT, "--metric: expected diag or unit, got '%s'", cfg->metric);
-  if (hmc && strcmp(cfg->stuck, "restart") != 0 && strcmp(cfg->stuck, "keep") != 0)
-    return ds_fail(DS_ERR_INPUT, "--stuck: expected restart or keep, got '%s'", cfg->stuck);
   if (cfg->batch_size < 0)
     return ds_fail(DS_ERR_INPUT, "--batch-size: expected a positive number of data rows, got %lld",
                    (long long)cfg->batch_size);
@@ -336,11 +357,9 @@ static int config_validate(config_t *cfg) {
                    (long long)cfg->chains, (long long)cfg->output_chains);
   /* The step's jitter by default: none where ChEES jitters the trajectory's length. */
   if (hmc && cfg->jitter == -1.0)
-    cfg->jitter = cfg->steps == 0 && cfg->warmup > 0 && strcmp(cfg->adapt, "none") != 0 ? 0.0 : 0.3;
+    cfg->jitter = cfg->steps == 0 && cfg->warmup > 0 && cfg->adapt != CONFIG_ADAPT_NONE ? 0.0 : 0.3;
   if (hmc && !(cfg->jitter >= 0 && cfg->jitter < 1))
     return ds_fail(DS_ERR_INPUT, "--jitter: expected a number in [0, 1), got %g", cfg->jitter);
-  if (strcmp(cfg->update, "sgd") != 0 && strcmp(cfg->update, "adagrad") != 0 && strcmp(cfg->update, "adam") != 0)
-    return ds_fail(DS_ERR_INPUT, "--update: expected sgd, adagrad or adam, got '%s'", cfg->update);
   cfg->bandwidth_value = 0;
   if (strcmp(cfg->bandwidth, "median") != 0) {
     char *end = NULL;
@@ -349,10 +368,6 @@ static int config_validate(config_t *cfg) {
       return ds_fail(DS_ERR_INPUT, "--bandwidth: expected median or a positive number, got '%s'", cfg->bandwidth);
     cfg->bandwidth_value = h;
   }
-  if (strcmp(cfg->kernel, "rbf") != 0 && strcmp(cfg->kernel, "imq") != 0)
-    return ds_fail(DS_ERR_INPUT, "--kernel: expected rbf or imq, got '%s'", cfg->kernel);
-  if (strcmp(cfg->ksd_kernel, "run") != 0 && strcmp(cfg->ksd_kernel, "imq") != 0)
-    return ds_fail(DS_ERR_INPUT, "--ksd-kernel: expected run or imq, got '%s'", cfg->ksd_kernel);
   if (!(cfg->imq_c > 0) || !isfinite(cfg->imq_c))
     return ds_fail(DS_ERR_INPUT, "--imq-c: expected a positive number, got %g", cfg->imq_c);
   /* Gorham and Mackey: KSD with the IMQ kernel detects non-convergence for beta in (-1, 0). */
@@ -362,10 +377,6 @@ static int config_validate(config_t *cfg) {
     return ds_fail(DS_ERR_INPUT, "--ksd-every: expected >= 0 iterations, got %lld", (long long)cfg->ksd_every);
   if (cfg->save_every < 0)
     return ds_fail(DS_ERR_INPUT, "--save-every: expected >= 0 iterations, got %lld", (long long)cfg->save_every);
-  if (strcmp(cfg->backend, "auto") != 0 && strcmp(cfg->backend, "cpu") != 0 && strcmp(cfg->backend, "cuda") != 0)
-    return ds_fail(DS_ERR_INPUT, "--backend: expected auto, cpu or cuda, got '%s'", cfg->backend);
-  if (strcmp(cfg->comm, "auto") != 0 && strcmp(cfg->comm, "mpi") != 0 && strcmp(cfg->comm, "nccl") != 0)
-    return ds_fail(DS_ERR_INPUT, "--comm: expected auto, nccl or mpi, got '%s'", cfg->comm);
   if (!cfg->out[0]) return ds_fail(DS_ERR_INPUT, "--out: expected a file name");
   if (cfg->checkpoint_every < 0)
     return ds_fail(DS_ERR_INPUT, "--checkpoint-every: expected >= 0, got %lld", (long long)cfg->checkpoint_every);
@@ -566,6 +577,7 @@ static void format_value(const config_t *cfg, const option_spec_t *o, char *out,
     case OPT_UINT: snprintf(out, size, "%llu", (unsigned long long)*(const uint64_t *)field); break;
     case OPT_DOUBLE: snprintf(out, size, "%.17g", *(const double *)field); break;
     case OPT_FLAG: snprintf(out, size, "%s", *(const int *)field ? "true" : "false"); break;
+    case OPT_CHOICE: snprintf(out, size, "%s", o->choices[*(const int *)field]); break;
   }
 }
 

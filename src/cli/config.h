@@ -11,6 +11,17 @@ typedef enum { ALGO_NONE = 0, ALGO_HMC, ALGO_SVGD } algorithm_t;
 
 #define CONFIG_PATH_MAX 4096
 
+/* The options that take one of a few words: each parsed once into its enum (the words in
+ * config.c's option table, in the order of these values). */
+typedef enum { CONFIG_ADAPT_PER_CHAIN, CONFIG_ADAPT_POOLED, CONFIG_ADAPT_NONE } config_adapt_t;
+typedef enum { CONFIG_METRIC_DIAG, CONFIG_METRIC_UNIT } config_metric_t;
+typedef enum { CONFIG_STUCK_RESTART, CONFIG_STUCK_KEEP } config_stuck_t;
+typedef enum { CONFIG_UPDATE_SGD, CONFIG_UPDATE_ADAGRAD, CONFIG_UPDATE_ADAM } config_update_t;
+typedef enum { CONFIG_KERNEL_RBF, CONFIG_KERNEL_IMQ } config_kernel_t;
+typedef enum { CONFIG_KSD_KERNEL_RUN, CONFIG_KSD_KERNEL_IMQ } config_ksd_kernel_t;
+typedef enum { CONFIG_BACKEND_AUTO, CONFIG_BACKEND_CPU, CONFIG_BACKEND_CUDA } config_backend_t;
+typedef enum { CONFIG_COMM_AUTO, CONFIG_COMM_NCCL, CONFIG_COMM_MPI } config_comm_t;
+
 typedef struct config {
   algorithm_t algorithm;
   char target[256];
@@ -24,29 +35,29 @@ typedef struct config {
   int64_t iters;       /* SVGD iterations */
   int64_t steps;       /* HMC leapfrog steps L */
   double target_accept; /* HMC: dual averaging's delta */
-  char adapt[16];      /* HMC: per-chain | pooled | none */
-  char metric[16];     /* HMC: diag | unit */
+  config_adapt_t adapt;   /* HMC */
+  config_metric_t metric; /* HMC */
   double jitter;       /* HMC: step size scaled by 1 + jitter * U(-1, 1) each iteration */
   int save_warmup;     /* HMC: write warmup_posterior and warmup_sample_stats */
-  char stuck[16];      /* HMC: restart | keep: chains that never moved in the tail of warmup */
+  config_stuck_t stuck;   /* HMC: chains that never moved in the tail of warmup */
   int64_t thin;        /* HMC: keep sampling iterations 0, thin, 2 thin, ... (default 1) */
   int64_t output_chains; /* HMC: draws written for global chains [0, output_chains); 0: all */
   double step_size;
   uint64_t seed;
-  char update[16];     /* SVGD: sgd | adagrad | adam */
+  config_update_t update; /* SVGD */
   char bandwidth[64];  /* SVGD: median | a positive number */
   int64_t batch_size;  /* SVGD: data rows per gradient (logistic), drawn each iteration; 0: all */
   double bandwidth_value; /* > 0 when fixed */
-  char kernel[16];     /* SVGD: rbf | imq */
+  config_kernel_t kernel; /* SVGD */
   double imq_c, imq_beta; /* SVGD: the IMQ kernel (c^2 + D / h)^beta */
   int64_t ksd_every;   /* SVGD: kernel Stein discrepancy every K iterations; 0: after the last only */
-  char ksd_kernel[16]; /* SVGD: run (the update's kernel) | imq (bandwidth 1) */
+  config_ksd_kernel_t ksd_kernel; /* SVGD: the update's kernel, or IMQ at bandwidth 1 */
   int64_t save_every;  /* SVGD: particle snapshots every K iterations; 0: none */
   char init[CONFIG_PATH_MAX];
   char data[CONFIG_PATH_MAX]; /* the target's dataset (--data), passed to it as data=FILE */
   char out[CONFIG_PATH_MAX];
-  char backend[16];    /* auto | cpu | cuda */
-  char comm[16];       /* auto | nccl | mpi */
+  config_backend_t backend;
+  config_comm_t comm;
   char config_file[CONFIG_PATH_MAX];
   int quiet;
   int64_t checkpoint_every;  /* iterations between checkpoints; 0: only on a signal */
@@ -76,6 +87,9 @@ void config_for_each(const config_t *cfg, void (*visit)(void *user, const char *
                                                           const char *value), void *user);
 
 const char *config_algorithm_name(algorithm_t algorithm);
+/* The words of --backend and --comm, as backend_create and comm_select_transport take them. */
+const char *config_backend_name(config_backend_t backend);
+const char *config_comm_name(config_comm_t comm);
 int64_t config_items(const config_t *cfg); /* chains or particles */
 
 #endif

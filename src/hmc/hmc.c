@@ -798,8 +798,8 @@ static int write_checkpoint(run_ctx_t *run, hmc_output_t *output, hmc_chains_t *
 }
 
 static adapt_mode_t adapt_mode(const config_t *cfg) {
-  if (cfg->warmup == 0 || strcmp(cfg->adapt, "none") == 0) return ADAPT_NONE;
-  return strcmp(cfg->adapt, "pooled") == 0 ? ADAPT_POOLED : ADAPT_PER_CHAIN;
+  if (cfg->warmup == 0 || cfg->adapt == CONFIG_ADAPT_NONE) return ADAPT_NONE;
+  return cfg->adapt == CONFIG_ADAPT_POOLED ? ADAPT_POOLED : ADAPT_PER_CHAIN;
 }
 
 /* The iterations from `first` on; *stopped when a signal ended them after a checkpoint. */
@@ -846,7 +846,7 @@ static int iterate(run_ctx_t *run, hmc_chains_t *chains, adapt_t *adapt, hmc_out
       DS_TRY(comm_agree(run->comm, adapt_after_iteration(adapt, it, &stats, batch, chains->step_nominal,
                                                          chains->inv_metric, &search)));
       if (search) DS_TRY(search_initial_steps(run, chains, adapt, it + 1));
-      if (it + 1 == cfg->warmup && strcmp(cfg->stuck, "restart") == 0) DS_TRY(restart_stuck_chains(run, chains, adapt));
+      if (it + 1 == cfg->warmup && cfg->stuck == CONFIG_STUCK_RESTART) DS_TRY(restart_stuck_chains(run, chains, adapt));
     }
     report_progress(run, chains, &stats, in_warmup, it + 1);
 
@@ -914,7 +914,7 @@ int hmc_run(run_ctx_t *run) {
   memset(&chains, 0, sizeof chains);
   memset(&output, 0, sizeof output);
   adapt_t *adapt = NULL;
-  const adapt_settings_t settings = {adapt_mode(cfg), strcmp(cfg->metric, "diag") == 0, cfg->warmup,
+  const adapt_settings_t settings = {adapt_mode(cfg), cfg->metric == CONFIG_METRIC_DIAG, cfg->warmup,
                                      cfg->target_accept, cfg->step_size, rows, dim, config_items(cfg),
                                      cfg->steps == 0, HMC_CHEES_MAX_STEPS};
   hmc_batch_t *batch = &chains.batch;

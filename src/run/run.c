@@ -220,8 +220,10 @@ int run_main(comm_ctx_t *comm, const config_t *cfg, const char *resume_path, con
   const int devices = comm_cuda_device_count();
   /* A Stan model runs on the CPU: its gradient is C++ autodiff on the host. `auto` takes the
    * CPU for it; an explicit `cuda` is refused, before anything is compiled or loaded. */
-  const char *backend_name = target_is_stan(cfg->target) && strcmp(cfg->backend, "auto") == 0 ? "cpu" : cfg->backend;
-  if (target_is_stan(cfg->target) && strcmp(cfg->backend, "cuda") == 0)
+  const char *backend_name = target_is_stan(cfg->target) && cfg->backend == CONFIG_BACKEND_AUTO
+                                 ? "cpu"
+                                 : config_backend_name(cfg->backend);
+  if (target_is_stan(cfg->target) && cfg->backend == CONFIG_BACKEND_CUDA)
     status = ds_fail(DS_ERR_INPUT, "--target %s --backend cuda: Stan models run on the CPU backend only (their "
                      "gradients are Stan Math's autodiff on the host); give --backend cpu or auto", cfg->target);
   if (status == DS_OK) status = backend_create(backend_name, devices > 0 ? comm->local_rank % devices : 0, &backend);
@@ -234,7 +236,8 @@ int run_main(comm_ctx_t *comm, const config_t *cfg, const char *resume_path, con
   comm->device = backend->device;
   /* HMC's collectives are a few sums on the host per iteration: NCCL would add its start-up
    * (0.7 s on one H200) and nothing else, so `auto` takes MPI for HMC. */
-  const char *transport = cfg->algorithm == ALGO_HMC && strcmp(cfg->comm, "auto") == 0 ? "mpi" : cfg->comm;
+  const char *transport =
+      cfg->algorithm == ALGO_HMC && cfg->comm == CONFIG_COMM_AUTO ? "mpi" : config_comm_name(cfg->comm);
   status = comm_agree(comm, comm_select_transport(comm, transport, backend->on_device, backend->stream));
 
   target_handle_t target;

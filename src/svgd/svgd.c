@@ -40,14 +40,14 @@ typedef struct svgd_snapshots {
 } svgd_snapshots_t;
 
 static svgd_update_t svgd_update_kind(const config_t *cfg) {
-  return strcmp(cfg->update, "adam") == 0      ? SVGD_UPDATE_ADAM
-         : strcmp(cfg->update, "adagrad") == 0 ? SVGD_UPDATE_ADAGRAD
-                                               : SVGD_UPDATE_SGD;
+  return cfg->update == CONFIG_UPDATE_ADAM      ? SVGD_UPDATE_ADAM
+         : cfg->update == CONFIG_UPDATE_ADAGRAD ? SVGD_UPDATE_ADAGRAD
+                                                : SVGD_UPDATE_SGD;
 }
 
 /* The update's kernel at bandwidth h. */
 static svgd_kernel_t svgd_update_kernel(const config_t *cfg, float h) {
-  svgd_kernel_t kernel = {strcmp(cfg->kernel, "imq") == 0 ? SVGD_KERNEL_IMQ : SVGD_KERNEL_RBF, h,
+  svgd_kernel_t kernel = {cfg->kernel == CONFIG_KERNEL_IMQ ? SVGD_KERNEL_IMQ : SVGD_KERNEL_RBF, h,
                           (float)(cfg->imq_c * cfg->imq_c), (float)cfg->imq_beta};
   return kernel;
 }
@@ -55,7 +55,7 @@ static svgd_kernel_t svgd_update_kernel(const config_t *cfg, float h) {
 /* The KSD's kernel: the update's at bandwidth h, or IMQ at bandwidth 1 (--ksd-kernel imq). */
 static svgd_kernel_t svgd_ksd_kernel(const config_t *cfg, float h) {
   svgd_kernel_t kernel = svgd_update_kernel(cfg, h);
-  if (strcmp(cfg->ksd_kernel, "imq") == 0) {
+  if (cfg->ksd_kernel == CONFIG_KSD_KERNEL_IMQ) {
     kernel.kind = SVGD_KERNEL_IMQ;
     kernel.h = 1.0f;
   }
