@@ -391,6 +391,18 @@ def part_invariance():
         t.check(same, f"{key[0]} rank(s) x {key[1]} thread(s) bitwise equal to 1 rank x 2 threads")
 
 
+def command_lines():
+    """Every process's command line (from /proc), as bytes with NULs between the arguments."""
+    lines = []
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                lines.append(f.read())
+        except OSError:
+            pass
+    return lines
+
+
 def part_restart():
     import test_restart as restart
     args = ["hmc", "--target", f"stan:{model_path('eight_schools')}", "--data", os.path.join(STAN_DIR, "eight_schools.json"),
@@ -411,7 +423,13 @@ def part_restart():
     proc = subprocess.Popen([t.MPIEXEC, t.NP_FLAG, "2", *t.PREFLAGS, t.DSAMPLER, "hmc", "--target", f"stan:{fresh}",
                              "--chains", "4", "--warmup", "50", "--draws", "50", "--quiet", "--out", out,
                              "--checkpoint-dir", ckpt], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(3.0)
+    # The signal once the compiler runs (its command line names the model), so that a slow
+    # start under load does not make it arrive before mpirun has started the ranks.
+    deadline = time.time() + 300
+    while time.time() < deadline and proc.poll() is None:
+        if any(b"--name=fresh_model" in command or b"fresh_model.so" in command for command in command_lines()):
+            break
+        time.sleep(0.1)
     proc.send_signal(signal.SIGUSR1)
     _, stderr = proc.communicate(timeout=900)
     t.check(proc.returncode == 75 and os.listdir(ckpt),
