@@ -1020,8 +1020,7 @@ static int summary_run(comm_ctx_t *comm, const summary_options_t *options, FILE 
   FILE *csv = NULL;
   char partial[4200] = "", final[4200] = "";
   int status = DS_OK;
-  if (comm->rank == 0) status = check_not_being_written(options->path);
-  if (status == DS_OK && options->csv_path && comm->rank == 0)
+  if (options->csv_path && comm->rank == 0)
     status = open_csv(options, &csv, partial, sizeof partial, final, sizeof final);
   status = comm_agree(comm, status);
   summary_result_t *result = NULL;
@@ -1135,5 +1134,7 @@ int summary_main(comm_ctx_t *comm, int argc, char **argv) {
     }
   }
   if (!options.path) return ds_fail(DS_ERR_INPUT, "summary: no file given (usage: dsampler summary FILE.h5 [--csv FILE] [--var NAME])");
+  /* The command, not a run's own closing summary (summary_print_file), which holds the lock. */
+  DS_TRY(comm_agree(comm, comm->rank == 0 ? check_not_being_written(options.path) : DS_OK));
   return summary_run(comm, &options, comm->rank == 0 ? stdout : NULL);
 }

@@ -414,10 +414,11 @@ def part_restart():
     restart.case("stan_other", "stan", args, "--draws", 2, 3, signal.SIGTERM)
     # A stop signal while the model compiles (a model new to the cache, so that it does): the
     # compiler runs in its own process group and finishes, and the run stops at its first
-    # iteration with a checkpoint and exit 75, as after any stop.
+    # iteration with a checkpoint and exit 75, as after any stop. The cache knows a model by its
+    # code, so a scale of its own makes it new.
     fresh = t.path("fresh.stan")
     with open(fresh, "w") as f:
-        f.write(f"// {time.time_ns()}\nparameters {{ real a; }}\nmodel {{ a ~ normal(0, 1); }}\n")
+        f.write(f"parameters {{ real a; }}\nmodel {{ a ~ normal(0, {1 + time.time_ns() % 10**9 * 1e-12!r}); }}\n")
     out, ckpt = t.path("fresh.h5"), t.path("fresh.ckpt")
     shutil.rmtree(ckpt, ignore_errors=True)
     proc = subprocess.Popen([t.MPIEXEC, t.NP_FLAG, "2", *t.PREFLAGS, t.DSAMPLER, "hmc", "--target", f"stan:{fresh}",
