@@ -228,6 +228,19 @@ static int scan_dir(const char *dir, entry_t *entries, int max, int *count) {
   return DS_OK;
 }
 
+/* Rank 0: whether `path` is a checkpoint of the run `run_id` (read serially; anything else, a
+ * user's own file of that name or another run's checkpoint, is not). */
+static int is_checkpoint_of_run(const char *path, const char *run_id) {
+  hid_t file;
+  H5E_BEGIN_TRY { file = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT); }
+  H5E_END_TRY;
+  if (file < 0) return 0;
+  char id[sizeof ((ckpt_meta_t *)0)->run_id] = "";
+  const int same = read_string(file, "run_id", id, sizeof id) == DS_OK && strcmp(id, run_id) == 0;
+  H5Fclose(file);
+  return same;
+}
+
 int ckpt_write(MPI_Comm comm, const char *dir, const ckpt_meta_t *meta, const ckpt_array_t *arrays, int n_arrays,
                const ckpt_global_t *globals, int n_globals, int64_t row_begin, int64_t row_end, int keep) {
   int rank;
@@ -263,16 +276,18 @@ int ckpt_write(MPI_Comm comm, const char *dir, const ckpt_meta_t *meta, const ck
       status = ds_fail(DS_ERR_IO, "checkpoint %s: rename or sync failed: %s", final_path, strerror(errno));
     entry_t entries[CKPT_LIST_MAX];
     int count = 0;
-    /* Only checkpoints older than this one count and go: a newer number is one a resume
-     * passed over (damaged, another version); it is left for the user, and it must not push
-     * this run's good checkpoints out of the newest `keep`. */
+    /* Only this run's checkpoints older than this one count and go: a newer number is one a
+     * resume passed over (damaged, another version), left for the user, and it must not push
+     * this run's good checkpoints out of the newest `keep`; a file of another run, or one that
+     * is no checkpoint at all, is never removed. */
     if (status == DS_OK && keep > 0 && scan_dir(dir, entries, CKPT_LIST_MAX, &count) == DS_OK) {
       int kept = 0;
       for (int i = 0; i < count; ++i) {
         if (entries[i].number > (long long)meta->iteration) continue;
-        if (++kept <= keep) continue;
         char old[4400];
         snprintf(old, sizeof old, "%s/%s", dir, entries[i].name);
+        if (!is_checkpoint_of_run(old, meta->run_id)) continue;
+        if (++kept <= keep) continue;
         unlink(old);
       }
     }

@@ -169,6 +169,64 @@ static void unlock_output(run_ctx_t *run, int lock_fd, int status) {
   close(lock_fd);
 }
 
+/* The lock file in a checkpoint folder: one run at a time uses the folder (two runs on one
+ * folder would write the same ckpt-N.h5 names, and resume could not tell their checkpoints
+ * apart). */
+#define RUN_CHECKPOINT_LOCK ".dsampler-lock"
+
+/* DIR/.dsampler-lock, allocated (NULL without memory). */
+static char *checkpoint_lock_path(const char *dir) {
+  const size_t size = strlen(dir) + sizeof RUN_CHECKPOINT_LOCK + 1;
+  char *path = malloc(size);
+  if (path) snprintf(path, size, "%s/%s", dir, RUN_CHECKPOINT_LOCK);
+  return path;
+}
+
+/* Collective: rank 0 creates the checkpoint folder if need be and takes an advisory lock in
+ * it, held in *lock_fd until unlock_checkpoint_dir; a second run on the folder is refused.
+ * *created says whether the folder was made here. Agreed. */
+static int lock_checkpoint_dir(run_ctx_t *run, int *lock_fd, int *created) {
+  *lock_fd = -1;
+  *created = 0;
+  int status = DS_OK;
+  const char *dir = run->cfg->checkpoint_dir;
+  if (run->comm->rank == 0) {
+    if (mkdir(dir, 0777) == 0) *created = 1;
+    else if (errno != EEXIST)
+      status = ds_fail(DS_ERR_INPUT, "--checkpoint-dir %s: cannot create: %s", dir, strerror(errno));
+    char *path = status == DS_OK ? checkpoint_lock_path(dir) : NULL;
+    if (status == DS_OK && !path) status = DS_FAIL_ALLOC("the checkpoint lock's name", strlen(dir) + 32);
+    int fd = status == DS_OK ? open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0666) : -1;
+    if (status == DS_OK && fd < 0)
+      status = ds_fail(DS_ERR_INPUT, "--checkpoint-dir %s: cannot write in it: %s", dir, strerror(errno));
+    if (status == DS_OK && flock(fd, LOCK_EX | LOCK_NB) != 0)
+      status = errno == EWOULDBLOCK
+                   ? ds_fail(DS_ERR_INPUT, "--checkpoint-dir %s: another dsampler run is using this folder; give "
+                             "each run a checkpoint folder of its own", dir)
+                   : ds_fail(DS_ERR_IO, "--checkpoint-dir %s: cannot lock %s: %s", dir, path, strerror(errno));
+    if (status == DS_OK) *lock_fd = fd;
+    else if (fd >= 0) close(fd);
+    free(path);
+    if (status != DS_OK && *created) rmdir(dir);
+  }
+  return comm_agree(run->comm, status);
+}
+
+/* Releases the checkpoint folder; a folder this run made and left without a checkpoint goes
+ * (lock file and all), so a run that never checkpointed leaves nothing behind. */
+static void unlock_checkpoint_dir(run_ctx_t *run, int lock_fd, int created) {
+  if (lock_fd < 0) return;
+  if (created) {
+    char *path = checkpoint_lock_path(run->cfg->checkpoint_dir);
+    if (path) {
+      unlink(path);
+      rmdir(run->cfg->checkpoint_dir); /* fails, as it should, where checkpoints are */
+      free(path);
+    }
+  }
+  close(lock_fd);
+}
+
 /* Collective: the target's dimension is the same on every rank and the run's sizes do not
  * overflow. */
 static int check_target(run_ctx_t *run) {
@@ -210,6 +268,12 @@ int run_main(comm_ctx_t *comm, const config_t *cfg, const char *resume_path, con
   int status = check_paths(&run);
   if (status == DS_OK) status = lock_output(&run, &lock_fd);
   if (status != DS_OK) return status;
+  int ckpt_lock_fd = -1, ckpt_dir_created = 0;
+  status = lock_checkpoint_dir(&run, &ckpt_lock_fd, &ckpt_dir_created);
+  if (status != DS_OK) {
+    unlock_output(&run, lock_fd, status);
+    return status;
+  }
 
   /* The node-local rank picks the GPU: local rank mod the GPUs this rank sees. Where every
    * rank sees all of its node's GPUs, the ranks of a node get distinct ones (ranks beyond
@@ -230,6 +294,7 @@ int run_main(comm_ctx_t *comm, const config_t *cfg, const char *resume_path, con
   status = comm_agree(comm, status);
   if (status != DS_OK) {
     backend_destroy(backend);
+    unlock_checkpoint_dir(&run, ckpt_lock_fd, ckpt_dir_created);
     unlock_output(&run, lock_fd, status);
     return status;
   }
@@ -272,6 +337,7 @@ int run_main(comm_ctx_t *comm, const config_t *cfg, const char *resume_path, con
   target_close(&target);
   comm_release_transport(comm); /* NCCL goes before the CUDA resources it used */
   backend_destroy(backend);
+  unlock_checkpoint_dir(&run, ckpt_lock_fd, ckpt_dir_created);
   unlock_output(&run, lock_fd, status);
   return status;
 }

@@ -313,6 +313,37 @@ def checkpoint_dir_link():
             "is a link to a folder that does not exist")
 
 
+def shared_checkpoint_dir():
+    """One checkpoint folder, one run: a second run on a folder in use is refused (its
+    checkpoints would have the first one's names); pruning removes only the run's own
+    checkpoints, never another file that is named like one."""
+    folder = t.path("rb_shared_ckpt")
+    shutil.rmtree(folder, ignore_errors=True)
+    first = subprocess.Popen([t.MPIEXEC, t.NP_FLAG, "2", *t.PREFLAGS, t.DSAMPLER, "hmc", "--dim", "20", "--chains", "40",
+                              "--warmup", "1000000", "--draws", "10", "--backend", "cpu", "--quiet", "--out",
+                              t.path("rb_shared_a.h5"), "--checkpoint-dir", folder],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(2.0)
+    refused("ckpt_dir_in_use", [*SMALL, "--out", t.path("rb_shared_b.h5"), "--checkpoint-dir", folder],
+            "another dsampler run is using this folder")
+    first.send_signal(signal.SIGTERM)
+    first.wait(timeout=TIMEOUT)
+    # A user's file named like an old checkpoint, then a resume that prunes to --keep 1.
+    mine = os.path.join(folder, "ckpt-1.h5")
+    with open(mine, "w") as f:
+        f.write("my own notes\n")
+    proc = subprocess.Popen([t.MPIEXEC, t.NP_FLAG, "2", *t.PREFLAGS, t.DSAMPLER, "resume", folder, "--keep", "1",
+                             "--checkpoint-every", "5", "--quiet"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(2.0)
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=TIMEOUT)
+    with open(mine) as f:
+        text = f.read()
+    own = [n for n in os.listdir(folder) if n.startswith("ckpt-") and n != "ckpt-1.h5"]
+    t.check(text == "my own notes\n", "ckpt_prune: a file named like a checkpoint but not this run's is kept")
+    t.check(len(own) == 1, f"ckpt_prune: the run keeps its newest checkpoint alone (--keep 1: {own})")
+
+
 def early_checks():
     # An unwritable --checkpoint-dir is refused before SVGD's iterations, not after them.
     blocker = t.path("rb_blocker")
@@ -389,6 +420,7 @@ def main():
     odd_paths()
     summary_outputs(out)
     checkpoint_dir_link()
+    shared_checkpoint_dir()
     early_checks()
     job_signals()
     startup_signals()
