@@ -11,6 +11,8 @@
 
 #define CKPT_FORMAT_VERSION 3
 #define CKPT_CONFIG_MAX 16384
+/* The fingerprints of the files a run reads (run_context.h), one line each. */
+#define CKPT_INPUTS_MAX 32768
 
 typedef enum { CKPT_FLOAT32 = 0, CKPT_FLOAT64 = 1 } ckpt_dtype_t;
 
@@ -38,6 +40,7 @@ typedef struct ckpt_meta {
   char target[256];
   char run_id[64];        /* also in the output file's root attributes: pairs the two */
   char config[CKPT_CONFIG_MAX]; /* the run's options (config_write_checkpoint_text) */
+  char inputs[CKPT_INPUTS_MAX]; /* the run's input files as it started ("" in older checkpoints) */
 } ckpt_meta_t;
 
 /* Collective. Writes DIR/ckpt-<iteration>.h5 and removes all but the newest `keep`. */

@@ -89,6 +89,103 @@ static int check_out_not_target_arg(const config_t *cfg) {
   return DS_OK;
 }
 
+/* Local: appends "what\tsize\thash\tpath\n" for the file at `path` to `out` (FNV-1a 64 of its
+ * bytes: a changed byte changes it). */
+static int fingerprint_file(const char *what, const char *path, char *out, size_t size) {
+  FILE *file = fopen(path, "rb");
+  if (!file) return ds_fail(DS_ERR_INPUT, "%s %s: cannot open: %s", what, path, strerror(errno));
+  uint64_t hash = 1469598103934665603ull;
+  long long bytes = 0;
+  unsigned char buffer[1 << 16];
+  size_t got;
+  while ((got = fread(buffer, 1, sizeof buffer, file)) > 0) {
+    for (size_t i = 0; i < got; ++i) hash = (hash ^ buffer[i]) * 1099511628211ull;
+    bytes += (long long)got;
+  }
+  const int failed = ferror(file);
+  fclose(file);
+  if (failed) return ds_fail(DS_ERR_INPUT, "%s %s: read failed", what, path);
+  const size_t used = strlen(out);
+  const int length = snprintf(out + used, size - used, "%s\t%lld\t%016llx\t%s\n", what, bytes,
+                              (unsigned long long)hash, path);
+  if (length < 0 || (size_t)length >= size - used)
+    return ds_fail(DS_ERR_INPUT, "%s %s: the run's input files have too long names to record", what, path);
+  return DS_OK;
+}
+
+/* Collective: rank 0 fingerprints every file the run reads (--init, --data, the plugin or
+ * Stan model, files a --target-args value names) into run->inputs, and every rank gets them.
+ * A resumed run must find each file as the run found it at its start: a changed --data would
+ * join two posteriors in one output. */
+static int fingerprint_inputs(run_ctx_t *run) {
+  const config_t *cfg = run->cfg;
+  int status = DS_OK;
+  run->inputs[0] = '\0';
+  if (run->comm->rank == 0) {
+    char *out = run->inputs;
+    const size_t size = sizeof run->inputs;
+    if (cfg->init[0]) status = fingerprint_file("--init", cfg->init, out, size);
+    if (status == DS_OK && cfg->data[0]) status = fingerprint_file("--data", cfg->data, out, size);
+    const char *model = strncmp(cfg->target, "plugin:", 7) == 0 ? cfg->target + 7
+                        : target_is_stan(cfg->target)        ? cfg->target + 5
+                                                              : NULL;
+    if (status == DS_OK && model) status = fingerprint_file("--target", model, out, size);
+    char value[CONFIG_PATH_MAX], what[CONFIG_PATH_MAX + 32];
+    for (const char *item = cfg->target_args; *item && status == DS_OK;) {
+      const char *end = strchr(item, ',');
+      const size_t length = end ? (size_t)(end - item) : strlen(item);
+      const char *equals = memchr(item, '=', length);
+      struct stat st;
+      if (equals && (size_t)(item + length - equals - 1) < sizeof value) {
+        const size_t value_length = (size_t)(item + length - equals - 1);
+        memcpy(value, equals + 1, value_length);
+        value[value_length] = '\0';
+        snprintf(what, sizeof what, "--target-args %.*s", (int)(equals - item), item);
+        if (value[0] && stat(value, &st) == 0 && S_ISREG(st.st_mode)) status = fingerprint_file(what, value, out, size);
+      }
+      item = end ? end + 1 : item + length;
+    }
+  }
+  status = comm_agree(run->comm, status);
+  if (status == DS_OK) status = comm_bcast(run->comm, run->inputs, sizeof run->inputs, 0);
+  return status;
+}
+
+/* Collective: a resumed run's input files are those its checkpoint recorded (size and content),
+ * line by line; the first that differs is named. Checkpoints from before the fingerprints
+ * (none recorded) pass. */
+static int check_inputs_unchanged(run_ctx_t *run) {
+  const char *recorded = run->resume_meta ? run->resume_meta->inputs : "";
+  if (!recorded[0] || strcmp(recorded, run->inputs) == 0) return DS_OK;
+  for (const char *line = recorded; *line;) {
+    const char *newline = strchr(line, '\n');
+    const size_t length = newline ? (size_t)(newline - line) : strlen(line);
+    /* The same line, whole, among this start's fingerprints? */
+    int same = 0;
+    for (const char *at = run->inputs; *at && !same;) {
+      const char *next = strchr(at, '\n');
+      const size_t at_length = next ? (size_t)(next - at) : strlen(at);
+      same = at_length == length && strncmp(at, line, length) == 0;
+      at = next ? next + 1 : at + at_length;
+    }
+    if (!same) {
+      /* "what\tsize\thash\tpath": name the option and the path. */
+      const char *fields[4] = {line, NULL, NULL, NULL};
+      for (int f = 1; f < 4 && fields[f - 1]; ++f) {
+        const char *tab = memchr(fields[f - 1], '\t', (size_t)(line + length - fields[f - 1]));
+        fields[f] = tab ? tab + 1 : NULL;
+      }
+      const int what_length = fields[1] ? (int)(fields[1] - line - 1) : (int)length;
+      const int path_length = fields[3] ? (int)(line + length - fields[3]) : 0;
+      return ds_fail(DS_ERR_INPUT, "resume: %.*s %.*s changed since the run started (its size or content differs); "
+                     "resume with the file as it was, or start a new run", what_length, line, path_length,
+                     fields[3] ? fields[3] : "");
+    }
+    line = newline ? newline + 1 : line + length;
+  }
+  return ds_fail(DS_ERR_INPUT, "resume: the run reads files now that it did not read at its start");
+}
+
 /* Collective, before any work: inputs are regular readable files, --out and --checkpoint-dir
  * can be written, the output is none of the inputs, and the options fit in a checkpoint.
  * Agreed. */
@@ -269,7 +366,9 @@ int run_main(comm_ctx_t *comm, const config_t *cfg, const char *resume_path, con
   if (status == DS_OK) status = lock_output(&run, &lock_fd);
   if (status != DS_OK) return status;
   int ckpt_lock_fd = -1, ckpt_dir_created = 0;
-  status = lock_checkpoint_dir(&run, &ckpt_lock_fd, &ckpt_dir_created);
+  status = fingerprint_inputs(&run);
+  if (status == DS_OK) status = comm_agree(comm, check_inputs_unchanged(&run));
+  if (status == DS_OK) status = lock_checkpoint_dir(&run, &ckpt_lock_fd, &ckpt_dir_created);
   if (status != DS_OK) {
     unlock_output(&run, lock_fd, status);
     return status;

@@ -93,6 +93,11 @@ int run_open_output(run_ctx_t *run, h5out_t **out) {
   list->attrs[list->count].key = "run_id";
   list->attrs[list->count].value = run->run_id;
   list->count++;
+  if (run->inputs[0]) {
+    list->attrs[list->count].key = "input_files";
+    list->attrs[list->count].value = run->inputs;
+    list->count++;
+  }
   if (run->stan_model[0]) {
     list->attrs[list->count].key = "stan_model";
     list->attrs[list->count].value = run->stan_model;
@@ -179,6 +184,7 @@ int run_checkpoint_meta(run_ctx_t *run, int64_t iteration, int64_t draws_written
   meta->seed = run->cfg->seed;
   snprintf(meta->target, sizeof meta->target, "%s", run->cfg->target);
   snprintf(meta->run_id, sizeof meta->run_id, "%s", run->run_id);
+  snprintf(meta->inputs, sizeof meta->inputs, "%s", run->inputs);
   return config_write_checkpoint_text(run->cfg, meta->config, sizeof meta->config);
 }
 

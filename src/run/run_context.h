@@ -22,6 +22,9 @@ typedef struct run_ctx {
   const ckpt_meta_t *resume_meta;
   char run_id[64];              /* made at a fresh start, kept across resumes */
   int output_created;           /* rank 0: the output did not exist before this run */
+  char inputs[CKPT_INPUTS_MAX]; /* fingerprints of the files the run reads: "what\tsize\thash\tpath"
+                                 * lines (rank 0's, the same on every rank); checkpoints and the
+                                 * output keep them, and a resume must find the same */
   char stan_model[64];          /* a Stan target's cache entry, model-<hash> ("" otherwise): the
                                  * output records it, and a resume must find the same */
 } run_ctx_t;

@@ -344,6 +344,33 @@ def shared_checkpoint_dir():
     t.check(len(own) == 1, f"ckpt_prune: the run keeps its newest checkpoint alone (--keep 1: {own})")
 
 
+def changed_inputs():
+    """Every file a run reads is fingerprinted into its checkpoints (and the output): a resume
+    after --data changed is refused, naming the file; with the file as it was, it goes on."""
+    data = t.path("rb_fp_data.h5")
+    rng = np.random.default_rng(3)
+    with h5py.File(data, "w") as f:
+        f["X"] = rng.normal(size=(200, 3)).astype(np.float32)
+        f["y"] = (rng.uniform(size=200) < 0.5).astype(np.float32)
+    out, ckpt = t.path("rb_fp.h5"), t.path("rb_fp.ckpt")
+    shutil.rmtree(ckpt, ignore_errors=True)
+    t.run(2, "hmc", "--target", "logistic", "--data", data, "--chains", 4, "--warmup", 50, "--draws", 50,
+          "--checkpoint-every", 50, "--backend", "cpu", "--quiet", "--out", out, "--checkpoint-dir", ckpt)
+    with h5py.File(out, "r") as f:
+        recorded = f.attrs["input_files"]
+        recorded = recorded.decode() if isinstance(recorded, bytes) else str(recorded)
+    t.check(recorded.startswith("--data\t") and data in recorded, f"inputs: the output records --data ({recorded!r})")
+    with h5py.File(data, "r+") as f:
+        y = f["y"][:]
+        f["y"][:] = 1 - y
+    refused("resume_data_changed", ["resume", ckpt, "--draws", 80, "--quiet"], "--data " + data + " changed",
+            protect=[out])
+    with h5py.File(data, "r+") as f:
+        f["y"][:] = y
+    rc, _, _, stderr = t.run_every_rank(2, "resume", ckpt, "--draws", 80, "--quiet", timeout=TIMEOUT)
+    t.check(rc == 0, f"inputs: with the file as it was, resume goes on (rc {rc}, {t.error_lines(stderr)})")
+
+
 def early_checks():
     # An unwritable --checkpoint-dir is refused before SVGD's iterations, not after them.
     blocker = t.path("rb_blocker")
@@ -421,6 +448,7 @@ def main():
     summary_outputs(out)
     checkpoint_dir_link()
     shared_checkpoint_dir()
+    changed_inputs()
     early_checks()
     job_signals()
     startup_signals()
