@@ -447,7 +447,7 @@ static int restart_from_donors(run_ctx_t *run, hmc_chains_t *chains, restart_pla
 }
 
 static void report_restarted(run_ctx_t *run, const restart_plan_t *plan) {
-  if (run->comm->rank != 0 || run->cfg->quiet) return;
+  if (run->comm->rank != 0) return; /* a warning: said under --quiet too */
   char ids[160] = "";
   size_t used = 0;
   int named = 0;
@@ -874,13 +874,19 @@ static void report_end(run_ctx_t *run, hmc_chains_t *chains, int64_t output_chai
            "draws; %.0f divergent transitions in warmup)", (long long)kept, (long long)output_chains, cfg->out,
            (long long)config_items(cfg), chains->totals.divergent_sampling, chains->totals.divergent_warmup);
   progress_finish(&run->progress, what);
-  if (chains->frozen > 0 && run->comm->rank == 0 && !cfg->quiet) {
+  /* --quiet hides the progress, never a warning: divergent draws are said on stderr. */
+  if (cfg->quiet && run->comm->rank == 0 && chains->totals.divergent_sampling > 0)
+    fprintf(stderr, "dsampler: warning: %.0f of %lld kept draws were divergent transitions (%s)\n",
+            chains->totals.divergent_sampling, (long long)(kept * (int64_t)config_items(cfg)), cfg->out);
+  if (chains->frozen > 0 && run->comm->rank == 0) {
     char ids[256] = "";
     size_t used = 0;
     for (int i = 0; i < HMC_FROZEN_NAMED && chains->frozen_ids[i] >= 0 && used < sizeof ids; ++i)
       used += (size_t)snprintf(ids + used, sizeof ids - used, "%s%lld", i ? ", " : "", (long long)chains->frozen_ids[i]);
-    printf("warning: %lld chain%s never moved over the kept draws (stuck: %s%s); their draws are one point\n",
-           (long long)chains->frozen, chains->frozen == 1 ? "" : "s", ids, chains->frozen > HMC_FROZEN_NAMED ? ", ..." : "");
+    fprintf(cfg->quiet ? stderr : stdout,
+            "%swarning: %lld chain%s never moved over the kept draws (stuck: %s%s); their draws are one point\n",
+            cfg->quiet ? "dsampler: " : "", (long long)chains->frozen, chains->frozen == 1 ? "" : "s", ids,
+            chains->frozen > HMC_FROZEN_NAMED ? ", ..." : "");
   }
 }
 

@@ -371,6 +371,14 @@ def changed_inputs():
     t.check(rc == 0, f"inputs: with the file as it was, resume goes on (rc {rc}, {t.error_lines(stderr)})")
 
 
+def quiet_warnings():
+    """--quiet hides the progress, not the warnings: every draw divergent is said on stderr."""
+    rc, _, stderr = t.run(1, "hmc", "--dim", 2, "--chains", 4, "--warmup", 20, "--draws", 50, "--step-size", 50,
+                          "--adapt", "none", "--backend", "cpu", "--quiet", "--out", t.path("rb_quiet.h5"))
+    t.check(rc == 0 and "kept draws were divergent transitions" in stderr,
+            f"quiet: the divergences are said ({stderr.strip()[-200:]!r})")
+
+
 def early_checks():
     # An unwritable --checkpoint-dir is refused before SVGD's iterations, not after them.
     blocker = t.path("rb_blocker")
@@ -449,6 +457,7 @@ def main():
     checkpoint_dir_link()
     shared_checkpoint_dir()
     changed_inputs()
+    quiet_warnings()
     early_checks()
     job_signals()
     startup_signals()
