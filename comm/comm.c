@@ -30,13 +30,6 @@ static int mpi_is_cuda_aware(void) {
 #endif
 }
 
-int comm_mpi_fail(int rc, const char *file, int line, const char *call) {
-  char text[MPI_MAX_ERROR_STRING];
-  int length = 0;
-  if (MPI_Error_string(rc, text, &length) != MPI_SUCCESS) snprintf(text, sizeof text, "code %d", rc);
-  return ds_fail_at(DS_ERR_MPI, file, line, call, "%s", text);
-}
-
 int comm_init(comm_ctx_t *ctx, int *argc, char ***argv) {
   memset(ctx, 0, sizeof *ctx);
   ctx->world = MPI_COMM_NULL;

@@ -1,7 +1,7 @@
 /* comm_agree.c: what every part of dsampler needs of MPI beneath the transports: the ranks'
- * agreement on a status (the first failing rank's message reaches all), the end of the job on
- * every rank, and the partition of items into contiguous blocks. comm.c and comm_cuda.c both
- * build on it. */
+ * agreement on a status (the first failing rank's message reaches all), the checker behind
+ * MPI_CHECK, the end of the job on every rank, and the partition of items into contiguous
+ * blocks. comm.c and comm_cuda.c both build on it. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,6 +9,13 @@
 
 #include "comm.h"
 #include "status.h"
+
+int comm_mpi_fail(int rc, const char *file, int line, const char *call) {
+  char text[MPI_MAX_ERROR_STRING];
+  int length = 0;
+  if (MPI_Error_string(rc, text, &length) != MPI_SUCCESS) snprintf(text, sizeof text, "code %d", rc);
+  return ds_fail_at(DS_ERR_MPI, file, line, call, "%s", text);
+}
 
 void comm_abort(comm_ctx_t *ctx, int code) {
   fflush(stdout);
