@@ -113,8 +113,8 @@ static int fingerprint_file(const char *what, const char *path, char *out, size_
   return DS_OK;
 }
 
-/* Collective: rank 0 fingerprints every file the run reads (--init, --data, the plugin or
- * Stan model, files a --target-args value names) into run->inputs, and every rank gets them.
+/* Collective: rank 0 fingerprints every file the run reads (--init, --data, the plugin, files
+ * a --target-args value names) into run->inputs, and every rank gets them.
  * A resumed run must find each file as the run found it at its start: a changed --data would
  * join two posteriors in one output. */
 static int fingerprint_inputs(run_ctx_t *run) {
@@ -126,10 +126,10 @@ static int fingerprint_inputs(run_ctx_t *run) {
     const size_t size = sizeof run->inputs;
     if (cfg->init[0]) status = fingerprint_file("--init", cfg->init, out, size);
     if (status == DS_OK && cfg->data[0]) status = fingerprint_file("--data", cfg->data, out, size);
-    const char *model = strncmp(cfg->target, "plugin:", 7) == 0 ? cfg->target + 7
-                        : target_is_stan(cfg->target)        ? cfg->target + 5
-                                                              : NULL;
-    if (status == DS_OK && model) status = fingerprint_file("--target", model, out, size);
+    /* A plugin by its bytes; a Stan model by what it compiles to (run->stan_model, checked by
+     * run_reopen_output), so that an edited comment does not stop a resume. */
+    const char *plugin = strncmp(cfg->target, "plugin:", 7) == 0 ? cfg->target + 7 : NULL;
+    if (status == DS_OK && plugin) status = fingerprint_file("--target", plugin, out, size);
     char value[CONFIG_PATH_MAX], what[CONFIG_PATH_MAX + 32];
     for (const char *item = cfg->target_args; *item && status == DS_OK;) {
       const char *end = strchr(item, ',');
