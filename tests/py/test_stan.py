@@ -391,16 +391,28 @@ def part_invariance():
         t.check(same, f"{key[0]} rank(s) x {key[1]} thread(s) bitwise equal to 1 rank x 2 threads")
 
 
-def command_lines():
-    """Every process's command line (from /proc), as bytes with NULs between the arguments."""
-    lines = []
+def descendant_names(root):
+    """The program names (/proc/PID/comm) of every process below pid `root`."""
+    parent, name = {}, {}
     for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
         try:
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                lines.append(f.read())
-        except OSError:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            with open(f"/proc/{entry}/comm") as f:
+                name[int(entry)] = f.read().strip()
+            parent[int(entry)] = int(fields[1])
+        except (OSError, IndexError, ValueError):
             pass
-    return lines
+    found = []
+    for pid in name:
+        up, seen = parent.get(pid), 0
+        while up and up != root and seen < 64:
+            up, seen = parent.get(up), seen + 1
+        if up == root:
+            found.append(name[pid])
+    return found
 
 
 def part_restart():
@@ -424,13 +436,14 @@ def part_restart():
     proc = subprocess.Popen([t.MPIEXEC, t.NP_FLAG, "2", *t.PREFLAGS, t.DSAMPLER, "hmc", "--target", f"stan:{fresh}",
                              "--chains", "4", "--warmup", "50", "--draws", "50", "--quiet", "--out", out,
                              "--checkpoint-dir", ckpt], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    # The signal once the compiler runs (its command line names the model), so that a slow
-    # start under load does not make it arrive before mpirun has started the ranks.
+    # The signal once a compiler runs below this mpirun (stanc, then the C++ compiler), so that
+    # a slow start under load does not make it arrive before mpirun has started the ranks.
+    compilers = {"stanc", "c++", "g++", "cc1plus", "collect2", "ld"}
     deadline = time.time() + 300
     while time.time() < deadline and proc.poll() is None:
-        if any(b"--name=fresh_model" in command or b"fresh_model.so" in command for command in command_lines()):
+        if compilers & set(descendant_names(proc.pid)):
             break
-        time.sleep(0.1)
+        time.sleep(0.05)
     proc.send_signal(signal.SIGUSR1)
     _, stderr = proc.communicate(timeout=900)
     t.check(proc.returncode == 75 and os.listdir(ckpt),
