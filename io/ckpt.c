@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "comm.h"
@@ -244,6 +245,28 @@ static int is_checkpoint_of_run(const char *path, const char *run_id) {
   return same;
 }
 
+/* Room beside a checkpoint's own bytes: HDF5's metadata, the output's next growth. */
+#define CKPT_FREE_SPACE_MARGIN ((double)(4 << 20))
+
+/* Rank 0: refuses to start a checkpoint that the free space in `dir` cannot hold, before any
+ * rank enters the collective writes a full disk would leave the others waiting in. */
+static int check_room(const char *dir, const ckpt_meta_t *meta, const ckpt_array_t *arrays, int n_arrays,
+                      const ckpt_global_t *globals, int n_globals) {
+  double bytes = (double)strlen(meta->config) + (double)strlen(meta->inputs);
+  for (int i = 0; i < n_arrays; ++i)
+    bytes += (double)meta->n_items * (double)arrays[i].width * (arrays[i].dtype == CKPT_FLOAT64 ? 8.0 : 4.0);
+  for (int i = 0; i < n_globals; ++i) bytes += 8.0 * (double)globals[i].count;
+  struct statvfs fs;
+  if (statvfs(dir, &fs) != 0) return DS_OK; /* unknown: the write reports what happens */
+  const double free_bytes = (double)fs.f_bavail * (double)fs.f_frsize;
+  if (free_bytes < bytes + CKPT_FREE_SPACE_MARGIN)
+    return ds_fail(DS_ERR_IO, "checkpoint %s/ckpt-%lld.h5: the disk is full (%.1f MB free in %s; the checkpoint needs "
+                   "%.1f MB and %.0f MB beside it): the earlier checkpoints and the output are kept; make room and "
+                   "resume", dir, (long long)meta->iteration, free_bytes / 1e6, dir, bytes / 1e6,
+                   CKPT_FREE_SPACE_MARGIN / 1e6);
+  return DS_OK;
+}
+
 int ckpt_write(MPI_Comm comm, const char *dir, const ckpt_meta_t *meta, const ckpt_array_t *arrays, int n_arrays,
                const ckpt_global_t *globals, int n_globals, int64_t row_begin, int64_t row_end, int keep) {
   int rank;
@@ -251,8 +274,10 @@ int ckpt_write(MPI_Comm comm, const char *dir, const ckpt_meta_t *meta, const ck
   int status = DS_OK;
   if (rank == 0 && mkdir(dir, 0777) != 0 && errno != EEXIST)
     status = ds_fail(DS_ERR_IO, "--checkpoint-dir %s: cannot create: %s", dir, strerror(errno));
+  if (rank == 0 && status == DS_OK) status = check_room(dir, meta, arrays, n_arrays, globals, n_globals);
   MPI_CHECK(MPI_Bcast(&status, 1, MPI_INT, 0, comm));
-  if (status != DS_OK) return rank == 0 ? status : ds_fail(status, "--checkpoint-dir %s: cannot create", dir);
+  if (status != DS_OK)
+    return rank == 0 ? status : ds_fail(status, "--checkpoint-dir %s: rank 0 cannot write the checkpoint", dir);
   char tmp[4300], final_path[4200];
   snprintf(final_path, sizeof final_path, "%s/ckpt-%lld.h5", dir, (long long)meta->iteration);
   snprintf(tmp, sizeof tmp, "%s.tmp", final_path);
