@@ -391,9 +391,13 @@ def full_disk():
         return
     try:
         start = time.time()
+        # After a failed write of the output the ranks end through MPI_Abort (main.c: HDF5's
+        # clean-up of such a file in MPI_Finalize is not safe), so a rank may leave no exit code
+        # of its own: mpirun's non-zero exit and the time bound are what is asserted.
         stderr = refused("disk_full", ["hmc", "--dim", 50, "--chains", 40, "--warmup", 600, "--draws", 1000,
                                        "--checkpoint-every", 100, "--backend", "cpu", "--quiet", "--out",
-                                       os.path.join(mount, "run.h5")], "the disk is full", one_line=False)
+                                       os.path.join(mount, "run.h5")], "the disk is full", every_rank=False,
+                         one_line=False)
         t.check(time.time() - start < 30, f"disk_full: ended in {time.time() - start:.1f} s (< 30 s)")
     finally:
         subprocess.run(["umount", mount], capture_output=True)
