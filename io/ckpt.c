@@ -9,7 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "comm.h"
@@ -245,9 +244,6 @@ static int is_checkpoint_of_run(const char *path, const char *run_id) {
   return same;
 }
 
-/* Room beside a checkpoint's own bytes: HDF5's metadata, the output's next growth. */
-#define CKPT_FREE_SPACE_MARGIN ((double)(4 << 20))
-
 /* Rank 0: refuses to start a checkpoint that the free space in `dir` cannot hold, before any
  * rank enters the collective writes a full disk would leave the others waiting in. */
 static int check_room(const char *dir, const ckpt_meta_t *meta, const ckpt_array_t *arrays, int n_arrays,
@@ -256,14 +252,13 @@ static int check_room(const char *dir, const ckpt_meta_t *meta, const ckpt_array
   for (int i = 0; i < n_arrays; ++i)
     bytes += (double)meta->n_items * (double)arrays[i].width * (arrays[i].dtype == CKPT_FLOAT64 ? 8.0 : 4.0);
   for (int i = 0; i < n_globals; ++i) bytes += 8.0 * (double)globals[i].count;
-  struct statvfs fs;
-  if (statvfs(dir, &fs) != 0) return DS_OK; /* unknown: the write reports what happens */
-  const double free_bytes = (double)fs.f_bavail * (double)fs.f_frsize;
-  if (free_bytes < bytes + CKPT_FREE_SPACE_MARGIN)
+  char folder[4200];
+  const double free_bytes = h5util_free_bytes(dir, 1, folder, sizeof folder);
+  if (free_bytes >= 0 && free_bytes < bytes + H5UTIL_FREE_SPACE_MARGIN)
     return ds_fail(DS_ERR_IO, "checkpoint %s/ckpt-%lld.h5: the disk is full (%.1f MB free in %s; the checkpoint needs "
                    "%.1f MB and %.0f MB beside it): the earlier checkpoints and the output are kept; make room and "
                    "resume", dir, (long long)meta->iteration, free_bytes / 1e6, dir, bytes / 1e6,
-                   CKPT_FREE_SPACE_MARGIN / 1e6);
+                   H5UTIL_FREE_SPACE_MARGIN / 1e6);
   return DS_OK;
 }
 

@@ -13,7 +13,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -408,9 +407,6 @@ int h5out_write(h5out_t *f, int group_id, int64_t total_draws, int64_t chain_beg
   return h5out_write_block(f, group_id, total_draws, chain_begin, chain_count, draw_begin, draw_count, draw_count, data);
 }
 
-/* Slack kept free beside a growth of the draws: HDF5's metadata and the checkpoints. */
-#define H5OUT_FREE_SPACE_MARGIN ((double)(4 << 20))
-
 /* Rank 0, before the draws grow to total_draws: parallel HDF5 allocates a chunked dataset's
  * space when it grows, a collective step that a full disk would leave the other ranks waiting
  * in. Checked first, the ranks stop together with the file as it was. */
@@ -426,19 +422,12 @@ static int check_room_to_grow(const h5out_t *f, const h5out_group_t *g, int64_t 
     bytes += values * (dtype == H5OUT_FLOAT64 ? 8 : dtype == H5OUT_BOOL ? 1 : 4);
   }
   char dir[sizeof f->path];
-  snprintf(dir, sizeof dir, "%s", f->path);
-  char *slash = strrchr(dir, '/');
-  if (slash == dir) dir[1] = '\0';
-  else if (slash) *slash = '\0';
-  else snprintf(dir, sizeof dir, ".");
-  struct statvfs fs;
-  if (statvfs(dir, &fs) != 0) return DS_OK; /* unknown: the write reports what happens */
-  const double free_bytes = (double)fs.f_bavail * (double)fs.f_frsize;
-  if (free_bytes < bytes + H5OUT_FREE_SPACE_MARGIN)
+  const double free_bytes = h5util_free_bytes(f->path, 0, dir, sizeof dir);
+  if (free_bytes >= 0 && free_bytes < bytes + H5UTIL_FREE_SPACE_MARGIN)
     return ds_fail(DS_ERR_IO, "--out %s: the disk is full (%.1f MB free in %s; the next %lld draws need %.1f MB and "
                    "%.0f MB beside them): every draw written so far and the checkpoints are kept; make room and "
                    "resume", f->path, free_bytes / 1e6, dir, (long long)(total_draws - g->n_draws), bytes / 1e6,
-                   H5OUT_FREE_SPACE_MARGIN / 1e6);
+                   H5UTIL_FREE_SPACE_MARGIN / 1e6);
   return DS_OK;
 }
 

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "comm.h"
@@ -37,6 +38,15 @@ int h5util_fail(int code, const char *what) {
   if (walk.innermost[0])
     return ds_fail(code, "%s (%s%s%s)", what, walk.api, walk.api[0] ? ": " : "", walk.innermost);
   return ds_fail(code, "%s", what);
+}
+
+double h5util_free_bytes(const char *path, int is_folder, char *folder, size_t size) {
+  snprintf(folder, size, "%s", path);
+  char *slash = is_folder ? NULL : strrchr(folder, '/');
+  if (slash) *(slash == folder ? slash + 1 : slash) = '\0';
+  else if (!is_folder) snprintf(folder, size, ".");
+  struct statvfs fs;
+  return statvfs(folder, &fs) == 0 ? (double)fs.f_bavail * (double)fs.f_frsize : -1.0;
 }
 
 int h5util_check_input(const char *option, const char *path, int64_t max_bytes) {

@@ -24,6 +24,12 @@ int h5util_fail(int code, const char *what);
  * readable file of at most max_bytes (0: no limit). Local; no collective. */
 int h5util_check_input(const char *option, const char *path, int64_t max_bytes);
 
+/* The free bytes of the file system that holds `path` (a file's folder, or the folder itself
+ * when is_folder), -1 when unknown; its folder's name into folder[size]. Local. */
+double h5util_free_bytes(const char *path, int is_folder, char *folder, size_t size);
+/* Slack kept free beside what a write needs: HDF5's metadata, the next checkpoint. */
+#define H5UTIL_FREE_SPACE_MARGIN ((double)(4 << 20))
+
 /* Every rank leaves with the status and message of the lowest failing rank (comm_agree_on). */
 int h5util_agree(MPI_Comm comm, int status);
 

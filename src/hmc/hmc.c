@@ -17,13 +17,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/statvfs.h>
 
 #include "adapt.h"
 #include "rng.h"
 #include "draw_writer.h"
 #include "exactsum.h"
 #include "moments.h"
+#include "h5util.h"
 #include "hmc.h"
 #include "signals.h"
 #include "status.h"
@@ -612,14 +612,9 @@ static int check_output_space(run_ctx_t *run, int64_t output_chains, int64_t dra
   const double per_draw = (double)output_chains * (double)(dim * 4 + HMC_STATS_BYTES_PER_DRAW + 8 * output_width(run->target));
   const double bytes = per_draw * (double)(draws_left + warmup_left) + (double)chains * (double)dim * 16.0;
   char dir[CONFIG_PATH_MAX];
-  snprintf(dir, sizeof dir, "%s", cfg->out);
-  char *slash = strrchr(dir, '/');
-  if (slash) *(slash == dir ? slash + 1 : slash) = '\0';
-  else snprintf(dir, sizeof dir, ".");
   int status = DS_OK;
   if (run->comm->rank == 0) {
-    struct statvfs fs;
-    const double free_bytes = statvfs(dir, &fs) == 0 ? (double)fs.f_bavail * (double)fs.f_frsize : -1.0;
+    const double free_bytes = h5util_free_bytes(cfg->out, 0, dir, sizeof dir);
     if (free_bytes >= 0 && bytes > free_bytes)
       status = ds_fail(DS_ERR_INPUT, "--out %s: this run writes %.3g GB of draws but %s has %.3g GB free; write "
                                      "fewer with --output-chains M or --thin K, or choose another --out",
