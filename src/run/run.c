@@ -20,6 +20,7 @@
 #include "status.h"
 #include "svgd.h"
 #include "target.h"
+#include "target_args.h"
 
 /* Local: `path` as something this run will write: an existing regular, writable file, or a
  * new name in an existing, writable directory. */
@@ -70,27 +71,10 @@ static int check_plugin_path(const char *spec, const char *path) {
 
 /* Local: --out is no file that a --target-args value names (corr-gaussian's cov=FILE.h5, a
  * Stan model's init=FILE.json, a plugin's own files): any value naming an existing file. */
-/* Local: the key=value item of a --target-args list at `item` into key and value ("" where it
- * has no '=' or a part is too long); returns the next item, or NULL after the last. */
-static const char *target_arg_item(const char *item, char *key, size_t key_size, char *value, size_t value_size) {
-  const char *end = strchr(item, ',');
-  const size_t length = end ? (size_t)(end - item) : strlen(item);
-  const char *equals = memchr(item, '=', length);
-  key[0] = value[0] = '\0';
-  const size_t key_length = equals ? (size_t)(equals - item) : 0, value_length = equals ? length - key_length - 1 : 0;
-  if (equals && key_length < key_size && value_length < value_size) {
-    memcpy(key, item, key_length);
-    key[key_length] = '\0';
-    memcpy(value, equals + 1, value_length);
-    value[value_length] = '\0';
-  }
-  return end ? end + 1 : NULL;
-}
-
 static int check_out_not_target_arg(const config_t *cfg) {
   char key[256], value[CONFIG_PATH_MAX];
   for (const char *item = cfg->target_args; item && *item;) {
-    item = target_arg_item(item, key, sizeof key, value, sizeof value);
+    item = target_args_next(item, key, sizeof key, value, sizeof value);
     if (value[0] && h5util_same_file(cfg->out, value))
       return ds_fail(DS_ERR_INPUT, "--out %s: is the file of --target-args %s=%s; writing the output would destroy it",
                      cfg->out, key, value);
@@ -141,7 +125,7 @@ static int fingerprint_inputs(run_ctx_t *run) {
     if (status == DS_OK && plugin) status = fingerprint_file("--target", plugin, out, size);
     char key[256], value[CONFIG_PATH_MAX], what[sizeof key + 32];
     for (const char *item = cfg->target_args; item && *item && status == DS_OK;) {
-      item = target_arg_item(item, key, sizeof key, value, sizeof value);
+      item = target_args_next(item, key, sizeof key, value, sizeof value);
       struct stat st;
       snprintf(what, sizeof what, "--target-args %s", key);
       if (value[0] && stat(value, &st) == 0 && S_ISREG(st.st_mode)) status = fingerprint_file(what, value, out, size);

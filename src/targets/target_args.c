@@ -82,3 +82,18 @@ int target_args_check(const char *target_name, const char *args, const char *con
   }
   return DS_OK;
 }
+
+const char *target_args_next(const char *item, char *key, size_t key_size, char *value, size_t value_size) {
+  const char *end = strchr(item, ',');
+  const size_t length = end ? (size_t)(end - item) : strlen(item);
+  const char *equals = memchr(item, '=', length);
+  key[0] = value[0] = '\0';
+  const size_t key_length = equals ? (size_t)(equals - item) : 0, value_length = equals ? length - key_length - 1 : 0;
+  if (equals && key_length < key_size && value_length < value_size) {
+    memcpy(key, item, key_length);
+    key[key_length] = '\0';
+    memcpy(value, equals + 1, value_length);
+    value[value_length] = '\0';
+  }
+  return end ? end + 1 : NULL;
+}
