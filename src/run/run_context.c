@@ -14,40 +14,200 @@
 #include "status.h"
 #include "target.h"
 
+/* Starts are redrawn, as Stan's initialisation does, up to this many draws per item. */
+enum { INIT_MAX_DRAWS = 100, INIT_NAMED = 8, INIT_CHUNK_ROWS = 65536 };
+
+/* The seed a target's initial_point takes for draw `attempt` of every item: the run's seed for
+ * the first, then one of its own for each later draw (the target keys by item itself). */
+static uint64_t init_attempt_seed(uint64_t seed, int attempt) {
+  if (attempt == 0) return seed;
+  const rng_words_t w = rng_block(seed, 0, RNG_ITERATION_INIT, 0xFFFF0000u + (uint32_t)attempt);
+  return ((uint64_t)w.v[0] << 32) | w.v[1];
+}
+
+/* Draw `attempt` of the rows marked in redo (all when NULL): the target's initial_point, or
+ * uniform on (-2, 2] from blocks attempt * ceil(dim / 4) + k / 4 of (seed, start item,
+ * RNG_ITERATION_INIT), so that draw 0 is the plain start. */
+static int draw_starts(run_ctx_t *run, int64_t per_start, int attempt, const uint8_t *redo, float *x_local) {
+  const config_t *cfg = run->cfg;
+  const int64_t dim = run->target->dim, rows = run->item_end - run->item_begin;
+  if (run->target->abi_version >= 2 && run->target->initial_point)
+    /* The model's own starts (a Stan model's: uniform in (-2, 2), tried until log p is finite). */
+    return target_initial_points(run->target, init_attempt_seed(cfg->seed, attempt), run->item_begin, rows,
+                                 per_start, redo, x_local);
+  /* Chains of one superchain (--chains-per-start K) share the start drawn for its first chain,
+   * so that they differ only through their own streams, as nested R-hat assumes; with K = 1
+   * every chain keys its own start. */
+  const uint32_t blocks = (uint32_t)((dim + 3) / 4);
+  for (int64_t r = 0; r < rows; ++r) {
+    if (redo && !redo[r]) continue;
+    const int64_t item = run->item_begin + r, start_key = item - item % per_start;
+    rng_words_t block = {{0, 0, 0, 0}};
+    for (int64_t k = 0; k < dim; ++k) {
+      if (k % 4 == 0)
+        block = rng_block(cfg->seed, (uint64_t)start_key, RNG_ITERATION_INIT,
+                          (uint32_t)attempt * blocks + (uint32_t)(k / 4));
+      x_local[r * dim + k] = -2.0f + 4.0f * rng_uniform(block.v[k % 4]);
+    }
+  }
+  return DS_OK;
+}
+
+/* Why each marked row's start cannot be used (log p or a gradient coordinate not finite, as the
+ * backend computes them): reason[r] = 0 when it can, 1 + k for gradient coordinate k, and -1
+ * for log p, whose value goes to value[r]. Rows in chunks through backend buffers. */
+static int check_starts(run_ctx_t *run, const float *x_local, const uint8_t *redo, int64_t *reason, float *value) {
+  backend_t *b = run->backend;
+  const int64_t dim = run->target->dim, rows = run->item_end - run->item_begin;
+  const int64_t chunk = rows < INIT_CHUNK_ROWS ? (rows > 0 ? rows : 1) : INIT_CHUNK_ROWS;
+  float *host = malloc((size_t)(chunk * (2 * dim + 1)) * sizeof *host);
+  int64_t *index = malloc((size_t)chunk * sizeof *index);
+  float *x = NULL, *logp = NULL, *grad = NULL;
+  int status = host && index ? DS_OK : DS_FAIL_ALLOC("the starts' check", (size_t)(chunk * (2 * dim + 1)) * sizeof *host);
+  if (status == DS_OK) status = b->alloc(b, (void **)&x, (size_t)(chunk * dim) * sizeof(float));
+  if (status == DS_OK) status = b->alloc(b, (void **)&grad, (size_t)(chunk * dim) * sizeof(float));
+  if (status == DS_OK) status = b->alloc(b, (void **)&logp, (size_t)chunk * sizeof(float));
+  float *host_grad = host + chunk * dim, *host_logp = host_grad + chunk * dim;
+  for (int64_t r = 0; status == DS_OK && r < rows;) {
+    int64_t n = 0;
+    for (; r < rows && n < chunk; ++r) {
+      reason[r] = 0;
+      if (redo && !redo[r]) continue;
+      memcpy(host + n * dim, x_local + r * dim, (size_t)dim * sizeof(float));
+      index[n++] = r;
+    }
+    if (n == 0) continue;
+    status = b->upload(b, x, host, (size_t)(n * dim) * sizeof(float));
+    if (status == DS_OK) status = b->logp_grad(b, run->target, x, n, logp, grad);
+    if (status == DS_OK) status = b->download(b, host_logp, logp, (size_t)n * sizeof(float));
+    if (status == DS_OK) status = b->download(b, host_grad, grad, (size_t)(n * dim) * sizeof(float));
+    for (int64_t i = 0; status == DS_OK && i < n; ++i) {
+      const int64_t row = index[i];
+      value[row] = host_logp[i];
+      if (!isfinite(host_logp[i])) {
+        reason[row] = -1;
+        continue;
+      }
+      for (int64_t k = 0; k < dim; ++k)
+        if (!isfinite(host_grad[i * dim + k])) {
+          reason[row] = 1 + k;
+          value[row] = host_grad[i * dim + k];
+          break;
+        }
+    }
+  }
+  if (x) b->release(b, x);
+  if (grad) b->release(b, grad);
+  if (logp) b->release(b, logp);
+  free(host);
+  free(index);
+  return status;
+}
+
+/* The error for the rows never given a usable start: the first INIT_NAMED of them (all ranks)
+ * and the last reason for the first. */
+static int no_start_error(run_ctx_t *run, const int64_t *reason, const float *value, const uint8_t *fixed,
+                          int64_t failed_total) {
+  const int64_t rows = run->item_end - run->item_begin;
+  int64_t named[INIT_NAMED], all[INIT_NAMED];
+  int count = 0;
+  for (int64_t r = 0; r < rows && count < INIT_NAMED; ++r)
+    if (reason[r] != 0) named[count++] = run->item_begin + r;
+  for (int i = count; i < INIT_NAMED; ++i) named[i] = INT64_MAX;
+  /* Every rank's first chains, the smallest ids overall. */
+  for (int i = 0; i < INIT_NAMED; ++i) all[i] = INT64_MAX;
+  int status = DS_OK;
+  for (int source = 0; source < run->comm->size && status == DS_OK; ++source) {
+    int64_t theirs[INIT_NAMED];
+    memcpy(theirs, named, sizeof theirs);
+    status = comm_bcast(run->comm, theirs, (int64_t)sizeof theirs, source);
+    for (int i = 0; i < INIT_NAMED; ++i)
+      for (int j = 0; j < INIT_NAMED; ++j)
+        if (theirs[i] < all[j]) {
+          memmove(all + j + 1, all + j, (size_t)(INIT_NAMED - 1 - j) * sizeof *all);
+          all[j] = theirs[i];
+          break;
+        }
+  }
+  DS_TRY(comm_agree(run->comm, status));
+  char list[256] = "";
+  for (int i = 0; i < INIT_NAMED && all[i] != INT64_MAX; ++i) {
+    const size_t used = strlen(list);
+    snprintf(list + used, sizeof list - used, "%s%lld", i ? ", " : "", (long long)all[i]);
+  }
+  const char *item = run->cfg->algorithm == ALGO_HMC ? "chain" : "particle";
+  /* The rank holding the first of them says why. */
+  status = DS_OK;
+  if (all[0] >= run->item_begin && all[0] < run->item_end) {
+    const int64_t r = all[0] - run->item_begin;
+    char why[160];
+    if (reason[r] < 0)
+      snprintf(why, sizeof why, "log p is %g", (double)value[r]);
+    else
+      snprintf(why, sizeof why, "the gradient's coordinate %lld is %g", (long long)(reason[r] - 1), (double)value[r]);
+    status = ds_fail(DS_ERR_INPUT, "--target %s: no start with a finite log density and gradient for %lld %s%s "
+                     "(%s%s) after %s; at %s %lld's last start %s", run->cfg->target, (long long)failed_total, item,
+                     failed_total == 1 ? "" : "s", list, failed_total > INIT_NAMED ? ", ..." : "",
+                     fixed[r] ? "its start does not change with the seed (given by the target's arguments)"
+                              : "100 draws each",
+                     item, (long long)all[0], why);
+  }
+  return comm_agree(run->comm, status);
+}
+
 int run_initial_positions(run_ctx_t *run, int64_t n_total, float *x_local) {
   const config_t *cfg = run->cfg;
   const int64_t dim = run->target->dim, rows = run->item_end - run->item_begin;
   int status = DS_OK;
   const int64_t per_start = cfg->algorithm == ALGO_HMC && cfg->chains_per_start > 1 ? cfg->chains_per_start : 1;
   if (cfg->init[0]) {
-    status = h5init_read(run->comm->world, cfg->init, n_total, dim, run->item_begin, run->item_end, x_local);
-  } else if (run->target->abi_version >= 2 && run->target->initial_point) {
-    /* The model's own starts (a Stan model's: uniform in (-2, 2), tried until log p is finite). */
-    status = target_initial_points(run->target, cfg->seed, run->item_begin, rows, per_start, x_local);
-  } else {
-    /* Chains of one superchain (--chains-per-start K) share the start drawn for its first
-     * chain, so that they differ only through their own streams, as nested R-hat assumes; with
-     * K = 1 every chain keys its own start. */
-    for (int64_t r = 0; r < rows; ++r) {
-      const int64_t item = run->item_begin + r, start_key = item - item % per_start;
-      rng_words_t block = {{0, 0, 0, 0}};
-      for (int64_t k = 0; k < dim; ++k) {
-        if (k % 4 == 0)
-          block = rng_block(cfg->seed, (uint64_t)start_key, RNG_ITERATION_INIT, (uint32_t)(k / 4));
-        x_local[r * dim + k] = -2.0f + 4.0f * rng_uniform(block.v[k % 4]);
-      }
-    }
+    status = comm_agree(run->comm, h5init_read(run->comm->world, cfg->init, n_total, dim, run->item_begin,
+                                               run->item_end, x_local));
+    for (int64_t e = 0; e < rows * dim && status == DS_OK; ++e)
+      if (!isfinite(x_local[e]))
+        status = ds_fail(DS_ERR_INPUT, "--init %s: row %lld, column %lld is not finite (%g)", cfg->init,
+                         (long long)(run->item_begin + e / dim), (long long)(e % dim), (double)x_local[e]);
+    return comm_agree(run->comm, status);
   }
-  status = comm_agree(run->comm, status);
-  if (status != DS_OK) return status;
-  for (int64_t e = 0; e < rows * dim && status == DS_OK; ++e)
-    if (!isfinite(x_local[e]) && cfg->init[0])
-      status = ds_fail(DS_ERR_INPUT, "--init %s: row %lld, column %lld is not finite (%g)", cfg->init,
-                       (long long)(run->item_begin + e / dim), (long long)(e % dim), (double)x_local[e]);
-    else if (!isfinite(x_local[e]))
-      status = ds_fail(DS_ERR_INPUT, "--target %s: the target's initial_point gave a non-finite start (%g) for "
-                       "item %lld, coordinate %lld", cfg->target, (double)x_local[e],
-                       (long long)(run->item_begin + e / dim), (long long)(e % dim));
+  /* Drawn starts: each row whose log p or gradient is not finite is drawn again (up to
+   * INIT_MAX_DRAWS draws), each draw keyed by (seed, item, attempt), so any rank count finds
+   * the same starts. A start that stays the same for a new seed (the target's given one) is not
+   * drawn again. */
+  const size_t n = (size_t)(rows > 0 ? rows : 1);
+  uint8_t *redo = malloc(n * 2), *fixed = redo ? redo + n : NULL;
+  int64_t *reason = malloc(n * sizeof *reason);
+  float *value = malloc(n * sizeof *value), *before = malloc(n * (size_t)dim * sizeof *before);
+  if (!(redo && reason && value && before)) status = DS_FAIL_ALLOC("the starts' redraws", n * (size_t)dim * sizeof(float));
+  if (status == DS_OK) memset(redo, 0, 2 * n);
+  int64_t failed = 0;
+  for (int attempt = 0; status == DS_OK && attempt < INIT_MAX_DRAWS; ++attempt) {
+    if (attempt > 0) memcpy(before, x_local, (size_t)(rows * dim) * sizeof(float));
+    status = comm_agree(run->comm, draw_starts(run, per_start, attempt, attempt ? redo : NULL, x_local));
+    for (int64_t e = 0; e < rows * dim && status == DS_OK; ++e)
+      if (!isfinite(x_local[e]))
+        status = ds_fail(DS_ERR_INPUT, "--target %s: the target's initial_point gave a non-finite start (%g) for "
+                         "item %lld, coordinate %lld", cfg->target, (double)x_local[e],
+                         (long long)(run->item_begin + e / dim), (long long)(e % dim));
+    for (int64_t r = 0; status == DS_OK && attempt > 0 && r < rows; ++r)
+      if (redo[r] && !memcmp(before + r * dim, x_local + r * dim, (size_t)dim * sizeof(float))) fixed[r] = 1;
+    status = comm_agree(run->comm, status);
+    if (status != DS_OK) break;
+    status = comm_agree(run->comm, check_starts(run, x_local, attempt ? redo : NULL, reason, value));
+    uint64_t counts[2] = {0, 0};
+    for (int64_t r = 0; status == DS_OK && r < rows; ++r) {
+      redo[r] = reason[r] != 0 && !fixed[r];
+      counts[0] += reason[r] != 0;
+      counts[1] += redo[r];
+    }
+    if (status == DS_OK) status = comm_agree(run->comm, comm_allreduce_sum_u64(run->comm, counts, 2));
+    failed = (int64_t)counts[0];
+    if (status != DS_OK || counts[1] == 0) break;
+  }
+  if (status == DS_OK && failed > 0) status = no_start_error(run, reason, value, fixed, failed);
+  free(redo);
+  free(reason);
+  free(value);
+  free(before);
   return comm_agree(run->comm, status);
 }
 

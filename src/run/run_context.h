@@ -43,10 +43,13 @@ int run_reopen_output(run_ctx_t *run, h5out_t **out);
 /* Checks a checkpoint's metadata against this run; DS_ERR_CHECKPOINT when it does not fit. */
 int run_check_resume_meta(run_ctx_t *run);
 
-/* Starting positions of this rank's items into host x_local [rows, dim]: from --init, or
- * uniform on (-2, 2] keyed by global item id (HMC with --chains-per-start K: by the first
- * chain id of the item's superchain, floor(c / K) K). Non-finite values are an input error on every
- * rank. Collective. */
+/* Starting positions of this rank's items into host x_local [rows, dim]: from --init, or the
+ * target's initial_point, or uniform on (-2, 2] keyed by global item id (HMC with
+ * --chains-per-start K: by the first chain id of the item's superchain, floor(c / K) K). A drawn
+ * start whose log p or gradient (as the backend computes them) is not finite is drawn again, as
+ * Stan's initialisation does, up to 100 draws keyed by (seed, item, attempt); the error names the
+ * items left without one. A given start is never drawn again; non-finite values in it are an
+ * input error on every rank. Collective. */
 int run_initial_positions(run_ctx_t *run, int64_t n_total, float *x_local);
 /* Creates the output file with the run's attributes. Collective. */
 int run_open_output(run_ctx_t *run, h5out_t **out);

@@ -262,7 +262,7 @@ int target_constrain(const dsampler_target *t, const float *x, int64_t n, const 
 }
 
 int target_initial_points(const dsampler_target *t, uint64_t seed, int64_t item_begin, int64_t rows,
-                          int64_t per_start, float *x) {
+                          int64_t per_start, const uint8_t *redo, float *x) {
   const int64_t dim = t->dim;
   int status = DS_OK;
 #pragma omp parallel if (rows > 1)
@@ -271,7 +271,7 @@ int target_initial_points(const dsampler_target *t, uint64_t seed, int64_t item_
     int local = point ? DS_OK : DS_FAIL_ALLOC("a start", (size_t)dim * sizeof(double));
 #pragma omp for schedule(dynamic, 1)
     for (int64_t r = 0; r < rows; ++r) {
-      if (local != DS_OK) continue;
+      if (local != DS_OK || (redo && !redo[r])) continue;
       const int64_t item = item_begin + r, start = item - item % per_start;
       int rc = t->initial_point(t->self, seed, start, point);
       if (rc != 0) {

@@ -53,10 +53,10 @@ void target_unpack_outputs(const dsampler_target *t, const double *packed, int64
                            int64_t capacity, double *values, const void **data);
 /* Starts from the target (version 2 initial_point) for items [item_begin, + rows) into x
  * [rows, dim] (float32); item r starts from the point of item start_item(r) = item - item %
- * per_start (superchains share a start). Returns DS_OK, or DS_ERR_TARGET. Rows spread over
- * OpenMP threads. */
+ * per_start (superchains share a start); with redo [rows] not NULL, only the rows it marks.
+ * Returns DS_OK, or DS_ERR_TARGET. Rows spread over OpenMP threads. */
 int target_initial_points(const dsampler_target *t, uint64_t seed, int64_t item_begin, int64_t rows,
-                          int64_t per_start, float *x);
+                          int64_t per_start, const uint8_t *redo, float *x);
 
 /* Minibatch gradients (SVGD --batch-size): the target's next evaluations use minibatch
  * `iteration` of batch_size data rows (0: all the data). Only data targets take one (the built-in
