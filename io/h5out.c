@@ -522,6 +522,15 @@ int h5out_open(h5out_t **out, MPI_Comm comm, const char *path) {
   return writer_setup(f);
 }
 
+int h5out_set_attr(h5out_t *f, const char *key, const char *value) {
+  int status = DS_OK;
+  htri_t exists = H5Aexists(f->file, key);
+  if (exists < 0) status = output_fail(f, "checking an attribute");
+  if (status == DS_OK && exists > 0 && H5Adelete(f->file, key) < 0) status = output_fail(f, "replacing an attribute");
+  if (status == DS_OK && write_string_attr(f->file, key, value) != DS_OK) status = output_fail(f, "writing an attribute");
+  return status;
+}
+
 int h5out_read_attr(h5out_t *f, const char *key, char *value, size_t size) {
   hid_t type = H5Tcopy(H5T_C_S1);
   H5Tset_size(type, H5T_VARIABLE);

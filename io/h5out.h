@@ -92,6 +92,9 @@ int h5out_write_series(h5out_t *f, const char *name, const char *axis, int64_t c
                        const char *const *vars, const double *const *data, int n_vars);
 /* Reads root attribute `key` (a string) into value; DS_ERR_INPUT when absent. Collective. */
 int h5out_read_attr(h5out_t *f, const char *key, char *value, size_t size);
+/* Writes (or replaces) the file's string attribute key = value. Collective, the same value on
+ * every rank. */
+int h5out_set_attr(h5out_t *f, const char *key, const char *value);
 /* Starts the disk writing what this rank has written to the file so far, without waiting for
  * it (Linux sync_file_range; elsewhere nothing). Otherwise the page cache holds gigabytes of a
  * large output until the file is closed and only then writes them, after the run's work is

@@ -10,6 +10,7 @@
 #include "exactsum.h"
 #include "rng.h"
 #include "status.h"
+#include "dense_metric.h"
 #include "svgd_kernel_math.h"
 
 /* Columns processed together: their distances vectorise across lanes, each lane summing
@@ -423,7 +424,8 @@ static int cpu_svgd_update(backend_t *b, float *x, const float *phi, float *g, i
   return DS_OK;
 }
 
-/* Draws the momentum p = z / sqrt(m_inv) and the accept uniform of one chain. */
+/* Draws the momentum p = z / sqrt(m_inv) (z itself without inv_metric: a dense metric's
+ * whitened momentum) and the accept uniform of one chain. */
 static void hmc_draw(uint64_t seed, uint64_t chain, uint32_t iteration, int64_t dim,
                      const float *inv_metric, float *p, float *uniform) {
   rng_words_t block = {{0, 0, 0, 0}};
@@ -438,15 +440,26 @@ static void hmc_draw(uint64_t seed, uint64_t chain, uint32_t iteration, int64_t 
     float z0, z1;
     rng_normal_pair(w0, w1, &z0, &z1);
     int64_t k = word;
-    p[k] = z0 / sqrtf(inv_metric[k]);
-    if (k + 1 < dim) p[k + 1] = z1 / sqrtf(inv_metric[k + 1]);
+    p[k] = inv_metric ? z0 / sqrtf(inv_metric[k]) : z0;
+    if (k + 1 < dim) p[k + 1] = inv_metric ? z1 / sqrtf(inv_metric[k + 1]) : z1;
   }
 }
 
+/* p' M^-1 p / 2; with inv_metric NULL (a dense metric's whitened momentum) |p|^2 / 2. */
 static double kinetic_energy(const float *p, const float *inv_metric, int64_t dim) {
   double sum = 0.0;
-  for (int64_t k = 0; k < dim; ++k) sum += (double)inv_metric[k] * (double)p[k] * (double)p[k];
+  for (int64_t k = 0; k < dim; ++k) sum += (inv_metric ? (double)inv_metric[k] : 1.0) * (double)p[k] * (double)p[k];
   return 0.5 * sum;
+}
+
+/* A dense metric's kick and drift for one chain (backend.h): r += kick L^T g, q += eps L r;
+ * scratch [dim]. */
+static void dense_kick_drift(const float *L, int64_t dim, float kick, float eps, const float *g, float *r, float *q,
+                             float *scratch) {
+  for (int64_t k = 0; k < dim; ++k) scratch[k] = dense_lt_dot(L, dim, g, k);
+  for (int64_t k = 0; k < dim; ++k) r[k] += kick * scratch[k];
+  for (int64_t i = 0; i < dim; ++i) scratch[i] = dense_l_dot(L, dim, r, i);
+  for (int64_t i = 0; i < dim; ++i) q[i] += eps * scratch[i];
 }
 
 /* Adds the chain's state to its running moments (backend.h's formula, in float). */
@@ -484,11 +497,13 @@ static int block_logp_grad(const dsampler_target *t, const float *q, int64_t cou
 /* One iteration for chains [c0, c0 + count) of the batch, with scratch for `count` chains
  * (wide: [count (2 dim + 1)] doubles when batch->logp_wide is set, else NULL). */
 static int hmc_block(const dsampler_target *t, hmc_batch_t *batch, int64_t c0, int64_t count,
-                     float *q, float *p, float *grad, float *logp, float *uniform, double *h0, double *wide) {
+                     float *q, float *p, float *grad, float *logp, float *uniform, double *h0, double *wide,
+                     float *scratch) {
   const int64_t dim = batch->dim;
+  const float *L = batch->metric_factor;
   for (int64_t c = 0; c < count; ++c) {
     const int64_t chain = c0 + c;
-    const float *inv_metric = batch->inv_metric + (batch->shared_metric ? 0 : chain * dim);
+    const float *inv_metric = L ? NULL : batch->inv_metric + (batch->shared_metric ? 0 : chain * dim);
     batch->step_size[chain] = rng_hmc_jittered_step(batch->seed, (uint64_t)(batch->chain_begin + chain),
                                                     batch->iteration, dim, batch->step_nominal[chain], batch->jitter);
     hmc_draw(batch->seed, (uint64_t)(batch->chain_begin + chain), batch->iteration, dim,
@@ -507,6 +522,10 @@ static int hmc_block(const dsampler_target *t, hmc_batch_t *batch, int64_t c0, i
       const float *g_c = grad + c * dim;
       /* The first half kick; later kicks are whole, the last is halved below. */
       const float kick = step == 0 ? 0.5f * eps : eps;
+      if (L) {
+        dense_kick_drift(L, dim, kick, eps, g_c, p_c, q_c, scratch);
+        continue;
+      }
       for (int64_t k = 0; k < dim; ++k) p_c[k] += kick * g_c[k];
       for (int64_t k = 0; k < dim; ++k) q_c[k] += eps * inv_metric[k] * p_c[k];
     }
@@ -515,9 +534,14 @@ static int hmc_block(const dsampler_target *t, hmc_batch_t *batch, int64_t c0, i
   for (int64_t c = 0; c < count; ++c) {
     const int64_t chain = c0 + c;
     const float eps = batch->step_size[chain];
-    const float *inv_metric = batch->inv_metric + (batch->shared_metric ? 0 : chain * dim);
+    const float *inv_metric = L ? NULL : batch->inv_metric + (batch->shared_metric ? 0 : chain * dim);
     float *p_c = p + c * dim;
-    for (int64_t k = 0; k < dim; ++k) p_c[k] += 0.5f * eps * grad[c * dim + k];
+    if (L) {
+      for (int64_t k = 0; k < dim; ++k) scratch[k] = dense_lt_dot(L, dim, grad + c * dim, k);
+      for (int64_t k = 0; k < dim; ++k) p_c[k] += 0.5f * eps * scratch[k];
+    } else {
+      for (int64_t k = 0; k < dim; ++k) p_c[k] += 0.5f * eps * grad[c * dim + k];
+    }
     double h1 = -(wide ? wide[c] : (double)logp[c]) + kinetic_energy(p_c, inv_metric, dim);
     double log_uniform = log(fmax((double)uniform[c], 1e-10));
     int divergent = !isfinite(h1) || h1 - h0[c] > 1000.0;
@@ -526,7 +550,14 @@ static int hmc_block(const dsampler_target *t, hmc_batch_t *batch, int64_t c0, i
     batch->accepted[chain] = (uint8_t)accept;
     batch->accept_prob[chain] = divergent ? 0.0f : (float)fmin(1.0, exp(h0[c] - h1));
     batch->energy[chain] = (float)(accept ? h1 : h0[c]);
-    if (batch->chees_center) {
+    if (batch->chees_center && L) {
+      const float *m = batch->chees_center;
+      double *u = (double *)scratch + dim, along = 0.0;
+      const double after = dense_whiten(L, dim, q + c * dim, m, p_c, u, &along);
+      const double before = dense_whiten(L, dim, batch->q + chain * dim, m, NULL, u, NULL);
+      batch->chees[2 * chain] = (float)(after - before);
+      batch->chees[2 * chain + 1] = (float)along;
+    } else if (batch->chees_center) {
       const float *m = batch->chees_center, *x = batch->q + chain * dim, *x1 = q + c * dim;
       double change = 0.0, along = 0.0;
       for (int64_t k = 0; k < dim; ++k) {
@@ -563,19 +594,21 @@ static int cpu_hmc_transition(backend_t *b, const dsampler_target *t, hmc_batch_
     double *h0 = malloc((size_t)block * sizeof *h0);
     const int use_wide = batch->logp_wide && t->abi_version >= 2 && t->logp_grad_f64;
     double *wide = use_wide ? malloc((size_t)block * (size_t)(2 * dim + 1) * sizeof *wide) : NULL;
-    int local_status = (q && p && grad && logp && uniform && h0 && (wide || !use_wide))
+    /* The dense metric's products: [dim] floats in the room of [dim] doubles, then [dim] doubles. */
+    float *scratch = malloc((size_t)(2 * dim) * sizeof(double));
+    int local_status = (q && p && grad && logp && uniform && h0 && scratch && (wide || !use_wide))
                            ? DS_OK : DS_FAIL_ALLOC("HMC scratch", floats * 3 * sizeof(float));
 #pragma omp for schedule(dynamic, 1)
     for (int64_t c0 = 0; c0 < n; c0 += block) {
       if (local_status != DS_OK) continue;
       int64_t count = n - c0 < block ? n - c0 : block;
-      local_status = hmc_block(t, batch, c0, count, q, p, grad, logp, uniform, h0, wide);
+      local_status = hmc_block(t, batch, c0, count, q, p, grad, logp, uniform, h0, wide, scratch);
     }
     if (local_status != DS_OK) {
 #pragma omp critical
       if (status == DS_OK) status = local_status;
     }
-    free(q); free(p); free(grad); free(logp); free(uniform); free(h0); free(wide);
+    free(q); free(p); free(grad); free(logp); free(uniform); free(h0); free(wide); free(scratch);
   }
   return status;
 }
@@ -675,6 +708,24 @@ static int cpu_column_sums(backend_t *b, const float *values, int64_t rows, int6
   return DS_OK;
 }
 
+static int cpu_covariance_add(backend_t *b, const float *q, const float *mean, float *m2, int64_t rows, int64_t dim,
+                              double n) {
+  (void)b;
+  if (n <= 1.0) return DS_OK;
+  const float weight = (float)(n / (n - 1.0));
+  const int64_t triangle = dense_triangle(dim);
+#pragma omp parallel for schedule(static) if (rows * triangle > CPU_PARALLEL_MIN)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float *x = q + r * dim, *mu = mean + r * dim;
+    float *row = m2 + r * triangle;
+    for (int64_t i = 0; i < dim; ++i) {
+      const float e_i = weight * (x[i] - mu[i]);
+      for (int64_t j = 0; j <= i; ++j) row[i * (i + 1) / 2 + j] += e_i * (x[j] - mu[j]);
+    }
+  }
+  return DS_OK;
+}
+
 static int cpu_dual_average(backend_t *b, double *state, const float *accept, float *step_out, int64_t rows,
                             const dual_average_step_t *step) {
   (void)b;
@@ -755,6 +806,7 @@ int backend_cpu_create(backend_t **out) {
   b->hmc_record_draw = cpu_hmc_record_draw;
   b->fill = cpu_fill;
   b->column_sums = cpu_column_sums;
+  b->covariance_add = cpu_covariance_add;
   b->dual_average = cpu_dual_average;
   b->moments_to_metric = cpu_moments_to_metric;
   b->step_search = cpu_step_search;

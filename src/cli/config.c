@@ -32,7 +32,7 @@ typedef struct option_spec {
 #define CHOICE(field, words) OPT_CHOICE, offsetof(config_t, field), sizeof(((config_t *)0)->field), words
 
 static const char *const adapt_words[] = {"per-chain", "pooled", "none", NULL};
-static const char *const metric_words[] = {"diag", "unit", NULL};
+static const char *const metric_words[] = {"diag", "unit", "dense", "auto", NULL};
 static const char *const stuck_words[] = {"restart", "keep", NULL};
 static const char *const update_words[] = {"sgd", "adagrad", "adam", NULL};
 static const char *const kernel_words[] = {"rbf", "imq", NULL};
@@ -59,7 +59,7 @@ static const option_spec_t option_table[] = {
      "SVGD step; HMC leapfrog step (the initial one when warmup adapts it) (default 0.1)"},
     {"target-accept", NUM(OPT_DOUBLE, target_accept), FOR_HMC, "A", "acceptance rate warmup aims at (default 0.8)"},
     {"adapt", CHOICE(adapt, adapt_words), FOR_HMC, "MODE", "pooled (default: one step size and metric for all chains), per-chain or none"},
-    {"metric", CHOICE(metric, metric_words), FOR_HMC, "M", "diag (default: adapted in warmup) or unit"},
+    {"metric", CHOICE(metric, metric_words), FOR_HMC, "M", "auto (default: dense where the warmup shows strong correlation, else diag), diag, dense or unit"},
     {"jitter", NUM(OPT_DOUBLE, jitter), FOR_HMC, "J", "step size jitter: times 1 + J * U(-1, 1) (default 0.3 with a fixed --steps, 0 with auto)"},
     {"save-warmup", NUM(OPT_FLAG, save_warmup), FOR_HMC, NULL, "also write the warmup draws (warmup_* groups)"},
     {"stuck", CHOICE(stuck, stuck_words), FOR_HMC, "MODE",
@@ -123,7 +123,7 @@ static void config_defaults(config_t *cfg, algorithm_t algorithm) {
   cfg->target_accept = 0.8;
   cfg->adapt = CONFIG_ADAPT_POOLED;
   cfg->jitter = -1.0; /* resolved by config_validate */
-  cfg->metric = CONFIG_METRIC_DIAG;
+  cfg->metric = CONFIG_METRIC_AUTO;
   cfg->iters = 500;
   cfg->steps = 0;     /* auto */
   cfg->step_size = 0.1;
@@ -339,6 +339,8 @@ static int config_validate(config_t *cfg) {
                    "number of chains", (long long)cfg->chains_per_start, (long long)cfg->chains);
   if (!hmc && cfg->particles <= 0)
     return ds_fail(DS_ERR_INPUT, "--particles: expected a positive integer, got %lld", (long long)cfg->particles);
+  if (hmc && cfg->metric == CONFIG_METRIC_DENSE && cfg->adapt == CONFIG_ADAPT_PER_CHAIN)
+    return ds_fail(DS_ERR_INPUT, "--metric dense: adapted pooled over all chains only; not with --adapt per-chain");
   if (hmc && cfg->warmup < 0) return ds_fail(DS_ERR_INPUT, "--warmup: expected >= 0, got %lld", (long long)cfg->warmup);
   if (hmc && cfg->draws < 0) return ds_fail(DS_ERR_INPUT, "--draws: expected >= 0, got %lld", (long long)cfg->draws);
   if (!hmc && cfg->iters < 0) return ds_fail(DS_ERR_INPUT, "--iters: expected >= 0, got %lld", (long long)cfg->iters);

@@ -14,7 +14,7 @@ typedef enum { ALGO_NONE = 0, ALGO_HMC, ALGO_SVGD } algorithm_t;
 /* The options that take one of a few words: each parsed once into its enum (the words in
  * config.c's option table, in the order of these values). */
 typedef enum { CONFIG_ADAPT_PER_CHAIN, CONFIG_ADAPT_POOLED, CONFIG_ADAPT_NONE } config_adapt_t;
-typedef enum { CONFIG_METRIC_DIAG, CONFIG_METRIC_UNIT } config_metric_t;
+typedef enum { CONFIG_METRIC_DIAG, CONFIG_METRIC_UNIT, CONFIG_METRIC_DENSE, CONFIG_METRIC_AUTO } config_metric_t;
 typedef enum { CONFIG_STUCK_RESTART, CONFIG_STUCK_KEEP } config_stuck_t;
 typedef enum { CONFIG_UPDATE_SGD, CONFIG_UPDATE_ADAGRAD, CONFIG_UPDATE_ADAM } config_update_t;
 typedef enum { CONFIG_KERNEL_RBF, CONFIG_KERNEL_IMQ } config_kernel_t;

@@ -6,7 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dense_metric.h"
 #include "exactsum.h"
+#include "metric_dense.h"
 #include "moments.h"
 #include "status.h"
 
@@ -31,7 +33,11 @@ _Static_assert(DUAL_MU == 0 && DUAL_S_BAR == 1 && DUAL_X_BAR == 2 && DUAL_LOG_EP
 #endif
 /* Pooled adaptation searches every chain's step again every POOLED_SEARCH_EVERY iterations
  * before the tail of warmup (as well as at each new metric). */
-enum { ADAPT_MAX_ARRAYS = 3, POOLED_SEARCH_EVERY = 25 };
+enum { ADAPT_MAX_ARRAYS = 4, POOLED_SEARCH_EVERY = 25 };
+/* The checkpoint's global "adapt_dense": [DENSE_IN_USE] 1 when the last window chose the dense
+ * metric, [DENSE_CONDITION] its correlation's condition number (NaN: not computed), then L
+ * [dim, dim] from DENSE_FACTOR. */
+enum { DENSE_IN_USE = 0, DENSE_CONDITION = 1, DENSE_FACTOR = 2 };
 
 struct adapt {
   adapt_settings_t s;
@@ -46,6 +52,12 @@ struct adapt {
   adapt_array_t arrays[ADAPT_MAX_ARRAYS];
   int n_arrays;
   float *metric_row;            /* pooled: [dim] */
+  /* The dense metric: whether the windows keep each chain's running covariance, window_cov
+   * [rows, dim (dim + 1) / 2] (backend); the factor (backend [dim, dim]) and its host state. */
+  int track_cov;
+  float *window_cov, *factor, *factor_row;
+  double *dense;                /* [DENSE_FACTOR + dim dim] */
+  int factor_sent;              /* factor holds dense's L (after a resume: not yet) */
   float *chees_center, *chees;  /* ChEES: [dim] and [rows] on the backend, remade each iteration */
   double *center_host;          /* [dim] */
   float *center_row;            /* [dim]: center_host in float, for the backend */
@@ -121,6 +133,22 @@ int adapt_create(adapt_t **out, comm_ctx_t *comm, backend_t *backend, const adap
     a->metric_row = malloc((size_t)dim * sizeof *a->metric_row);
     if (status == DS_OK && !a->metric_row) status = DS_FAIL_ALLOC("the metric", (size_t)dim * sizeof(float));
   }
+  /* The dense metric: forced, or auto within its limits (adapt.h). */
+  const int64_t triangle = dense_triangle(dim);
+  const int pooled_windows = settings->mode == ADAPT_POOLED && a->s.diag_metric;
+  a->track_cov = pooled_windows && (settings->metric == ADAPT_METRIC_DENSE ||
+                                    (settings->metric == ADAPT_METRIC_AUTO && dim <= ADAPT_DENSE_AUTO_DIM &&
+                                     settings->chains_total <= ADAPT_DENSE_AUTO_FLOATS / triangle));
+  if (status == DS_OK && a->track_cov) {
+    status = add_array(a, "adapt_window_cov", CKPT_FLOAT32, triangle, (void **)&a->window_cov);
+    if (status == DS_OK) status = backend->fill(backend, a->window_cov, 0.0f, rows * triangle);
+    if (status == DS_OK) status = backend->alloc(backend, (void **)&a->factor, (size_t)(dim * dim) * sizeof(float));
+    a->dense = calloc((size_t)(DENSE_FACTOR + dim * dim), sizeof *a->dense);
+    a->factor_row = malloc((size_t)(dim * dim) * sizeof *a->factor_row);
+    if (status == DS_OK && !(a->dense && a->factor_row))
+      status = DS_FAIL_ALLOC("the dense metric", (size_t)(dim * dim) * sizeof(double));
+    if (a->dense) a->dense[DENSE_CONDITION] = NAN;
+  }
   if (status == DS_OK && settings->chees) {
     status = backend->alloc(backend, (void **)&a->chees_center, (size_t)dim * sizeof(float));
     if (status == DS_OK) status = backend->alloc(backend, (void **)&a->chees, (size_t)(2 * (rows > 0 ? rows : 1)) * sizeof(float));
@@ -142,6 +170,9 @@ void adapt_free(adapt_t *a) {
     free(a->arrays[i].array.local);
   }
   free(a->metric_row);
+  if (a->factor) a->backend->release(a->backend, a->factor);
+  free(a->factor_row);
+  free(a->dense);
   if (a->chees_center) a->backend->release(a->backend, a->chees_center);
   if (a->chees) a->backend->release(a->backend, a->chees);
   free(a->center_host);
@@ -317,6 +348,65 @@ static int pooled_metric(adapt_t *a, double n_chain, float *inv_metric) {
   return b->fill(b, a->window_m2, 0.0f, rows * dim);
 }
 
+/* The dense metric at a window's end, from the chains' running covariances (n samples each):
+ * pooled exactly as the diagonal (the mean of the chains' own covariances), regularised as it
+ * (Stan's dense_e shrinkage toward the window's typical variance times I), factored. Auto keeps
+ * the diagonal unless the pooled correlation is ill-conditioned. Collective. */
+static int pooled_dense_metric(adapt_t *a, double n_chain) {
+  backend_t *b = a->backend;
+  const int64_t dim = a->s.dim, rows = a->s.rows, triangle = dense_triangle(dim);
+  double *sums = malloc((size_t)(triangle + 4 * dim * dim) * sizeof *sums);
+  if (!sums) return comm_agree(a->comm, DS_FAIL_ALLOC("the dense metric", (size_t)(4 * dim * dim) * sizeof(double)));
+  double *cov = sums + triangle, *L = cov + dim * dim, *work = L + dim * dim;
+  int status = moments_column_mean(a->comm, b, a->window_cov, rows, triangle, 1, sums);
+  const double chains = (double)a->s.chains_total, n = n_chain * chains;
+  for (int64_t i = 0; status == DS_OK && i < dim; ++i)
+    for (int64_t j = 0; j <= i; ++j) {
+      const double within = n_chain > 1 ? sums[i * (i + 1) / 2 + j] / (chains * (n_chain - 1.0)) : (i == j);
+      cov[i * dim + j] = cov[j * dim + i] = within;
+    }
+  double condition = NAN;
+  if (status == DS_OK && dim <= ADAPT_DENSE_AUTO_DIM) condition = dense_correlation_condition(cov, dim, work);
+  int dense = a->s.metric == ADAPT_METRIC_DENSE || !(condition <= ADAPT_DENSE_CONDITION);
+  if (status == DS_OK && dense) {
+    for (int64_t k = 0; k < dim; ++k) a->metric_row[k] = (float)cov[k * dim + k];
+    const double scale = dual_variance_scale(a->metric_row, dim, 1.0);
+    for (int64_t i = 0; i < dim; ++i)
+      for (int64_t j = 0; j < dim; ++j)
+        cov[i * dim + j] = (n / (n + 5.0)) * cov[i * dim + j] + (i == j ? 1e-3 * scale * (5.0 / (n + 5.0)) : 0.0);
+    dense = dense_cholesky(cov, dim, L) == 0;
+  }
+  if (status == DS_OK) {
+    a->dense[DENSE_IN_USE] = dense;
+    a->dense[DENSE_CONDITION] = condition;
+    if (dense) memcpy(a->dense + DENSE_FACTOR, L, (size_t)(dim * dim) * sizeof *L);
+    a->factor_sent = 0;
+  }
+  free(sums);
+  DS_TRY(status);
+  return comm_agree(a->comm, b->fill(b, a->window_cov, 0.0f, rows * triangle));
+}
+
+int adapt_metric_factor(adapt_t *a, const float **factor) {
+  *factor = NULL;
+  if (!a || !a->track_cov || a->dense[DENSE_IN_USE] == 0.0) return DS_OK;
+  if (!a->factor_sent) {
+    const int64_t dim = a->s.dim;
+    for (int64_t e = 0; e < dim * dim; ++e) a->factor_row[e] = (float)a->dense[DENSE_FACTOR + e];
+    DS_TRY(a->backend->upload(a->backend, a->factor, a->factor_row, (size_t)(dim * dim) * sizeof(float)));
+    a->factor_sent = 1;
+  }
+  *factor = a->factor;
+  return DS_OK;
+}
+
+const char *adapt_metric_used(const adapt_t *a, double *condition) {
+  *condition = a && a->track_cov ? a->dense[DENSE_CONDITION] : NAN;
+  if (!a || !a->s.diag_metric || a->s.mode == ADAPT_NONE) return "unit";
+  if (a->track_cov && a->dense[DENSE_IN_USE] != 0.0) return "dense";
+  return "diag";
+}
+
 int adapt_after_iteration(adapt_t *a, int64_t iteration, const hmc_stats_t *stats, const hmc_batch_t *batch,
                           float *step_nominal, float *inv_metric, int *search) {
   *search = 0;
@@ -330,10 +420,16 @@ int adapt_after_iteration(adapt_t *a, int64_t iteration, const hmc_stats_t *stat
   int window_end = 0;
   if (a->s.diag_metric) {
     const int64_t window_counter = (int64_t)a->scalars[SC_WINDOW_COUNTER];
-    if (in_window(a, window_counter)) a->scalars[SC_WINDOW_SAMPLES] += 1.0;
+    if (in_window(a, window_counter)) {
+      a->scalars[SC_WINDOW_SAMPLES] += 1.0;
+      if (a->track_cov)
+        DS_TRY(comm_agree(a->comm, b->covariance_add(b, batch->q, a->window_mean, a->window_cov, rows, dim,
+                                                     a->scalars[SC_WINDOW_SAMPLES])));
+    }
     if (window_ends(a, window_counter)) {
       next_window(a);
       const double n = a->scalars[SC_WINDOW_SAMPLES];
+      if (pooled && a->track_cov) DS_TRY(pooled_dense_metric(a, n));
       if (pooled)
         DS_TRY(pooled_metric(a, n, inv_metric));
       else
@@ -413,6 +509,7 @@ int adapt_checkpoint_items(adapt_t *a, adapt_array_t *arrays, int *n_arrays, ckp
   *n_globals = 0;
   globals[(*n_globals)++] = (ckpt_global_t){"adapt_scalars", SC_COUNT, a->scalars};
   if (a->s.chees) globals[(*n_globals)++] = (ckpt_global_t){"adapt_chees_center", a->s.dim, a->center_host};
+  if (a->track_cov) globals[(*n_globals)++] = (ckpt_global_t){"adapt_dense", DENSE_FACTOR + a->s.dim * a->s.dim, a->dense};
   for (int i = 0; i < a->n_arrays; ++i) arrays[i] = a->arrays[i];
   *n_arrays = a->n_arrays;
   return DS_OK;

@@ -25,15 +25,26 @@ typedef enum { ADAPT_NONE = 0, ADAPT_PER_CHAIN = 1, ADAPT_POOLED = 2 } adapt_mod
 
 typedef struct adapt adapt_t;
 
+/* The metric adapted in the windows (with pooled adaptation): the diagonal, the dense one, or
+ * (auto) at each window's end the dense one when the chains' pooled covariance has a correlation
+ * matrix of condition number above ADAPT_DENSE_CONDITION, else the diagonal. Auto considers dense
+ * for dim <= ADAPT_DENSE_AUTO_DIM and chains x dim (dim + 1) / 2 <= ADAPT_DENSE_AUTO_FLOATS
+ * (the running covariances' size): a rule on the run's totals, the same on any rank count. */
+typedef enum { ADAPT_METRIC_DIAG = 0, ADAPT_METRIC_DENSE = 1, ADAPT_METRIC_AUTO = 2 } adapt_metric_t;
+#define ADAPT_DENSE_CONDITION 10.0
+#define ADAPT_DENSE_AUTO_DIM 100
+#define ADAPT_DENSE_AUTO_FLOATS ((int64_t)1 << 27)
+
 typedef struct adapt_settings {
   adapt_mode_t mode;
-  int diag_metric;        /* adapt the diagonal metric (else the step size only) */
+  int diag_metric;        /* adapt the metric (else the step size only) */
   int64_t warmup;
   double target_accept;   /* delta */
   double initial_step;
   int64_t rows, dim, chains_total;
   int chees;              /* adapt the trajectory length (ChEES) */
   int64_t max_steps;      /* ChEES: at most this many leapfrog steps an iteration */
+  adapt_metric_t metric;  /* with diag_metric and pooled adaptation */
 } adapt_settings_t;
 
 /* A backend array that checkpoints carry: its host mirror is what ckpt reads and writes. */
@@ -58,6 +69,13 @@ void adapt_before_iteration(adapt_t *a, hmc_batch_t *batch);
  * averaged ones. Collective. */
 int adapt_after_iteration(adapt_t *a, int64_t iteration, const hmc_stats_t *stats, const hmc_batch_t *batch,
                           float *step_nominal, float *inv_metric, int *search);
+
+/* The dense metric's factor L (backend memory, backend.h's metric_factor) when the last window
+ * chose it, else NULL (the diagonal inv_metric serves). Uploads it first after a resume. */
+int adapt_metric_factor(adapt_t *a, const float **factor);
+/* The metric the last window chose ("dense", "diag"; "unit" before any), and the condition
+ * number of its correlation matrix (NaN when not computed). */
+const char *adapt_metric_used(const adapt_t *a, double *condition);
 
 /* Stan's initial step-size search runs (in hmc.c) before warmup and whenever *search asks;
  * each run is numbered for its random draws. Returns this run's number. */

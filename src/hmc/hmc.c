@@ -36,7 +36,7 @@
 /* Above this many values (chains x draws x dim) a run does not print the summary itself. */
 #define HMC_SUMMARY_MAX_VALUES 2.5e7
 
-enum { HMC_MAX_STATE = 12, HMC_FROZEN_NAMED = 8, HMC_TOTALS = 3 };
+enum { HMC_MAX_STATE = 16, HMC_FROZEN_NAMED = 8, HMC_TOTALS = 3, HMC_MAX_GLOBALS = 6 };
 /* Leapfrog steps: fixed when neither --steps nor ChEES sets them; ChEES's most. */
 enum { HMC_DEFAULT_STEPS = 10, HMC_CHEES_MAX_STEPS = 1024 };
 /* The group sample_stats: hmc_stats.h's list. */
@@ -64,7 +64,7 @@ typedef struct hmc_chains {
   int8_t *search;                     /* [2 rows, rounded up to 4]: the step search's directions, exponents */
   adapt_array_t state[HMC_MAX_STATE]; /* backend arrays and their host mirrors */
   int n_state, n_owned;               /* all of them; the first n_owned are the chains' own */
-  ckpt_global_t globals[4];
+  ckpt_global_t globals[HMC_MAX_GLOBALS];
   int n_globals;
   hmc_totals_t totals;
   int64_t frozen;                     /* chains that never moved over their kept draws (all ranks) */
@@ -247,6 +247,7 @@ static int search_initial_steps(run_ctx_t *run, hmc_chains_t *chains, adapt_t *a
   const float start = adapt_search_start(adapt);
   /* A probe is an iteration as the run makes them (its leapfrog steps and jitter): the step must
    * hold over the whole trajectory, not one leapfrog step as in Stan's NUTS. */
+  DS_TRY(comm_agree(run->comm, adapt_metric_factor(adapt, &chains->batch.metric_factor)));
   hmc_batch_t probe = chains->batch;
   probe.probe = 1;
   probe.n_leapfrog = adapt_probe_steps(adapt, hmc_fixed_steps(run->cfg));
@@ -747,6 +748,21 @@ static int output_moments(run_ctx_t *run, hmc_output_t *output, hmc_chains_t *ch
   return comm_agree(run->comm, status);
 }
 
+/* The metric the sampling used, as attributes: metric_used (unit, diag or dense) and, where
+ * --metric auto weighed it, metric_condition (the condition number of the last window's pooled
+ * correlation matrix, against ADAPT_DENSE_CONDITION). Collective. */
+static int output_metric(run_ctx_t *run, hmc_output_t *output, const adapt_t *adapt) {
+  double condition = NAN;
+  const char *used = adapt_metric_used(adapt, &condition);
+  int status = comm_agree(run->comm, h5out_set_attr(output->file, "metric_used", used));
+  if (status == DS_OK && !isnan(condition)) {
+    char text[64];
+    snprintf(text, sizeof text, "%.6g (dense above %g)", condition, ADAPT_DENSE_CONDITION);
+    status = comm_agree(run->comm, h5out_set_attr(output->file, "metric_condition", text));
+  }
+  return status;
+}
+
 /* ---- The iteration --------------------------------------------------------------------- */
 
 /* This rank's sums of the iteration's statistics (stats, from the backend) summed over all
@@ -823,6 +839,7 @@ static int iterate(run_ctx_t *run, hmc_chains_t *chains, adapt_t *adapt, hmc_out
       batch->moment_count = (int64_t)chains->totals.moment_draws + 1;
     }
     batch->n_leapfrog = adapt_leapfrog_steps(adapt, it, cfg->warmup, hmc_fixed_steps(cfg));
+    DS_TRY(comm_agree(run->comm, adapt_metric_factor(adapt, &batch->metric_factor)));
     if (in_warmup && adapt_chees(adapt)) DS_TRY(adapt_chees_prepare(adapt, batch, batch->q, it));
     hmc_stats_t stats;
     int stop = 0;
@@ -915,9 +932,12 @@ int hmc_run(run_ctx_t *run) {
   memset(&chains, 0, sizeof chains);
   memset(&output, 0, sizeof output);
   adapt_t *adapt = NULL;
-  const adapt_settings_t settings = {adapt_mode(cfg), cfg->metric == CONFIG_METRIC_DIAG, cfg->warmup,
+  const adapt_metric_t metric = cfg->metric == CONFIG_METRIC_DENSE ? ADAPT_METRIC_DENSE
+                                : cfg->metric == CONFIG_METRIC_AUTO  ? ADAPT_METRIC_AUTO
+                                                                     : ADAPT_METRIC_DIAG;
+  const adapt_settings_t settings = {adapt_mode(cfg), cfg->metric != CONFIG_METRIC_UNIT, cfg->warmup,
                                      cfg->target_accept, cfg->step_size, rows, dim, config_items(cfg),
-                                     cfg->steps == 0, HMC_CHEES_MAX_STEPS};
+                                     cfg->steps == 0, HMC_CHEES_MAX_STEPS, metric};
   hmc_batch_t *batch = &chains.batch;
   batch->shared_metric = !(settings.mode == ADAPT_PER_CHAIN && settings.diag_metric);
   batch->n_chains = rows;
@@ -959,6 +979,7 @@ int hmc_run(run_ctx_t *run) {
   if (status == DS_OK) status = iterate(run, &chains, adapt, &output, first_iteration, &stopped);
   if (status == DS_OK && !stopped) status = output_settle(run, &output);
   if (status == DS_OK && !stopped) status = output_moments(run, &output, &chains, rows);
+  if (status == DS_OK && !stopped && output.file) status = output_metric(run, &output, adapt);
   int writer_status = comm_agree(run->comm, draw_writer_free(output.writer));
   if (status == DS_OK) status = writer_status;
   if (output.file) {

@@ -82,6 +82,13 @@ typedef struct hmc_batch {
   float jitter;            /* the step used is nominal * (1 + jitter * (2u - 1)), u its own word */
   const float *inv_metric; /* [n_chains, dim] diagonal of M^-1, or [dim] when shared_metric */
   int shared_metric;       /* 1: one metric for every chain (unit or pooled adaptation) */
+  /* A dense metric when not NULL, shared by every chain: M^-1 = L L^T with L = metric_factor
+   * [dim, dim] row-major, lower triangular (inv_metric is then unused). The momentum is kept
+   * whitened, r = L^T p: r = z is drawn, the kinetic energy is |r|^2 / 2, a kick adds
+   * kick (L^T grad) to r and a drift eps (L r) to q, each product summed with fmaf over the
+   * triangle's entries in increasing index; ChEES whitens with u = L^-1 (x - m) (forward
+   * substitution, in double): D = |u'|^2 - |u|^2, B = u' . r'. */
+  const float *metric_factor;
   /* [n_chains] out: the sample statistics computed by the transition (hmc_stats.h's OUTPUT
    * rows: accept_prob, step_size, diverging, energy, ...). */
   HMC_SAMPLE_STATS(HMC_STAT_BATCH_MEMBER)
@@ -225,6 +232,12 @@ struct backend {
    * exponent and step [rows]; counts (host) receives this rank's counts. */
   int (*step_search)(backend_t *b, const float *accept_prob, int8_t *direction, int8_t *exponent, float *step,
                      int64_t rows, step_search_counts_t *counts);
+  /* Dense metric windows: each chain's running covariance m2 [rows, dim (dim + 1) / 2] (the
+   * lower triangle row by row, (i, j <= i) at i (i + 1) / 2 + j) takes the chain's state q after
+   * the transition added it to the running mean `mean` [rows, dim] as sample n: with
+   * e = q - mean, m2_ij += (n / (n - 1)) e_i e_j in float (Welford's update; nothing for n = 1). */
+  int (*covariance_add)(backend_t *b, const float *q, const float *mean, float *m2, int64_t rows, int64_t dim,
+                        double n);
   /* Per chain (rows of [rows, dim]): inv_metric = dual_regularised_variance(m2, n, the row's
    * dual_variance_scale); then mean and m2 are zeroed. */
   int (*moments_to_metric)(backend_t *b, float *mean, float *m2, int64_t rows, int64_t dim, double n,

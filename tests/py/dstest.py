@@ -53,6 +53,13 @@ def read_csv(p):
         return header, {r[0]: [float(v) for v in r[1:]] for r in reader}
 
 
+def attr(p, key):
+    """The output's root attribute key as text (None when absent)."""
+    with h5py.File(p, "r") as f:
+        value = f.attrs.get(key)
+    return value.decode() if isinstance(value, bytes) else value
+
+
 def datasets(p):
     """All datasets of the file as {name: array}."""
     out = {}

@@ -1,5 +1,6 @@
 """Same seed, any rank count: bitwise identical output datasets, HMC (fixed step; warmup
-adaptation per chain and pooled; jitter; ChEES trajectory lengths) and SVGD (sgd, adagrad and adam), with chains or particles
+adaptation per chain and pooled; jitter; ChEES trajectory lengths; the dense metric, forced and
+chosen by --metric auto) and SVGD (sgd, adagrad and adam), with chains or particles
 not divisible by the rank count and ranks owning none."""
 import os
 
@@ -20,6 +21,11 @@ RUNS = {
                          "--save-warmup"],
     "hmc_chees_per_chain": ["hmc", "--dim", 5, "--chains", 9, "--warmup", 120, "--adapt", "per-chain", "--draws",
                             30, "--seed", 17],
+    # The dense metric (forced, and chosen by --metric auto on a correlated target), with ChEES.
+    "hmc_dense": ["hmc", "--target", "corr-gaussian", "--target-args", "rho=0.95", "--dim", 5, "--chains", 10,
+                  "--warmup", 150, "--draws", 30, "--metric", "dense", "--seed", 18, "--save-warmup"],
+    "hmc_auto_dense": ["hmc", "--target", "corr-gaussian", "--target-args", "rho=0.9", "--dim", 4, "--chains", 9,
+                       "--warmup", 150, "--draws", 30, "--seed", 19],
     "svgd": ["svgd", "--dim", 4, "--particles", 23, "--iters", 15, "--step-size", 0.2, "--seed", 11],
     "svgd_adagrad": ["svgd", "--dim", 2, "--particles", 9, "--iters", 10, "--update", "adagrad", "--seed", 3],
     "svgd_adam": ["svgd", "--dim", 3, "--particles", 11, "--iters", 10, "--update", "adam", "--seed", 3],
@@ -56,6 +62,9 @@ def main():
                 base[k].dtype == outputs[ranks][k].dtype and base[k].tobytes() == outputs[ranks][k].tobytes()
                 for k in base)
             t.check(same, f"{name}: {ranks} ranks bitwise equal to 1 rank ({len(base)} datasets)")
+        if name.endswith("dense"):
+            used = t.attr(t.path(f"ranks_{name}_1.h5"), "metric_used")
+            t.check(used == "dense", f"{name}: the sampling used the dense metric ({used})")
         x = base["posterior/x"]
         t.check(np.all(np.isfinite(x)) and np.std(x) > 0, f"{name}: draws are finite and not constant")
     t.finish("rank_invariance")
