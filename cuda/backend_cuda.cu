@@ -233,23 +233,34 @@ int cuda_hmc_transition(backend_t *b, const dsampler_target *t, hmc_batch_t *bat
   cuda_impl *impl = impl_of(b);
   if (batch->n_chains == 0) return DS_OK;
   builtin_params_t params;
-  if (fused_gaussian(t, batch->dim, &params) && hmc_gaussian_fused_supported(batch->dim))
+  if (!batch->metric_factor && fused_gaussian(t, batch->dim, &params) && hmc_gaussian_fused_supported(batch->dim))
     return hmc_launch_gaussian_fused(&params, batch, impl->stream);
 
-  /* Generic: L batched gradient evaluations between kick-drift kernels. */
+  /* Generic: L batched gradient evaluations between kick-drift kernels; a dense metric's ChEES
+   * terms take [n, dim] doubles more. */
   const size_t n = (size_t)batch->n_chains, elems = n * (size_t)batch->dim;
-  const size_t bytes = 3 * elems * sizeof(float) + 2 * n * sizeof(float) + n * sizeof(double) + 64;
+  const size_t dense_bytes = batch->metric_factor && batch->chees_center ? elems * sizeof(double) : 0;
+  const size_t bytes = dense_bytes + 3 * elems * sizeof(float) + 2 * n * sizeof(float) + n * sizeof(double) + 64;
   DS_TRY(ensure_device(&impl->hmc_work, &impl->hmc_work_bytes, bytes, "HMC work arrays"));
   double *h0 = static_cast<double *>(impl->hmc_work); /* first: 8-byte aligned */
   float *q_work = reinterpret_cast<float *>(h0 + n);
   float *p_work = q_work + elems, *grad_work = p_work + elems;
   float *logp_work = grad_work + elems, *uniform = logp_work + n;
+  double *dense_scratch = dense_bytes ? h0 + n : NULL; /* after h0: 8-byte aligned */
+  if (dense_scratch) q_work = reinterpret_cast<float *>(dense_scratch + elems);
+  p_work = q_work + elems;
+  grad_work = p_work + elems;
+  logp_work = grad_work + elems;
+  uniform = logp_work + n;
   DS_TRY(hmc_launch_begin(batch, q_work, p_work, grad_work, uniform, h0, impl->stream));
   for (int step = 0; step < batch->n_leapfrog; ++step) {
-    DS_TRY(hmc_launch_kick_drift(batch, step, q_work, p_work, grad_work, impl->stream));
+    if (batch->metric_factor)
+      DS_TRY(hmc_launch_dense_kick_drift(batch, step, q_work, p_work, grad_work, impl->stream));
+    else
+      DS_TRY(hmc_launch_kick_drift(batch, step, q_work, p_work, grad_work, impl->stream));
     DS_TRY(cuda_logp_grad(b, t, q_work, batch->n_chains, logp_work, grad_work));
   }
-  return hmc_launch_finish(batch, q_work, p_work, grad_work, logp_work, uniform, h0, impl->stream);
+  return hmc_launch_finish(batch, q_work, p_work, grad_work, logp_work, uniform, h0, dense_scratch, impl->stream);
 }
 
 /* Device digits -> exact sums: digits[k * EXACT_DIGITS + d]. */
@@ -286,6 +297,15 @@ int cuda_hmc_stats(backend_t *b, const hmc_batch_t *batch, hmc_stats_t *stats) {
 
 int cuda_hmc_record_draw(backend_t *b, const hmc_batch_t *batch, hmc_draw_block_t *block, int64_t slot) {
   return hmc_launch_record_draw(batch, block, slot, impl_of(b)->stream);
+}
+
+int cuda_covariance_add(backend_t *b, const float *q, const float *mean, float *m2, int64_t rows, int64_t dim,
+                        double n) {
+  return launch_covariance_add(q, mean, m2, rows, dim, n, impl_of(b)->stream);
+}
+
+int cuda_running_moments_add(backend_t *b, const float *x, float *mean, float *m2, int64_t rows, double n) {
+  return launch_running_moments(x, mean, m2, rows, n, impl_of(b)->stream);
 }
 
 int cuda_fill(backend_t *b, float *dst, float value, int64_t count) {
@@ -439,6 +459,8 @@ extern "C" int backend_cuda_create(int device, backend_t **out) {
   b->hmc_record_draw = cuda_hmc_record_draw;
   b->fill = cuda_fill;
   b->column_sums = cuda_column_sums;
+  b->covariance_add = cuda_covariance_add;
+  b->running_moments_add = cuda_running_moments_add;
   b->dual_average = cuda_dual_average;
   b->moments_to_metric = cuda_moments_to_metric;
   b->step_search = cuda_step_search;

@@ -14,6 +14,7 @@
 #include "cuda_check.h"
 #include "hmc_kernels.h"
 #include "rng.h"
+#include "dense_metric.h"
 #include "dual_average.h"
 #include "exactsum_core.h"
 
@@ -288,9 +289,11 @@ __global__ void hmc_begin_kernel(const hmc_batch_t b, float *p_work, float *unif
     rng_normal_pair(words.v[2], words.v[3], &z[2], &z[3]);
     for (int e = 0; e < 4 && 4 * block + e < dim; ++e) {
       const long long k = 4 * block + e;
-      const float value = __fdiv_rn(z[e], __fsqrt_rn(inv_metric[k]));
+      /* A dense metric keeps the whitened momentum: z itself, kinetic |z|^2 / 2. */
+      const float m_inv = b.metric_factor ? 1.0f : inv_metric[k];
+      const float value = b.metric_factor ? z[e] : __fdiv_rn(z[e], __fsqrt_rn(m_inv));
       if (active) p[k] = value;
-      kinetic = __dadd_rn(kinetic, __dmul_rn(__dmul_rn((double)inv_metric[k], (double)value), (double)value));
+      kinetic = __dadd_rn(kinetic, __dmul_rn(__dmul_rn((double)m_inv, (double)value), (double)value));
     }
   }
   kinetic = group_sum<GENERIC_LANES>(kinetic);
@@ -316,6 +319,59 @@ __global__ void hmc_kick_drift_kernel(const hmc_batch_t b, int step, float *q_wo
   }
 }
 
+/* The dense metric (backend.h's metric_factor): a kick r += kick (L^T g) and a drift
+ * q += eps (L r), one (chain, coordinate) a thread, as backend_cpu.c's dense_kick_drift. */
+__global__ void hmc_dense_kick_kernel(const hmc_batch_t b, float scale, float *p_work, const float *grad_work) {
+  const long long count = b.n_chains * b.dim;
+  for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < count;
+       e += (long long)gridDim.x * blockDim.x) {
+    const long long chain = e / b.dim, k = e % b.dim;
+    const float kick = __fmul_rn(scale, b.step_size[chain]);
+    p_work[e] = __fadd_rn(p_work[e], __fmul_rn(kick, dense_lt_dot(b.metric_factor, b.dim, grad_work + chain * b.dim, k)));
+  }
+}
+
+__global__ void hmc_dense_drift_kernel(const hmc_batch_t b, float *q_work, const float *p_work) {
+  const long long count = b.n_chains * b.dim;
+  for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < count;
+       e += (long long)gridDim.x * blockDim.x) {
+    const long long chain = e / b.dim, i = e % b.dim;
+    const float eps = b.step_size[chain];
+    q_work[e] = __fadd_rn(q_work[e], __fmul_rn(eps, dense_l_dot(b.metric_factor, b.dim, p_work + chain * b.dim, i)));
+  }
+}
+
+/* The dense metric's ChEES terms, one chain a thread (u: [n_chains, dim] doubles of scratch). */
+__global__ void hmc_dense_chees_kernel(const hmc_batch_t b, const float *q_work, const float *p_work, double *u) {
+  const long long chain = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (chain >= b.n_chains) return;
+  const long long row = chain * b.dim;
+  double along = 0.0;
+  const double after = dense_whiten(b.metric_factor, b.dim, q_work + row, b.chees_center, p_work + row, u + row, &along);
+  const double before = dense_whiten(b.metric_factor, b.dim, b.q + row, b.chees_center, NULL, u + row, NULL);
+  b.chees[2 * chain] = (float)(after - before);
+  b.chees[2 * chain + 1] = (float)along;
+}
+
+__global__ void covariance_add_kernel(const float *q, const float *mean, float *m2, long long rows, long long dim,
+                                      float weight) {
+  const long long count = rows * dim;
+  const long long triangle = dim * (dim + 1) / 2;
+  for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < count;
+       e += (long long)gridDim.x * blockDim.x) {
+    const long long r = e / dim, i = e % dim;
+    const float *x = q + r * dim, *mu = mean + r * dim;
+    float *out = m2 + r * triangle + i * (i + 1) / 2;
+    const float e_i = __fmul_rn(weight, __fsub_rn(x[i], mu[i]));
+    for (long long j = 0; j <= i; ++j) out[j] = __fadd_rn(out[j], __fmul_rn(e_i, __fsub_rn(x[j], mu[j])));
+  }
+}
+
+__global__ void running_moments_kernel(const float *x, float *mean, float *m2, long long rows, float n) {
+  const long long r = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (r < rows) welford_add(mean + r, m2 + r, x[r], n);
+}
+
 __global__ void hmc_finish_kernel(const hmc_batch_t b, const float *q_work, float *p_work,
                                   const float *grad_work, const float *logp_work,
                                   const float *uniform, const double *h0) {
@@ -327,11 +383,13 @@ __global__ void hmc_finish_kernel(const hmc_batch_t b, const float *q_work, floa
   const long long dim = b.dim, row = chain * dim;
   const float half_eps = 0.5f * b.step_size[chain];
   double kinetic = 0.0, change = 0.0, along = 0.0;
+  /* A dense metric's last half kick and ChEES terms come from their own kernels. */
+  const bool dense = b.metric_factor != NULL;
   for (long long k = lane; k < dim; k += GENERIC_LANES) {
-    const float p = __fadd_rn(p_work[row + k], __fmul_rn(half_eps, grad_work[row + k]));
-    const double m_inv = (double)b.inv_metric[(b.shared_metric ? 0 : row) + k];
+    const float p = dense ? p_work[row + k] : __fadd_rn(p_work[row + k], __fmul_rn(half_eps, grad_work[row + k]));
+    const double m_inv = dense ? 1.0 : (double)b.inv_metric[(b.shared_metric ? 0 : row) + k];
     kinetic = __dadd_rn(kinetic, __dmul_rn(__dmul_rn(m_inv, (double)p), (double)p));
-    if (b.chees_center) {
+    if (b.chees_center && !dense) {
       const double m = (double)b.chees_center[k], d1 = __dsub_rn((double)q_work[row + k], m),
                    d0 = __dsub_rn((double)b.q[row + k], m);
       change = __dadd_rn(change, __ddiv_rn(__dsub_rn(__dmul_rn(d1, d1), __dmul_rn(d0, d0)), m_inv));
@@ -339,7 +397,7 @@ __global__ void hmc_finish_kernel(const hmc_batch_t b, const float *q_work, floa
     }
   }
   kinetic = group_sum<GENERIC_LANES>(kinetic);
-  if (b.chees_center) {
+  if (b.chees_center && !dense) {
     change = group_sum<GENERIC_LANES>(change);
     along = group_sum<GENERIC_LANES>(along);
     if (active && lane == 0) {
@@ -598,11 +656,54 @@ extern "C" int hmc_launch_kick_drift(const hmc_batch_t *batch, int step, float *
   return DS_OK;
 }
 
+static unsigned element_blocks(long long count) {
+  unsigned blocks = blocks_for(count, 256);
+  return blocks > 65536 ? 65536 : blocks;
+}
+
+extern "C" int hmc_launch_dense_kick_drift(const hmc_batch_t *batch, int step, float *q_work, float *p_work,
+                                           const float *grad_work, cudaStream_t stream) {
+  DS_TRY(check_batch(batch, "hmc_launch_dense_kick_drift"));
+  const long long count = batch->n_chains * batch->dim;
+  if (count == 0) return DS_OK;
+  hmc_dense_kick_kernel<<<element_blocks(count), 256, 0, stream>>>(*batch, step == 0 ? 0.5f : 1.0f, p_work, grad_work);
+  CUDA_CHECK_LAUNCH("hmc_dense_kick_kernel");
+  hmc_dense_drift_kernel<<<element_blocks(count), 256, 0, stream>>>(*batch, q_work, p_work);
+  CUDA_CHECK_LAUNCH("hmc_dense_drift_kernel");
+  return DS_OK;
+}
+
+extern "C" int launch_covariance_add(const float *q, const float *mean, float *m2, int64_t rows, int64_t dim,
+                                     double n, cudaStream_t stream) {
+  if (rows == 0 || n <= 1.0) return DS_OK;
+  covariance_add_kernel<<<element_blocks(rows * dim), 256, 0, stream>>>(q, mean, m2, rows, dim,
+                                                                       (float)(n / (n - 1.0)));
+  CUDA_CHECK_LAUNCH("covariance_add_kernel");
+  return DS_OK;
+}
+
+extern "C" int launch_running_moments(const float *x, float *mean, float *m2, int64_t rows, double n,
+                                      cudaStream_t stream) {
+  if (rows == 0) return DS_OK;
+  running_moments_kernel<<<blocks_for(rows, 256), 256, 0, stream>>>(x, mean, m2, rows, (float)n);
+  CUDA_CHECK_LAUNCH("running_moments_kernel");
+  return DS_OK;
+}
+
 extern "C" int hmc_launch_finish(const hmc_batch_t *batch, const float *q_work, float *p_work,
                                  const float *grad_work, const float *logp_work, const float *uniform,
-                                 const double *h0, cudaStream_t stream) {
+                                 const double *h0, double *dense_scratch, cudaStream_t stream) {
   DS_TRY(check_batch(batch, "hmc_launch_finish"));
   if (batch->n_chains == 0) return DS_OK;
+  if (batch->metric_factor) {
+    const long long count = batch->n_chains * batch->dim;
+    hmc_dense_kick_kernel<<<element_blocks(count), 256, 0, stream>>>(*batch, 0.5f, p_work, grad_work);
+    CUDA_CHECK_LAUNCH("hmc_dense_kick_kernel");
+    if (batch->chees_center) {
+      hmc_dense_chees_kernel<<<blocks_for(batch->n_chains, 128), 128, 0, stream>>>(*batch, q_work, p_work, dense_scratch);
+      CUDA_CHECK_LAUNCH("hmc_dense_chees_kernel");
+    }
+  }
   hmc_finish_kernel<<<blocks_for(batch->n_chains * GENERIC_LANES, 128), 128, 0, stream>>>(
       *batch, q_work, p_work, grad_work, logp_work, uniform, h0);
   CUDA_CHECK_LAUNCH("hmc_finish_kernel");

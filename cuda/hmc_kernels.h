@@ -31,9 +31,19 @@ int hmc_launch_begin(const hmc_batch_t *batch, float *q_work, float *p_work, flo
                      float *uniform, double *h0, cudaStream_t stream);
 int hmc_launch_kick_drift(const hmc_batch_t *batch, int step, float *q_work, float *p_work,
                           const float *grad_work, cudaStream_t stream);
+/* With a dense metric (batch->metric_factor), the kick-drift of hmc_launch_dense_kick_drift
+ * replaces hmc_launch_kick_drift, and finish takes dense_scratch [n_chains, dim] doubles for
+ * the ChEES terms. */
 int hmc_launch_finish(const hmc_batch_t *batch, const float *q_work, float *p_work,
                       const float *grad_work, const float *logp_work, const float *uniform,
-                      const double *h0, cudaStream_t stream);
+                      const double *h0, double *dense_scratch, cudaStream_t stream);
+int hmc_launch_dense_kick_drift(const hmc_batch_t *batch, int step, float *q_work, float *p_work,
+                                const float *grad_work, cudaStream_t stream);
+/* backend.h's running_moments_add. */
+int launch_running_moments(const float *x, float *mean, float *m2, int64_t rows, double n, cudaStream_t stream);
+/* backend.h's covariance_add. */
+int launch_covariance_add(const float *q, const float *mean, float *m2, int64_t rows, int64_t dim, double n,
+                          cudaStream_t stream);
 
 /* The batch's last transition summed: totals (device, 5 * EXACT_DIGITS + 2) receive the digits
  * of sum accept_prob, of sum step_size, of the three ChEES sums (backend.h's hmc_stats_t; zero

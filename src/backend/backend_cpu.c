@@ -726,6 +726,17 @@ static int cpu_covariance_add(backend_t *b, const float *q, const float *mean, f
   return DS_OK;
 }
 
+static int cpu_running_moments_add(backend_t *b, const float *x, float *mean, float *m2, int64_t rows, double n) {
+  (void)b;
+  const float count = (float)n;
+  for (int64_t r = 0; r < rows; ++r) {
+    const float delta = x[r] - mean[r];
+    mean[r] += delta / count;
+    m2[r] += delta * (x[r] - mean[r]);
+  }
+  return DS_OK;
+}
+
 static int cpu_dual_average(backend_t *b, double *state, const float *accept, float *step_out, int64_t rows,
                             const dual_average_step_t *step) {
   (void)b;
@@ -807,6 +818,7 @@ int backend_cpu_create(backend_t **out) {
   b->fill = cpu_fill;
   b->column_sums = cpu_column_sums;
   b->covariance_add = cpu_covariance_add;
+  b->running_moments_add = cpu_running_moments_add;
   b->dual_average = cpu_dual_average;
   b->moments_to_metric = cpu_moments_to_metric;
   b->step_search = cpu_step_search;

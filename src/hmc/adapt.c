@@ -20,7 +20,7 @@ enum { SC_DA_COUNTER = 0, SC_WINDOW_COUNTER, SC_WINDOW_SIZE, SC_NEXT_WINDOW, SC_
  * SC_POOLED_DA hold, are part of the checkpoint format: a checkpoint of another layout must not
  * be read as this one. A change of either needs a new CKPT_FORMAT_VERSION (io/ckpt.h), with its
  * layout stated here. */
-#if CKPT_FORMAT_VERSION == 3
+#if CKPT_FORMAT_VERSION == 3 || CKPT_FORMAT_VERSION == 4
 _Static_assert(SC_DA_COUNTER == 0 && SC_WINDOW_COUNTER == 1 && SC_WINDOW_SIZE == 2 && SC_NEXT_WINDOW == 3 &&
                    SC_WINDOW_SAMPLES == 4 && SC_SEARCHES == 5 && SC_TAIL_SAMPLES == 6 && SC_SEARCH_START == 7 &&
                    SC_STEP_REF == 8 && SC_CHEES_LOG_T == 9 && SC_CHEES_SQ == 10 && SC_CHEES_AVG_LOG_T == 11 &&
@@ -58,6 +58,7 @@ struct adapt {
   float *window_cov, *factor, *factor_row;
   double *dense;                /* [DENSE_FACTOR + dim dim] */
   int factor_sent;              /* factor holds dense's L (after a resume: not yet) */
+  int window_ended;             /* the last adapt_after_iteration ended a metric window */
   float *chees_center, *chees;  /* ChEES: [dim] and [rows] on the backend, remade each iteration */
   double *center_host;          /* [dim] */
   float *center_row;            /* [dim]: center_host in float, for the backend */
@@ -440,6 +441,7 @@ int adapt_after_iteration(adapt_t *a, int64_t iteration, const hmc_stats_t *stat
     a->scalars[SC_WINDOW_COUNTER] += 1.0;
   }
 
+  a->window_ended = window_end;
   /* 2. The trajectory length (ChEES), from this iteration's terms, at the T this iteration ran. */
   if (a->s.chees) chees_update(a, iteration, stats, window_end);
 
@@ -502,6 +504,8 @@ int adapt_restart_steps(adapt_t *a, int64_t iteration, float *step_nominal, floa
   step.restart_only = 1;
   return b->dual_average(b, a->dual, NULL, step_nominal, a->s.rows, &step);
 }
+
+int adapt_window_ended(const adapt_t *a) { return a && a->window_ended; }
 
 float adapt_search_start(const adapt_t *a) { return (float)a->scalars[SC_SEARCH_START]; }
 

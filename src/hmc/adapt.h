@@ -77,6 +77,9 @@ int adapt_metric_factor(adapt_t *a, const float **factor);
  * number of its correlation matrix (NaN when not computed). */
 const char *adapt_metric_used(const adapt_t *a, double *condition);
 
+/* Whether the last adapt_after_iteration ended a metric window. */
+int adapt_window_ended(const adapt_t *a);
+
 /* Stan's initial step-size search runs (in hmc.c) before warmup and whenever *search asks;
  * each run is numbered for its random draws. Returns this run's number. */
 int64_t adapt_next_search(adapt_t *a);

@@ -25,6 +25,7 @@
 #include "moments.h"
 #include "h5util.h"
 #include "hmc.h"
+#include "lp_outliers.h"
 #include "signals.h"
 #include "status.h"
 #include "summary.h"
@@ -36,7 +37,7 @@
 /* Above this many values (chains x draws x dim) a run does not print the summary itself. */
 #define HMC_SUMMARY_MAX_VALUES 2.5e7
 
-enum { HMC_MAX_STATE = 16, HMC_FROZEN_NAMED = 8, HMC_TOTALS = 3, HMC_MAX_GLOBALS = 6 };
+enum { HMC_MAX_STATE = 16, HMC_FROZEN_NAMED = 8, HMC_TOTALS = 5, HMC_MAX_GLOBALS = 6 };
 /* Leapfrog steps: fixed when neither --steps nor ChEES sets them; ChEES's most. */
 enum { HMC_DEFAULT_STEPS = 10, HMC_CHEES_MAX_STEPS = 1024 };
 /* The group sample_stats: hmc_stats.h's list. */
@@ -50,6 +51,8 @@ typedef union hmc_totals {
     double divergent_warmup;          /* divergent transitions in warmup */
     double divergent_sampling;        /* divergent transitions in sampling */
     double moment_draws;              /* draws added to the running moments */
+    double lp_samples;                /* warmup iterations in the chains' lp moments since the last check */
+    double minor_checks;              /* checks for chains in minor modes so far */
   };
   double values[HMC_TOTALS];
 } hmc_totals_t;
@@ -61,6 +64,7 @@ typedef struct hmc_chains {
   float *step_nominal, *inv_metric;   /* the batch's, writable */
   float *moment_mean, *moment_m2;     /* [rows, dim]: over the kept draws of sampling */
   float *moment_mean_host, *moment_m2_host; /* their checkpoint mirrors */
+  float *lp_mean, *lp_m2;             /* [rows]: each chain's lp over warmup since the last minor-mode check */
   int8_t *search;                     /* [2 rows, rounded up to 4]: the step search's directions, exponents */
   adapt_array_t state[HMC_MAX_STATE]; /* backend arrays and their host mirrors */
   int n_state, n_owned;               /* all of them; the first n_owned are the chains' own */
@@ -142,6 +146,10 @@ static int chains_alloc(hmc_chains_t *chains, backend_t *b, adapt_t *adapt, int6
   chains->moment_mean_host = chains->state[chains->n_state - 2].array.local;
   chains->moment_m2_host = chains->state[chains->n_state - 1].array.local;
   if (wide) DS_TRY(chains_array(chains, b, "logp_wide", 1, sizeof(double), rows, rows, (void **)&batch->logp_wide));
+  DS_TRY(chains_array(chains, b, "lp_window_mean", 1, f, rows, rows, (void **)&chains->lp_mean));
+  DS_TRY(chains_array(chains, b, "lp_window_m2", 1, f, rows, rows, (void **)&chains->lp_m2));
+  DS_TRY(b->fill(b, chains->lp_mean, 0.0f, rows));
+  DS_TRY(b->fill(b, chains->lp_m2, 0.0f, rows));
   batch->step_nominal = chains->step_nominal;
   batch->inv_metric = chains->inv_metric;
   DS_TRY(hmc_batch_alloc_stats(b, batch));
@@ -320,8 +328,10 @@ static int local_stuck_flags(run_ctx_t *run, const float *tail_m2, int64_t rows,
   return status;
 }
 
-/* Each stuck chain's donor, drawn among the healthy chains in increasing id. */
-static int restart_draw_donors(run_ctx_t *run, restart_plan_t *plan, int64_t total) {
+/* Each stuck chain's donor, drawn among the healthy chains in increasing id, keyed by the seed,
+ * the chain and the round (0 for the stuck chains at the end of warmup, 1 + k for the k-th
+ * check for minor modes). */
+static int restart_draw_donors(run_ctx_t *run, restart_plan_t *plan, int64_t total, uint32_t round) {
   int64_t *healthy = malloc((size_t)total * sizeof *healthy);
   if (!healthy) return DS_FAIL_ALLOC("healthy chains", (size_t)total * sizeof *healthy);
   for (int64_t c = 0; c < total; ++c) {
@@ -332,32 +342,29 @@ static int restart_draw_donors(run_ctx_t *run, restart_plan_t *plan, int64_t tot
   for (int64_t c = 0; c < total; ++c) {
     plan->donor[c] = -1;
     if (!plan->stuck[c] || plan->n_healthy == 0) continue;
-    const double u = (double)rng_uniform(rng_block(run->cfg->seed, (uint64_t)c, RNG_ITERATION_RESTART, 0).v[0]);
+    const double u = (double)rng_uniform(rng_block(run->cfg->seed, (uint64_t)c, RNG_ITERATION_RESTART, round).v[0]);
     plan->donor[c] = healthy[min64(plan->n_healthy - 1, (int64_t)(u * n_healthy))];
   }
   free(healthy);
   return DS_OK;
 }
 
-/* The plan: which chains are stuck (over all ranks), their donors, and the rows each rank
- * sends and receives. Collective. */
-static int restart_plan_make(run_ctx_t *run, const float *tail_m2, int64_t rows, restart_plan_t *plan) {
+/* The plan: which chains are stuck (this rank's flags `mine`, over all ranks), their donors,
+ * and the rows each rank sends and receives. Collective. */
+static int restart_plan_make(run_ctx_t *run, const uint8_t *mine, uint32_t round, restart_plan_t *plan) {
   comm_ctx_t *comm = run->comm;
   const int64_t total = config_items(run->cfg);
   const int size = comm->size;
   memset(plan, 0, sizeof *plan);
-  uint8_t *mine = malloc((size_t)max64(rows, 1));
   plan->stuck = malloc((size_t)total);
   plan->donor = malloc((size_t)total * sizeof *plan->donor);
   plan->begins = malloc((size_t)(size + 1) * sizeof *plan->begins);
   plan->send_rows = calloc((size_t)size * 3, sizeof *plan->send_rows);
-  int status = mine && plan->stuck && plan->donor && plan->begins && plan->send_rows
+  int status = plan->stuck && plan->donor && plan->begins && plan->send_rows
                    ? DS_OK : DS_FAIL_ALLOC("stuck chains", (size_t)total * 9);
-  if (status == DS_OK) status = local_stuck_flags(run, tail_m2, rows, mine);
   status = comm_agree(comm, status);
   if (status == DS_OK) status = comm_allgather_item_bytes(comm, mine, total, plan->stuck);
-  free(mine);
-  if (status == DS_OK) status = comm_agree(comm, restart_draw_donors(run, plan, total));
+  if (status == DS_OK) status = comm_agree(comm, restart_draw_donors(run, plan, total, round));
   if (status != DS_OK) return status;
   plan->recv_rows = plan->send_rows + size;
   plan->next_recv = plan->send_rows + 2 * size;
@@ -465,13 +472,109 @@ static int restart_stuck_chains(run_ctx_t *run, hmc_chains_t *chains, adapt_t *a
   double samples = 0;
   const float *tail_m2 = adapt_tail_m2(adapt, &samples);
   if (samples < 2) return DS_OK;
+  const int64_t rows = chains->batch.n_chains;
+  uint8_t *mine = malloc((size_t)max64(rows, 1));
+  int status = comm_agree(run->comm, mine ? local_stuck_flags(run, tail_m2, rows, mine)
+                                          : DS_FAIL_ALLOC("stuck chains", (size_t)max64(rows, 1)));
+  if (status != DS_OK) {
+    free(mine);
+    return status;
+  }
   restart_plan_t plan;
-  int status = restart_plan_make(run, tail_m2, chains->batch.n_chains, &plan);
+  status = restart_plan_make(run, mine, 0, &plan);
+  free(mine);
   const int restart = status == DS_OK && plan.n_stuck > 0 && plan.n_healthy > 0;
   if (restart) status = restart_from_donors(run, chains, &plan);
   if (restart && status == DS_OK) report_restarted(run, &plan);
   restart_plan_free(&plan);
   return status;
+}
+
+/* ---- Chains in minor modes ------------------------------------------------------------ */
+
+/* During warmup each chain's log density is followed: its running mean and variance since the
+ * last check (lp_mean, lp_m2). At the end of each metric window and of warmup, the chains whose
+ * mean lp sits far below the others' (lp_outliers.h: a minor mode) restart from healthy chains'
+ * states, as stuck chains do. The rule reads every chain's two numbers on every rank, so every
+ * rank count restarts the same chains. */
+enum { MINOR_MODE_MIN_SAMPLES = 10 };
+
+static int minor_modes_followed(const run_ctx_t *run, const adapt_t *adapt) {
+  return adapt && run->cfg->stuck == CONFIG_STUCK_RESTART && config_items(run->cfg) >= LP_OUTLIER_MIN_CHAINS;
+}
+
+static void report_minor_modes(run_ctx_t *run, const restart_plan_t *plan, int64_t iteration, const float *all,
+                               double median, double spread) {
+  if (run->comm->rank != 0) return;
+  char ids[200] = "";
+  size_t used = 0;
+  int named = 0;
+  for (int64_t c = 0; c < config_items(run->cfg) && named < 8 && used < sizeof ids; ++c)
+    if (plan->stuck[c])
+      used += (size_t)snprintf(ids + used, sizeof ids - used, "%s%lld at %.4g", named++ ? ", " : "", (long long)c,
+                               (double)all[2 * c]);
+  if (run->progress.printed_inline) fprintf(stderr, "\n");
+  fprintf(stderr, "dsampler: %lld chain%s sat far below the others' log density by warmup iteration %lld (mean lp of "
+                  "chain %s%s; median %.4g, spread %.3g): restarted from healthy chains' states (--stuck keep leaves "
+                  "them)\n", (long long)plan->n_stuck, plan->n_stuck == 1 ? "" : "s", (long long)(iteration + 1), ids,
+          plan->n_stuck > 8 ? ", ..." : "", median, spread);
+}
+
+/* The check after warmup iteration `iteration`; the lp moments then start again. Collective. */
+static int restart_minor_modes(run_ctx_t *run, hmc_chains_t *chains, int64_t iteration) {
+  backend_t *b = run->backend;
+  const int64_t total = config_items(run->cfg), rows = chains->batch.n_chains;
+  const double n = chains->totals.lp_samples;
+  int status = DS_OK;
+  if (n >= MINOR_MODE_MIN_SAMPLES) {
+    float *all = malloc((size_t)(2 * total + 2 * max64(rows, 1)) * sizeof *all);
+    double *sorted = malloc((size_t)(2 * total) * sizeof *sorted);
+    uint8_t *mine = malloc((size_t)max64(rows, 1));
+    status = all && sorted && mine ? DS_OK : DS_FAIL_ALLOC("the chains' lp", (size_t)total * 24);
+    float *host_mean = all ? all + 2 * total : NULL, *host_m2 = host_mean ? host_mean + max64(rows, 1) : NULL;
+    if (status == DS_OK) status = b->download(b, host_mean, chains->lp_mean, (size_t)rows * sizeof(float));
+    if (status == DS_OK) status = b->download(b, host_m2, chains->lp_m2, (size_t)rows * sizeof(float));
+    for (int64_t r = 0; status == DS_OK && r < rows; ++r) {
+      all[2 * (run->item_begin + r)] = host_mean[r];
+      all[2 * (run->item_begin + r) + 1] = sqrtf(fmaxf(host_m2[r], 0.0f) / (float)(n - 1.0));
+    }
+    status = comm_agree(run->comm, status);
+    if (status == DS_OK) status = comm_agree(run->comm, comm_allgather_rows(run->comm, all, total, 2, 0));
+    double median = 0.0, spread = 0.0;
+    int64_t flagged = 0;
+    uint8_t *flags = malloc((size_t)total);
+    double *values = malloc((size_t)(2 * total) * sizeof *values);
+    if (status == DS_OK && !(flags && values)) status = DS_FAIL_ALLOC("the chains' lp", (size_t)total * 17);
+    status = comm_agree(run->comm, status);
+    if (status == DS_OK) {
+      for (int64_t c = 0; c < total; ++c) {
+        values[c] = (double)all[2 * c];
+        values[total + c] = (double)all[2 * c + 1];
+      }
+      lp_outliers(values, values + total, total, flags, &median, &spread, sorted);
+      for (int64_t r = 0; r < rows; ++r) flagged += mine[r] = flags[run->item_begin + r];
+    }
+    free(flags);
+    free(values);
+    uint64_t any = (uint64_t)flagged;
+    if (status == DS_OK) status = comm_agree(run->comm, comm_allreduce_sum_u64(run->comm, &any, 1));
+    if (status == DS_OK && any > 0) {
+      restart_plan_t plan;
+      status = restart_plan_make(run, mine, (uint32_t)(1 + chains->totals.minor_checks), &plan);
+      const int restart = status == DS_OK && plan.n_stuck > 0 && plan.n_healthy > 0;
+      if (restart) status = restart_from_donors(run, chains, &plan);
+      if (restart && status == DS_OK) report_minor_modes(run, &plan, iteration, all, median, spread);
+      restart_plan_free(&plan);
+    }
+    free(all);
+    free(sorted);
+    free(mine);
+  }
+  chains->totals.minor_checks += 1.0;
+  chains->totals.lp_samples = 0.0;
+  if (status == DS_OK) status = b->fill(b, chains->lp_mean, 0.0f, rows);
+  if (status == DS_OK) status = b->fill(b, chains->lp_m2, 0.0f, rows);
+  return comm_agree(run->comm, status);
 }
 
 /* ---- The output ------------------------------------------------------------------------ */
@@ -852,11 +955,18 @@ static int iterate(run_ctx_t *run, hmc_chains_t *chains, adapt_t *adapt, hmc_out
     DS_TRY(comm_agree(run->comm, status));
     DS_TRY(iteration_stats(run, &stats, &stop));
     if (add_moments) chains->totals.moment_draws += 1.0;
+    if (in_warmup && minor_modes_followed(run, adapt)) {
+      chains->totals.lp_samples += 1.0;
+      DS_TRY(comm_agree(run->comm, b->running_moments_add(b, batch->logp, chains->lp_mean, chains->lp_m2, rows,
+                                                          chains->totals.lp_samples)));
+    }
     *(in_warmup ? &chains->totals.divergent_warmup : &chains->totals.divergent_sampling) += (double)stats.divergent;
     if (in_warmup && adapt) {
       int search = 0;
       DS_TRY(comm_agree(run->comm, adapt_after_iteration(adapt, it, &stats, batch, chains->step_nominal,
                                                          chains->inv_metric, &search)));
+      if (minor_modes_followed(run, adapt) && (adapt_window_ended(adapt) || it + 1 == cfg->warmup))
+        DS_TRY(restart_minor_modes(run, chains, it));
       if (search) DS_TRY(search_initial_steps(run, chains, adapt, it + 1));
       if (it + 1 == cfg->warmup && cfg->stuck == CONFIG_STUCK_RESTART) DS_TRY(restart_stuck_chains(run, chains, adapt));
     }

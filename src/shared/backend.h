@@ -238,6 +238,9 @@ struct backend {
    * e = q - mean, m2_ij += (n / (n - 1)) e_i e_j in float (Welford's update; nothing for n = 1). */
   int (*covariance_add)(backend_t *b, const float *q, const float *mean, float *m2, int64_t rows, int64_t dim,
                         double n);
+  /* Running moments of one value per row (Welford, float, as the transition's: n counts this
+   * sample): delta = x - mean, mean += delta / n, m2 += delta (x - mean). [rows] each. */
+  int (*running_moments_add)(backend_t *b, const float *x, float *mean, float *m2, int64_t rows, double n);
   /* Per chain (rows of [rows, dim]): inv_metric = dual_regularised_variance(m2, n, the row's
    * dual_variance_scale); then mean and m2 are zeroed. */
   int (*moments_to_metric)(backend_t *b, float *mean, float *m2, int64_t rows, int64_t dim, double n,

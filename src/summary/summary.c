@@ -23,6 +23,7 @@
 #include "exactsum.h"
 #include "h5out.h"
 #include "h5util.h"
+#include "lp_outliers.h"
 #include "status.h"
 
 /* Draws read per rank and round, in doubles (128 MiB): a round covers as many parameters as
@@ -68,8 +69,17 @@ typedef struct summary_moments {
   int64_t frozen_ids[SUMMARY_FROZEN_NAMED]; /* the first of them, -1 past the count */
 } summary_moments_t;
 
+/* Chains whose lp (sample_stats/lp) sits far below the others' (lp_outliers.h). */
+typedef struct summary_lp_outliers {
+  int64_t count;
+  int64_t ids[SUMMARY_FROZEN_NAMED];     /* the first of them, -1 past the count */
+  double means[SUMMARY_FROZEN_NAMED];    /* their mean lp */
+  double median, spread;
+} summary_lp_outliers_t;
+
 typedef struct summary_result {
   int64_t chains, draws;
+  summary_lp_outliers_t lp_outliers;
   summary_moments_t moments;
   int64_t divergent;    /* -1: the file records none (no sample_stats/diverging) */
   int n_vars;
@@ -522,6 +532,77 @@ static int count_divergent(comm_ctx_t *comm, hid_t file, int64_t *divergent) {
   return DS_OK;
 }
 
+/* Chains whose mean lp over their draws sits far below the others' (lp_outliers.h), from
+ * sample_stats/lp [chain, draw], each rank reading its chains. Nothing without it. Collective. */
+static int find_lp_outliers(comm_ctx_t *comm, hid_t file, summary_result_t *result) {
+  summary_lp_outliers_t *out = &result->lp_outliers;
+  out->count = 0;
+  for (int i = 0; i < SUMMARY_FROZEN_NAMED; ++i) out->ids[i] = -1;
+  htri_t exists;
+  H5E_BEGIN_TRY {
+    exists = H5Lexists(file, "sample_stats", H5P_DEFAULT);
+    if (exists > 0) exists = H5Lexists(file, "sample_stats/lp", H5P_DEFAULT);
+  }
+  H5E_END_TRY;
+  if (exists <= 0) return DS_OK;
+  hid_t dataset = H5Dopen2(file, "sample_stats/lp", H5P_DEFAULT);
+  if (dataset < 0) return comm_agree(comm, h5util_fail(DS_ERR_INPUT, "summary: sample_stats/lp cannot be opened"));
+  hid_t file_space = H5Dget_space(dataset);
+  const int ndims = H5Sget_simple_extent_ndims(file_space);
+  hsize_t dims[H5S_MAX_RANK] = {0};
+  if (ndims > 0) H5Sget_simple_extent_dims(file_space, dims, NULL);
+  H5Sclose(file_space);
+  int status = DS_OK;
+  size_t bytes = 0;
+  if (ndims != 2) status = ds_fail(DS_ERR_INPUT, "summary: sample_stats/lp must have shape [chain, draw]");
+  if (status == DS_OK) status = h5util_checked_bytes("summary", "sample_stats", "lp", 2, dims, sizeof(float), &bytes);
+  const int64_t chains = status == DS_OK ? (int64_t)dims[0] : 0, draws = status == DS_OK ? (int64_t)dims[1] : 0;
+  int64_t begin = 0, end = 0;
+  comm_partition(chains, comm->size, comm->rank, &begin, &end);
+  float *lp = malloc((size_t)((end - begin) * draws + 1) * sizeof *lp);
+  float *moments = malloc((size_t)(2 * chains + 1) * sizeof *moments);
+  if (status == DS_OK && !(lp && moments)) status = DS_FAIL_ALLOC("sample_stats/lp", bytes);
+  if (status == DS_OK) {
+    const hsize_t start[2] = {(hsize_t)begin, 0}, count[2] = {(hsize_t)(end - begin), (hsize_t)draws};
+    status = read_box(dataset, 2, start, count, H5T_NATIVE_FLOAT, lp, "H5Dread(sample_stats/lp)");
+  }
+  H5Dclose(dataset);
+  for (int64_t c = begin; status == DS_OK && c < end; ++c) {
+    double sum = 0.0, squares = 0.0;
+    for (int64_t d = 0; d < draws; ++d) sum += lp[(c - begin) * draws + d];
+    const double mean = draws > 0 ? sum / (double)draws : NAN;
+    for (int64_t d = 0; d < draws; ++d) squares += (lp[(c - begin) * draws + d] - mean) * (lp[(c - begin) * draws + d] - mean);
+    moments[2 * c] = (float)mean;
+    moments[2 * c + 1] = draws > 1 ? (float)sqrt(squares / (double)(draws - 1)) : NAN;
+  }
+  free(lp);
+  status = comm_agree(comm, status);
+  if (status == DS_OK && draws > 1) status = comm_agree(comm, comm_allgather_rows(comm, moments, chains, 2, 0));
+  if (status == DS_OK && draws > 1 && chains >= LP_OUTLIER_MIN_CHAINS) {
+    double *values = malloc((size_t)(4 * chains) * sizeof *values);
+    uint8_t *flags = malloc((size_t)chains);
+    if (values && flags) {
+      for (int64_t c = 0; c < chains; ++c) {
+        values[c] = moments[2 * c];
+        values[chains + c] = moments[2 * c + 1];
+      }
+      out->count = lp_outliers(values, values + chains, chains, flags, &out->median, &out->spread, values + 2 * chains);
+      for (int64_t c = 0, named = 0; c < chains && named < SUMMARY_FROZEN_NAMED; ++c)
+        if (flags[c]) {
+          out->ids[named] = c;
+          out->means[named++] = moments[2 * c];
+        }
+    } else {
+      status = DS_FAIL_ALLOC("sample_stats/lp", (size_t)chains * 33);
+    }
+    free(values);
+    free(flags);
+    status = comm_agree(comm, status);
+  }
+  free(moments);
+  return status;
+}
+
 /* Reads and summarises the file; on return rank 0 holds every row's stats. Collective. */
 /* Rows [row_begin, + rows) of a float [n, dim] dataset into values (collective; rows may be 0). */
 static int read_rows(hid_t dataset, int64_t row_begin, int64_t rows, int64_t dim, float *values) {
@@ -687,6 +768,7 @@ static int summary_compute(comm_ctx_t *comm, const summary_options_t *options, s
   status = comm_agree(comm, inspect_posterior(file, options, result));
   if (status == DS_OK) status = comm_agree(comm, choose_superchains(file, options, result));
   if (status == DS_OK) status = comm_agree(comm, read_ksd(file, options->path, result));
+  if (status == DS_OK) status = find_lp_outliers(comm, file, result);
   diag_workspace_t *ws = NULL;
   if (status == DS_OK)
     status = comm_agree(comm, diag_workspace_create(&ws, result->chains, result->draws, result->superchain_size));
@@ -916,6 +998,15 @@ static void print_table(const summary_result_t *result, const char *path, FILE *
   if (low_ess)
     fprintf(out, "warning: ess_bulk or ess_tail < %.0f for %lld of %lld parameters: too few effective draws\n",
             SUMMARY_ESS_WARN, (long long)low_ess, (long long)result->n_rows);
+  const summary_lp_outliers_t *lp = &result->lp_outliers;
+  if (lp->count > 0) {
+    fprintf(out, "warning: %lld chain%s log density sits far below the others' (mean lp of chain", (long long)lp->count,
+            lp->count == 1 ? "'s" : "s'");
+    for (int i = 0; i < SUMMARY_FROZEN_NAMED && lp->ids[i] >= 0; ++i)
+      fprintf(out, "%s %lld at %.4g", i ? "," : "", (long long)lp->ids[i], lp->means[i]);
+    fprintf(out, "%s; median %.4g, spread %.3g): a minor mode; those chains' draws are not the posterior's\n",
+            lp->count > SUMMARY_FROZEN_NAMED ? ", ..." : "", lp->median, lp->spread);
+  }
   print_moments(result, out, max_rows);
   if (result->draws < 4)
     fprintf(out, "note: fewer than 4 draws per chain: no MCSE, ESS or R-hat\n");
