@@ -236,22 +236,14 @@ int cuda_hmc_transition(backend_t *b, const dsampler_target *t, hmc_batch_t *bat
   if (!batch->metric_factor && fused_gaussian(t, batch->dim, &params) && hmc_gaussian_fused_supported(batch->dim))
     return hmc_launch_gaussian_fused(&params, batch, impl->stream);
 
-  /* Generic: L batched gradient evaluations between kick-drift kernels; a dense metric's ChEES
-   * terms take [n, dim] doubles more. */
+  /* Generic: L batched gradient evaluations between kick-drift kernels. */
   const size_t n = (size_t)batch->n_chains, elems = n * (size_t)batch->dim;
-  const size_t dense_bytes = batch->metric_factor && batch->chees_center ? elems * sizeof(double) : 0;
-  const size_t bytes = dense_bytes + 3 * elems * sizeof(float) + 2 * n * sizeof(float) + n * sizeof(double) + 64;
+  const size_t bytes = 3 * elems * sizeof(float) + 2 * n * sizeof(float) + n * sizeof(double) + 64;
   DS_TRY(ensure_device(&impl->hmc_work, &impl->hmc_work_bytes, bytes, "HMC work arrays"));
   double *h0 = static_cast<double *>(impl->hmc_work); /* first: 8-byte aligned */
   float *q_work = reinterpret_cast<float *>(h0 + n);
   float *p_work = q_work + elems, *grad_work = p_work + elems;
   float *logp_work = grad_work + elems, *uniform = logp_work + n;
-  double *dense_scratch = dense_bytes ? h0 + n : NULL; /* after h0: 8-byte aligned */
-  if (dense_scratch) q_work = reinterpret_cast<float *>(dense_scratch + elems);
-  p_work = q_work + elems;
-  grad_work = p_work + elems;
-  logp_work = grad_work + elems;
-  uniform = logp_work + n;
   DS_TRY(hmc_launch_begin(batch, q_work, p_work, grad_work, uniform, h0, impl->stream));
   for (int step = 0; step < batch->n_leapfrog; ++step) {
     if (batch->metric_factor)
@@ -260,7 +252,7 @@ int cuda_hmc_transition(backend_t *b, const dsampler_target *t, hmc_batch_t *bat
       DS_TRY(hmc_launch_kick_drift(batch, step, q_work, p_work, grad_work, impl->stream));
     DS_TRY(cuda_logp_grad(b, t, q_work, batch->n_chains, logp_work, grad_work));
   }
-  return hmc_launch_finish(batch, q_work, p_work, grad_work, logp_work, uniform, h0, dense_scratch, impl->stream);
+  return hmc_launch_finish(batch, q_work, p_work, grad_work, logp_work, uniform, h0, impl->stream);
 }
 
 /* Device digits -> exact sums: digits[k * EXACT_DIGITS + d]. */

@@ -341,29 +341,179 @@ __global__ void hmc_dense_drift_kernel(const hmc_batch_t b, float *q_work, const
   }
 }
 
-/* The dense metric's ChEES terms, one chain a thread (u: [n_chains, dim] doubles of scratch). */
-__global__ void hmc_dense_chees_kernel(const hmc_batch_t b, const float *q_work, const float *p_work, double *u) {
+/* The dense metric's ChEES terms for DENSE_TILE chains a block (constants below): u = L^-1 (x - m)
+ * at the proposal and at the start, each entry dense_whiten_one's sum (double, k increasing),
+ * from L^-1 transposed, the tile's positions, the centre and the momenta in shared memory; each
+ * chain's three sums (|u'|^2, |u|^2, u' . r') then over its entries in order by one thread.
+ * Shared memory: dense_chees_shared(dim) bytes. */
+constexpr int DENSE_TILE = 32, DENSE_THREADS = 256, DENSE_OUTPUTS = 16;
+
+__global__ void __launch_bounds__(DENSE_THREADS) hmc_dense_chees_kernel(const hmc_batch_t b, const float *q_work,
+                                                                       const float *p_work) {
+  extern __shared__ double shared_d[];
+  const int dim = (int)b.dim;
+  double *after = shared_d, *before = after + DENSE_TILE * dim, *along = before + DENSE_TILE * dim;
+  float *LT = reinterpret_cast<float *>(along + DENSE_TILE * dim), *x1 = LT + dim * dim, *x0 = x1 + DENSE_TILE * dim;
+  float *r = x0 + DENSE_TILE * dim, *m = r + DENSE_TILE * dim;
+  for (int e = threadIdx.x; e < dim * dim; e += DENSE_THREADS) LT[(e % dim) * dim + e / dim] = b.metric_factor_inv[e];
+  for (int k = threadIdx.x; k < dim; k += DENSE_THREADS) m[k] = b.chees_center[k];
+  const long long first = (long long)blockIdx.x * DENSE_TILE;
+  const int chains = b.n_chains - first < DENSE_TILE ? (int)(b.n_chains - first) : DENSE_TILE;
+  const int outputs = chains * dim;
+  for (int e = threadIdx.x; e < outputs; e += DENSE_THREADS) {
+    x1[e] = q_work[first * dim + e];
+    x0[e] = b.q[first * dim + e];
+    r[e] = p_work[first * dim + e];
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e < outputs; e += DENSE_THREADS) {
+    const int c = e / dim, i = e % dim;
+    const float *a = x1 + c * dim, *z = x0 + c * dim;
+    double u1 = 0.0, u0 = 0.0;
+    for (int k = 0; k <= i; ++k) {
+      const double w = (double)LT[k * dim + i], mk = (double)m[k];
+      u1 += w * ((double)a[k] - mk);
+      u0 += w * ((double)z[k] - mk);
+    }
+    after[e] = u1 * u1;
+    before[e] = u0 * u0;
+    along[e] = u1 * (double)r[e];
+  }
+  __syncthreads();
+  if (threadIdx.x < chains) {
+    const int c = threadIdx.x;
+    double norm1 = 0.0, norm0 = 0.0, dot = 0.0;
+    for (int i = 0; i < dim; ++i) {
+      norm1 += after[c * dim + i];
+      norm0 += before[c * dim + i];
+      dot += along[c * dim + i];
+    }
+    b.chees[2 * (first + c)] = (float)(norm1 - norm0);
+    b.chees[2 * (first + c) + 1] = (float)dot;
+  }
+}
+
+/* The one-chain-a-thread form for a dim past the tiled kernels' (dense_whiten). */
+__global__ void hmc_dense_chees_plain_kernel(const hmc_batch_t b, const float *q_work, const float *p_work) {
   const long long chain = (long long)blockIdx.x * blockDim.x + threadIdx.x;
   if (chain >= b.n_chains) return;
   const long long row = chain * b.dim;
   double along = 0.0;
-  const double after = dense_whiten(b.metric_factor, b.dim, q_work + row, b.chees_center, p_work + row, u + row, &along);
-  const double before = dense_whiten(b.metric_factor, b.dim, b.q + row, b.chees_center, NULL, u + row, NULL);
+  const double after = dense_whiten(b.metric_factor_inv, b.dim, q_work + row, b.chees_center, p_work + row, &along);
+  const double before = dense_whiten(b.metric_factor_inv, b.dim, b.q + row, b.chees_center, NULL, NULL);
   b.chees[2 * chain] = (float)(after - before);
   b.chees[2 * chain + 1] = (float)along;
 }
 
+/* A kick and (drift) a drift for DENSE_TILE chains a block of DENSE_THREADS, L and L^T in
+ * shared memory with the tile's gradients and momenta; each thread keeps up to DENSE_OUTPUTS
+ * outputs, (chain, coordinate) e = thread + m DENSE_THREADS, in registers, so an entry of L read
+ * once serves several chains when DENSE_THREADS is a multiple of dim. Each output is the sum of
+ * dense_lt_dot or dense_l_dot, in the same order. Shared memory: (2 dim^2 + 2 DENSE_TILE dim)
+ * floats; dim <= DENSE_THREADS DENSE_OUTPUTS / DENSE_TILE. */
+__global__ void __launch_bounds__(DENSE_THREADS) hmc_dense_step_kernel(const hmc_batch_t b, float scale, int drift,
+                                                                      float *q_work, float *p_work,
+                                                                      const float *grad_work) {
+  extern __shared__ float shared[];
+  const int dim = (int)b.dim;
+  float *L = shared, *LT = L + dim * dim, *g = LT + dim * dim, *r = g + DENSE_TILE * dim;
+  for (int e = threadIdx.x; e < dim * dim; e += DENSE_THREADS) {
+    const float value = b.metric_factor[e];
+    L[e] = value;
+    LT[(e % dim) * dim + e / dim] = value;
+  }
+  const long long first = (long long)blockIdx.x * DENSE_TILE;
+  const int chains = b.n_chains - first < DENSE_TILE ? (int)(b.n_chains - first) : DENSE_TILE;
+  const int outputs = chains * dim;
+  for (int e = threadIdx.x; e < outputs; e += DENSE_THREADS) {
+    g[e] = grad_work[first * dim + e];
+    r[e] = p_work[first * dim + e];
+  }
+  __syncthreads();
+  float sum[DENSE_OUTPUTS];
+  int coord[DENSE_OUTPUTS], base[DENSE_OUTPUTS]; /* each output's coordinate and its chain's row start */
+#pragma unroll
+  for (int m = 0; m < DENSE_OUTPUTS; ++m) {
+    const int e = threadIdx.x + m * DENSE_THREADS;
+    coord[m] = e < outputs ? e % dim : dim; /* dim: no output */
+    base[m] = e < outputs ? (e / dim) * dim : 0;
+    sum[m] = 0.0f;
+  }
+  /* r_k += kick (sum_{i >= k} L_ik g_i). */
+  for (int i = 0; i < dim; ++i) {
+#pragma unroll
+    for (int m = 0; m < DENSE_OUTPUTS; ++m)
+      if (i >= coord[m] && coord[m] < dim) sum[m] = fmaf(L[i * dim + coord[m]], g[base[m] + i], sum[m]);
+  }
+#pragma unroll
+  for (int m = 0; m < DENSE_OUTPUTS; ++m) {
+    const int e = threadIdx.x + m * DENSE_THREADS;
+    if (e >= outputs) continue;
+    const float kick = __fmul_rn(scale, b.step_size[first + e / dim]);
+    r[e] = __fadd_rn(r[e], __fmul_rn(kick, sum[m]));
+    p_work[first * dim + e] = r[e];
+  }
+  if (!drift) return;
+  __syncthreads();
+  /* q_i += eps (sum_{k <= i} L_ik r_k), L_ik = LT[k dim + i]. */
+#pragma unroll
+  for (int m = 0; m < DENSE_OUTPUTS; ++m) sum[m] = 0.0f;
+  for (int k = 0; k < dim; ++k) {
+#pragma unroll
+    for (int m = 0; m < DENSE_OUTPUTS; ++m)
+      if (k <= coord[m] && coord[m] < dim) sum[m] = fmaf(LT[k * dim + coord[m]], r[base[m] + k], sum[m]);
+  }
+#pragma unroll
+  for (int m = 0; m < DENSE_OUTPUTS; ++m) {
+    const int e = threadIdx.x + m * DENSE_THREADS;
+    if (e >= outputs) continue;
+    q_work[first * dim + e] = __fadd_rn(q_work[first * dim + e], __fmul_rn(b.step_size[first + e / dim], sum[m]));
+  }
+}
+
+/* COV_CHAINS chains a block, one lower-triangle entry (i, j) a thread, consecutive entries in
+ * consecutive threads, (i, j) from a table in shared memory: m2_ij += (weight (x_i - mu_i))
+ * (x_j - mu_j), as backend_cpu.c. Shared memory: dim (dim + 1) / 2 pairs of uint16. */
+constexpr int COV_CHAINS = 8;
+
 __global__ void covariance_add_kernel(const float *q, const float *mean, float *m2, long long rows, long long dim,
                                       float weight) {
-  const long long count = rows * dim;
+  extern __shared__ unsigned short pairs[];
   const long long triangle = dim * (dim + 1) / 2;
+  for (long long i = threadIdx.x; i < dim; i += blockDim.x)
+    for (long long j = 0; j <= i; ++j) {
+      pairs[2 * (i * (i + 1) / 2 + j)] = (unsigned short)i;
+      pairs[2 * (i * (i + 1) / 2 + j) + 1] = (unsigned short)j;
+    }
+  __syncthreads();
+  const long long first = (long long)blockIdx.x * COV_CHAINS;
+  const long long chains = rows - first < COV_CHAINS ? rows - first : COV_CHAINS;
+  for (long long e = threadIdx.x; e < chains * triangle; e += blockDim.x) {
+    const long long r = first + e / triangle, p = e % triangle;
+    const int i = pairs[2 * p], j = pairs[2 * p + 1];
+    const float *x = q + r * dim, *mu = mean + r * dim;
+    const float e_i = __fmul_rn(weight, __fsub_rn(x[i], mu[i]));
+    float *out = m2 + r * triangle + p;
+    *out = __fadd_rn(*out, __fmul_rn(e_i, __fsub_rn(x[j], mu[j])));
+  }
+}
+
+/* Past COV_TABLE_DIM the table would not fit: the index arithmetic per entry. */
+constexpr long long COV_TABLE_DIM = 150;
+
+__global__ void covariance_add_plain_kernel(const float *q, const float *mean, float *m2, long long rows,
+                                            long long dim, float weight) {
+  const long long triangle = dim * (dim + 1) / 2, count = rows * triangle;
   for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < count;
        e += (long long)gridDim.x * blockDim.x) {
-    const long long r = e / dim, i = e % dim;
+    const long long r = e / triangle, p = e % triangle;
+    long long i = (long long)((sqrt(8.0 * (double)p + 1.0) - 1.0) / 2.0);
+    while (i * (i + 1) / 2 > p) --i;
+    while ((i + 1) * (i + 2) / 2 <= p) ++i;
+    const long long j = p - i * (i + 1) / 2;
     const float *x = q + r * dim, *mu = mean + r * dim;
-    float *out = m2 + r * triangle + i * (i + 1) / 2;
     const float e_i = __fmul_rn(weight, __fsub_rn(x[i], mu[i]));
-    for (long long j = 0; j <= i; ++j) out[j] = __fadd_rn(out[j], __fmul_rn(e_i, __fsub_rn(x[j], mu[j])));
+    m2[e] = __fadd_rn(m2[e], __fmul_rn(e_i, __fsub_rn(x[j], mu[j])));
   }
 }
 
@@ -661,24 +811,61 @@ static unsigned element_blocks(long long count) {
   return blocks > 65536 ? 65536 : blocks;
 }
 
+/* The tiled kernel while L, L^T and a tile fit in shared memory (a rule on dim alone, so every
+ * rank count takes the same kernel), else the one element a thread. */
+static size_t dense_step_shared(long long dim) { return (size_t)(2 * dim * dim + 2 * DENSE_TILE * dim) * sizeof(float); }
+static bool dense_step_tiled(long long dim) { return dim * DENSE_TILE <= DENSE_THREADS * DENSE_OUTPUTS; }
+static size_t dense_chees_shared(long long dim) {
+  return (size_t)(3 * DENSE_TILE * dim) * sizeof(double) + (size_t)(dim * dim + 3 * DENSE_TILE * dim + dim) * sizeof(float);
+}
+
+static int launch_dense_step(const hmc_batch_t *batch, float scale, int drift, float *q_work, float *p_work,
+                             const float *grad_work, cudaStream_t stream) {
+  const long long count = batch->n_chains * batch->dim;
+  const size_t shared = dense_step_shared(batch->dim);
+  if (dense_step_tiled(batch->dim)) {
+    static size_t opted = 0;
+    if (shared > 48 * 1024 && shared > opted) {
+      CUDA_CHECK(cudaFuncSetAttribute(hmc_dense_step_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared));
+      opted = shared;
+    }
+    const long long blocks = (batch->n_chains + DENSE_TILE - 1) / DENSE_TILE;
+    hmc_dense_step_kernel<<<(unsigned)blocks, DENSE_THREADS, shared, stream>>>(*batch, scale, drift, q_work, p_work,
+                                                                              grad_work);
+    CUDA_CHECK_LAUNCH("hmc_dense_step_kernel");
+    return DS_OK;
+  }
+  hmc_dense_kick_kernel<<<element_blocks(count), 256, 0, stream>>>(*batch, scale, p_work, grad_work);
+  CUDA_CHECK_LAUNCH("hmc_dense_kick_kernel");
+  if (drift) {
+    hmc_dense_drift_kernel<<<element_blocks(count), 256, 0, stream>>>(*batch, q_work, p_work);
+    CUDA_CHECK_LAUNCH("hmc_dense_drift_kernel");
+  }
+  return DS_OK;
+}
+
 extern "C" int hmc_launch_dense_kick_drift(const hmc_batch_t *batch, int step, float *q_work, float *p_work,
                                            const float *grad_work, cudaStream_t stream) {
   DS_TRY(check_batch(batch, "hmc_launch_dense_kick_drift"));
   const long long count = batch->n_chains * batch->dim;
   if (count == 0) return DS_OK;
-  hmc_dense_kick_kernel<<<element_blocks(count), 256, 0, stream>>>(*batch, step == 0 ? 0.5f : 1.0f, p_work, grad_work);
-  CUDA_CHECK_LAUNCH("hmc_dense_kick_kernel");
-  hmc_dense_drift_kernel<<<element_blocks(count), 256, 0, stream>>>(*batch, q_work, p_work);
-  CUDA_CHECK_LAUNCH("hmc_dense_drift_kernel");
-  return DS_OK;
+  return launch_dense_step(batch, step == 0 ? 0.5f : 1.0f, 1, q_work, p_work, grad_work, stream);
 }
 
 extern "C" int launch_covariance_add(const float *q, const float *mean, float *m2, int64_t rows, int64_t dim,
                                      double n, cudaStream_t stream) {
   if (rows == 0 || n <= 1.0) return DS_OK;
-  covariance_add_kernel<<<element_blocks(rows * dim), 256, 0, stream>>>(q, mean, m2, rows, dim,
-                                                                       (float)(n / (n - 1.0)));
-  CUDA_CHECK_LAUNCH("covariance_add_kernel");
+  const float weight = (float)(n / (n - 1.0));
+  if (dim <= COV_TABLE_DIM) {
+    const size_t shared = (size_t)(dim * (dim + 1)) * sizeof(unsigned short);
+    covariance_add_kernel<<<(unsigned)((rows + COV_CHAINS - 1) / COV_CHAINS), 256, shared, stream>>>(q, mean, m2, rows,
+                                                                                                     dim, weight);
+    CUDA_CHECK_LAUNCH("covariance_add_kernel");
+  } else {
+    covariance_add_plain_kernel<<<element_blocks(rows * (dim * (dim + 1) / 2)), 256, 0, stream>>>(q, mean, m2, rows, dim,
+                                                                                                 weight);
+    CUDA_CHECK_LAUNCH("covariance_add_plain_kernel");
+  }
   return DS_OK;
 }
 
@@ -692,16 +879,26 @@ extern "C" int launch_running_moments(const float *x, float *mean, float *m2, in
 
 extern "C" int hmc_launch_finish(const hmc_batch_t *batch, const float *q_work, float *p_work,
                                  const float *grad_work, const float *logp_work, const float *uniform,
-                                 const double *h0, double *dense_scratch, cudaStream_t stream) {
+                                 const double *h0, cudaStream_t stream) {
   DS_TRY(check_batch(batch, "hmc_launch_finish"));
   if (batch->n_chains == 0) return DS_OK;
   if (batch->metric_factor) {
     const long long count = batch->n_chains * batch->dim;
-    hmc_dense_kick_kernel<<<element_blocks(count), 256, 0, stream>>>(*batch, 0.5f, p_work, grad_work);
-    CUDA_CHECK_LAUNCH("hmc_dense_kick_kernel");
-    if (batch->chees_center) {
-      hmc_dense_chees_kernel<<<blocks_for(batch->n_chains, 128), 128, 0, stream>>>(*batch, q_work, p_work, dense_scratch);
+    (void)count;
+    DS_TRY(launch_dense_step(batch, 0.5f, 0, NULL, p_work, grad_work, stream));
+    if (batch->chees_center && dense_step_tiled(batch->dim)) {
+      const size_t shared = dense_chees_shared(batch->dim);
+      static size_t opted = 0;
+      if (shared > 48 * 1024 && shared > opted) {
+        CUDA_CHECK(cudaFuncSetAttribute(hmc_dense_chees_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared));
+        opted = shared;
+      }
+      const long long blocks = (batch->n_chains + DENSE_TILE - 1) / DENSE_TILE;
+      hmc_dense_chees_kernel<<<(unsigned)blocks, DENSE_THREADS, shared, stream>>>(*batch, q_work, p_work);
       CUDA_CHECK_LAUNCH("hmc_dense_chees_kernel");
+    } else if (batch->chees_center) {
+      hmc_dense_chees_plain_kernel<<<blocks_for(batch->n_chains, 128), 128, 0, stream>>>(*batch, q_work, p_work);
+      CUDA_CHECK_LAUNCH("hmc_dense_chees_plain_kernel");
     }
   }
   hmc_finish_kernel<<<blocks_for(batch->n_chains * GENERIC_LANES, 128), 128, 0, stream>>>(

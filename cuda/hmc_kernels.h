@@ -32,11 +32,11 @@ int hmc_launch_begin(const hmc_batch_t *batch, float *q_work, float *p_work, flo
 int hmc_launch_kick_drift(const hmc_batch_t *batch, int step, float *q_work, float *p_work,
                           const float *grad_work, cudaStream_t stream);
 /* With a dense metric (batch->metric_factor), the kick-drift of hmc_launch_dense_kick_drift
- * replaces hmc_launch_kick_drift, and finish takes dense_scratch [n_chains, dim] doubles for
- * the ChEES terms. */
+ * replaces hmc_launch_kick_drift, and finish adds the last half kick and the ChEES terms in
+ * kernels of their own. */
 int hmc_launch_finish(const hmc_batch_t *batch, const float *q_work, float *p_work,
                       const float *grad_work, const float *logp_work, const float *uniform,
-                      const double *h0, double *dense_scratch, cudaStream_t stream);
+                      const double *h0, cudaStream_t stream);
 int hmc_launch_dense_kick_drift(const hmc_batch_t *batch, int step, float *q_work, float *p_work,
                                 const float *grad_work, cudaStream_t stream);
 /* backend.h's running_moments_add. */

@@ -551,10 +551,10 @@ static int hmc_block(const dsampler_target *t, hmc_batch_t *batch, int64_t c0, i
     batch->accept_prob[chain] = divergent ? 0.0f : (float)fmin(1.0, exp(h0[c] - h1));
     batch->energy[chain] = (float)(accept ? h1 : h0[c]);
     if (batch->chees_center && L) {
-      const float *m = batch->chees_center;
-      double *u = (double *)scratch + dim, along = 0.0;
-      const double after = dense_whiten(L, dim, q + c * dim, m, p_c, u, &along);
-      const double before = dense_whiten(L, dim, batch->q + chain * dim, m, NULL, u, NULL);
+      const float *m = batch->chees_center, *Linv = batch->metric_factor_inv;
+      double along = 0.0;
+      const double after = dense_whiten(Linv, dim, q + c * dim, m, p_c, &along);
+      const double before = dense_whiten(Linv, dim, batch->q + chain * dim, m, NULL, NULL);
       batch->chees[2 * chain] = (float)(after - before);
       batch->chees[2 * chain + 1] = (float)along;
     } else if (batch->chees_center) {
@@ -594,8 +594,8 @@ static int cpu_hmc_transition(backend_t *b, const dsampler_target *t, hmc_batch_
     double *h0 = malloc((size_t)block * sizeof *h0);
     const int use_wide = batch->logp_wide && t->abi_version >= 2 && t->logp_grad_f64;
     double *wide = use_wide ? malloc((size_t)block * (size_t)(2 * dim + 1) * sizeof *wide) : NULL;
-    /* The dense metric's products: [dim] floats in the room of [dim] doubles, then [dim] doubles. */
-    float *scratch = malloc((size_t)(2 * dim) * sizeof(double));
+    /* The dense metric's products: [dim] floats. */
+    float *scratch = malloc((size_t)dim * sizeof(float));
     int local_status = (q && p && grad && logp && uniform && h0 && scratch && (wide || !use_wide))
                            ? DS_OK : DS_FAIL_ALLOC("HMC scratch", floats * 3 * sizeof(float));
 #pragma omp for schedule(dynamic, 1)

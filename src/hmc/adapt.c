@@ -55,8 +55,9 @@ struct adapt {
   /* The dense metric: whether the windows keep each chain's running covariance, window_cov
    * [rows, dim (dim + 1) / 2] (backend); the factor (backend [dim, dim]) and its host state. */
   int track_cov;
-  float *window_cov, *factor, *factor_row;
+  float *window_cov, *factor, *factor_inv, *factor_row;
   double *dense;                /* [DENSE_FACTOR + dim dim] */
+  double *inverse;              /* [dim dim]: L^-1, made from dense's L */
   int factor_sent;              /* factor holds dense's L (after a resume: not yet) */
   int window_ended;             /* the last adapt_after_iteration ended a metric window */
   float *chees_center, *chees;  /* ChEES: [dim] and [rows] on the backend, remade each iteration */
@@ -144,9 +145,11 @@ int adapt_create(adapt_t **out, comm_ctx_t *comm, backend_t *backend, const adap
     status = add_array(a, "adapt_window_cov", CKPT_FLOAT32, triangle, (void **)&a->window_cov);
     if (status == DS_OK) status = backend->fill(backend, a->window_cov, 0.0f, rows * triangle);
     if (status == DS_OK) status = backend->alloc(backend, (void **)&a->factor, (size_t)(dim * dim) * sizeof(float));
+    if (status == DS_OK) status = backend->alloc(backend, (void **)&a->factor_inv, (size_t)(dim * dim) * sizeof(float));
     a->dense = calloc((size_t)(DENSE_FACTOR + dim * dim), sizeof *a->dense);
     a->factor_row = malloc((size_t)(dim * dim) * sizeof *a->factor_row);
-    if (status == DS_OK && !(a->dense && a->factor_row))
+    a->inverse = malloc((size_t)(dim * dim) * sizeof *a->inverse);
+    if (status == DS_OK && !(a->dense && a->factor_row && a->inverse))
       status = DS_FAIL_ALLOC("the dense metric", (size_t)(dim * dim) * sizeof(double));
     if (a->dense) a->dense[DENSE_CONDITION] = NAN;
   }
@@ -172,7 +175,9 @@ void adapt_free(adapt_t *a) {
   }
   free(a->metric_row);
   if (a->factor) a->backend->release(a->backend, a->factor);
+  if (a->factor_inv) a->backend->release(a->backend, a->factor_inv);
   free(a->factor_row);
+  free(a->inverse);
   free(a->dense);
   if (a->chees_center) a->backend->release(a->backend, a->chees_center);
   if (a->chees) a->backend->release(a->backend, a->chees);
@@ -388,16 +393,22 @@ static int pooled_dense_metric(adapt_t *a, double n_chain) {
   return comm_agree(a->comm, b->fill(b, a->window_cov, 0.0f, rows * triangle));
 }
 
-int adapt_metric_factor(adapt_t *a, const float **factor) {
-  *factor = NULL;
+int adapt_metric_factor(adapt_t *a, const float **factor, const float **factor_inv) {
+  *factor = *factor_inv = NULL;
   if (!a || !a->track_cov || a->dense[DENSE_IN_USE] == 0.0) return DS_OK;
   if (!a->factor_sent) {
+    /* L and L^-1 in float; L^-1 from the double L, the same on every rank. */
     const int64_t dim = a->s.dim;
+    double *inverse = a->inverse;
+    dense_lower_inverse(a->dense + DENSE_FACTOR, dim, inverse);
     for (int64_t e = 0; e < dim * dim; ++e) a->factor_row[e] = (float)a->dense[DENSE_FACTOR + e];
     DS_TRY(a->backend->upload(a->backend, a->factor, a->factor_row, (size_t)(dim * dim) * sizeof(float)));
+    for (int64_t e = 0; e < dim * dim; ++e) a->factor_row[e] = (float)inverse[e];
+    DS_TRY(a->backend->upload(a->backend, a->factor_inv, a->factor_row, (size_t)(dim * dim) * sizeof(float)));
     a->factor_sent = 1;
   }
   *factor = a->factor;
+  *factor_inv = a->factor_inv;
   return DS_OK;
 }
 

@@ -70,9 +70,10 @@ void adapt_before_iteration(adapt_t *a, hmc_batch_t *batch);
 int adapt_after_iteration(adapt_t *a, int64_t iteration, const hmc_stats_t *stats, const hmc_batch_t *batch,
                           float *step_nominal, float *inv_metric, int *search);
 
-/* The dense metric's factor L (backend memory, backend.h's metric_factor) when the last window
- * chose it, else NULL (the diagonal inv_metric serves). Uploads it first after a resume. */
-int adapt_metric_factor(adapt_t *a, const float **factor);
+/* The dense metric's factor L and its inverse (backend memory, backend.h's metric_factor and
+ * metric_factor_inv) when the last window chose it, else NULL (the diagonal inv_metric serves).
+ * Uploads them first after a new metric or a resume. */
+int adapt_metric_factor(adapt_t *a, const float **factor, const float **factor_inv);
 /* The metric the last window chose ("dense", "diag"; "unit" before any), and the condition
  * number of its correlation matrix (NaN when not computed). */
 const char *adapt_metric_used(const adapt_t *a, double *condition);

@@ -255,7 +255,7 @@ static int search_initial_steps(run_ctx_t *run, hmc_chains_t *chains, adapt_t *a
   const float start = adapt_search_start(adapt);
   /* A probe is an iteration as the run makes them (its leapfrog steps and jitter): the step must
    * hold over the whole trajectory, not one leapfrog step as in Stan's NUTS. */
-  DS_TRY(comm_agree(run->comm, adapt_metric_factor(adapt, &chains->batch.metric_factor)));
+  DS_TRY(comm_agree(run->comm, adapt_metric_factor(adapt, &chains->batch.metric_factor, &chains->batch.metric_factor_inv)));
   hmc_batch_t probe = chains->batch;
   probe.probe = 1;
   probe.n_leapfrog = adapt_probe_steps(adapt, hmc_fixed_steps(run->cfg));
@@ -942,7 +942,7 @@ static int iterate(run_ctx_t *run, hmc_chains_t *chains, adapt_t *adapt, hmc_out
       batch->moment_count = (int64_t)chains->totals.moment_draws + 1;
     }
     batch->n_leapfrog = adapt_leapfrog_steps(adapt, it, cfg->warmup, hmc_fixed_steps(cfg));
-    DS_TRY(comm_agree(run->comm, adapt_metric_factor(adapt, &batch->metric_factor)));
+    DS_TRY(comm_agree(run->comm, adapt_metric_factor(adapt, &batch->metric_factor, &batch->metric_factor_inv)));
     if (in_warmup && adapt_chees(adapt)) DS_TRY(adapt_chees_prepare(adapt, batch, batch->q, it));
     hmc_stats_t stats;
     int stop = 0;

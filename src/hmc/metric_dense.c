@@ -21,6 +21,18 @@ int dense_cholesky(const double *cov, int64_t dim, double *L) {
   return 0;
 }
 
+void dense_lower_inverse(const double *L, int64_t dim, double *inverse) {
+  memset(inverse, 0, (size_t)(dim * dim) * sizeof *inverse);
+  for (int64_t j = 0; j < dim; ++j) {
+    inverse[j * dim + j] = 1.0 / L[j * dim + j];
+    for (int64_t i = j + 1; i < dim; ++i) {
+      double sum = 0.0;
+      for (int64_t k = j; k < i; ++k) sum += L[i * dim + k] * inverse[k * dim + j];
+      inverse[i * dim + j] = -sum / L[i * dim + i];
+    }
+  }
+}
+
 double dense_correlation_condition(const double *cov, int64_t dim, double *work) {
   double *a = work, *scale = work + dim * dim;
   for (int64_t i = 0; i < dim; ++i) {

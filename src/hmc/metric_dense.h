@@ -9,6 +9,10 @@
  * (zeros above the diagonal). Returns 0, or -1 when cov is not positive definite. */
 int dense_cholesky(const double *cov, int64_t dim, double *L);
 
+/* The inverse of a lower triangular L [dim, dim] (nonzero diagonal), also lower triangular, by
+ * forward substitution column by column. */
+void dense_lower_inverse(const double *L, int64_t dim, double *inverse);
+
 /* The condition number of the correlation matrix of cov (largest over smallest eigenvalue, by
  * cyclic Jacobi rotations): how far a diagonal metric is from whitening cov. work: 2 dim^2
  * doubles. Infinity when a variance is not positive or an eigenvalue is not. */

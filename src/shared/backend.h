@@ -86,9 +86,10 @@ typedef struct hmc_batch {
    * [dim, dim] row-major, lower triangular (inv_metric is then unused). The momentum is kept
    * whitened, r = L^T p: r = z is drawn, the kinetic energy is |r|^2 / 2, a kick adds
    * kick (L^T grad) to r and a drift eps (L r) to q, each product summed with fmaf over the
-   * triangle's entries in increasing index; ChEES whitens with u = L^-1 (x - m) (forward
-   * substitution, in double): D = |u'|^2 - |u|^2, B = u' . r'. */
+   * triangle's entries in increasing index; ChEES whitens with u = L^-1 (x - m), u_i = sum_{k <= i}
+   * metric_factor_inv_ik (x_k - m_k) in double, k increasing: D = |u'|^2 - |u|^2, B = u' . r'. */
   const float *metric_factor;
+  const float *metric_factor_inv; /* L^-1 [dim, dim], lower triangular, with metric_factor */
   /* [n_chains] out: the sample statistics computed by the transition (hmc_stats.h's OUTPUT
    * rows: accept_prob, step_size, diverging, energy, ...). */
   HMC_SAMPLE_STATS(HMC_STAT_BATCH_MEMBER)

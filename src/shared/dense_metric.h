@@ -27,17 +27,21 @@ DENSE_FN float dense_l_dot(const float *L, int64_t dim, const float *r, int64_t 
   return sum;
 }
 
-/* u = L^-1 (x - m) by forward substitution in double; returns |u|^2, and u . r when r is not
- * NULL (in *along). u [dim] is scratch. */
-DENSE_FN double dense_whiten(const float *L, int64_t dim, const float *x, const float *m, const float *r,
-                             double *u, double *along) {
+/* u_i = (L^-1 (x - m))_i = sum_{k <= i} Linv_ik (x_k - m_k), in double, k increasing. */
+DENSE_FN double dense_whiten_one(const float *Linv, int64_t dim, const float *x, const float *m, int64_t i) {
+  double sum = 0.0;
+  for (int64_t k = 0; k <= i; ++k) sum += (double)Linv[i * dim + k] * ((double)x[k] - (double)m[k]);
+  return sum;
+}
+
+/* |L^-1 (x - m)|^2, and (L^-1 (x - m)) . r when r is not NULL (in *along). */
+DENSE_FN double dense_whiten(const float *Linv, int64_t dim, const float *x, const float *m, const float *r,
+                             double *along) {
   double norm = 0.0, dot = 0.0;
   for (int64_t i = 0; i < dim; ++i) {
-    double v = (double)x[i] - (double)m[i];
-    for (int64_t k = 0; k < i; ++k) v -= (double)L[i * dim + k] * u[k];
-    u[i] = v / (double)L[i * dim + i];
-    norm += u[i] * u[i];
-    if (r) dot += u[i] * (double)r[i];
+    const double u = dense_whiten_one(Linv, dim, x, m, i);
+    norm += u * u;
+    if (r) dot += u * (double)r[i];
   }
   if (along) *along = dot;
   return norm;

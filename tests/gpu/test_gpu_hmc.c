@@ -76,7 +76,13 @@ static hmc_batch_t batch_of(chain_arrays_t *a, int64_t n, int64_t dim, int64_t c
   return batch;
 }
 
+/* With dense set, a dense metric: L lower triangular, diagonal 0.5..1.5, below it +-0.1. */
+static void test_hmc_case_metric(const char *label, int64_t n, int64_t dim, int wrap, int iterations, int dense);
 static void test_hmc_case(const char *label, int64_t n, int64_t dim, int wrap, int iterations) {
+  test_hmc_case_metric(label, n, dim, wrap, iterations, 0);
+}
+
+static void test_hmc_case_metric(const char *label, int64_t n, int64_t dim, int wrap, int iterations, int dense) {
   char args[64];
   snprintf(args, sizeof args, "dim=%lld,mean=-0.5,scale=1.25", (long long)dim);
   dsampler_target target;
@@ -118,6 +124,30 @@ static void test_hmc_case(const char *label, int64_t n, int64_t dim, int wrap, i
   GPU_TRY(gpu->upload(gpu, dev.step_size, step, (size_t)n * sizeof(float)));
   memcpy(host.chees_center, center, (size_t)dim * sizeof(float));
   GPU_TRY(gpu->upload(gpu, dev.chees_center, center, (size_t)dim * sizeof(float)));
+  float *factor = NULL, *factor_dev = NULL, *factor_inv = NULL, *factor_inv_dev = NULL;
+  if (dense) {
+    factor = test_malloc((size_t)(dim * dim) * sizeof(float));
+    for (int64_t i = 0; i < dim; ++i)
+      for (int64_t j = 0; j < dim; ++j)
+        factor[i * dim + j] = j > i ? 0.0f : j == i ? (float)(0.5 + test_rng_uniform(&state))
+                                                    : (float)(0.2 * (test_rng_uniform(&state) - 0.5));
+    GPU_TRY(gpu->alloc(gpu, (void **)&factor_dev, (size_t)(dim * dim) * sizeof(float)));
+    GPU_TRY(gpu->upload(gpu, factor_dev, factor, (size_t)(dim * dim) * sizeof(float)));
+    /* L^-1 by solving L X = I column by column, in double. */
+    factor_inv = test_malloc((size_t)(dim * dim) * sizeof(float));
+    double *column = test_malloc((size_t)dim * sizeof(double));
+    for (int64_t j = 0; j < dim; ++j) {
+      for (int64_t i = 0; i < dim; ++i) {
+        double v = i == j ? 1.0 : 0.0;
+        for (int64_t k = 0; k < i; ++k) v -= (double)factor[i * dim + k] * column[k];
+        column[i] = v / (double)factor[i * dim + i];
+      }
+      for (int64_t i = 0; i < dim; ++i) factor_inv[i * dim + j] = (float)column[i];
+    }
+    free(column);
+    GPU_TRY(gpu->alloc(gpu, (void **)&factor_inv_dev, (size_t)(dim * dim) * sizeof(float)));
+    GPU_TRY(gpu->upload(gpu, factor_inv_dev, factor_inv, (size_t)(dim * dim) * sizeof(float)));
+  }
 
   float *q_gpu = test_malloc((size_t)nd * sizeof(float)), *energy_gpu = test_malloc((size_t)n * sizeof(float));
   float *prob_gpu = test_malloc((size_t)n * sizeof(float));
@@ -133,6 +163,10 @@ static void test_hmc_case(const char *label, int64_t n, int64_t dim, int wrap, i
     const uint32_t iteration = 100 + (uint32_t)it;
     hmc_batch_t batch_cpu = batch_of(&host, n, dim, chain_begin, iteration);
     hmc_batch_t batch_gpu = batch_of(&dev, n, dim, chain_begin, iteration);
+    batch_cpu.metric_factor = factor;
+    batch_gpu.metric_factor = factor_dev;
+    batch_cpu.metric_factor_inv = factor_inv;
+    batch_gpu.metric_factor_inv = factor_inv_dev;
     /* ChEES terms on odd iterations (and their moments on the first of them: both variants). */
     const int chees = it % 2 == 1;
     if (chees) {
@@ -237,6 +271,10 @@ static void test_hmc_case(const char *label, int64_t n, int64_t dim, int wrap, i
                (long long)(n / 100), (long long)divergent);
     /* Continue both from their own states for chains that disagree: only matched ones are compared. */
   }
+  free(factor);
+  free(factor_inv);
+  if (factor_dev) gpu->release(gpu, factor_dev);
+  if (factor_inv_dev) gpu->release(gpu, factor_inv_dev);
   free(poison);
   free(moments_gpu);
   free(center);
@@ -298,6 +336,39 @@ static void test_device_entries(void) {
   /* Both round a double to float: equal, or one float ulp apart (6e-8) where CUDA's exp differs. */
   GPU_EXPECT(step_err <= 1.2e-7, "dual averaging: steps differ by %.3g relative", step_err);
   printf("  per-chain dual averaging, %lld chains: max relative step difference %.2e\n", (long long)chains, step_err);
+  /* The dense metric's running covariances and the lp moments: float arithmetic of the same
+   * order on both, equal to 1e-6 relative of the entries' scale (fused multiply-adds may differ). */
+  for (int64_t cdim = 9; cdim <= 160; cdim += 151) { /* the table kernel, then the plain one */
+    const int64_t crow = cdim < 100 ? 3001 : 301, tri = cdim * (cdim + 1) / 2;
+    float *q = test_malloc((size_t)(crow * cdim) * sizeof(float)), *mean = test_malloc((size_t)(crow * cdim) * sizeof(float));
+    float *m2 = test_malloc((size_t)(crow * tri) * sizeof(float)), *m2_gpu = test_malloc((size_t)(crow * tri) * sizeof(float));
+    float *q_dev = NULL, *mean_dev = NULL, *m2_dev = NULL;
+    test_fill_normal(q, crow * cdim, 2.0, 7);
+    test_fill_normal(mean, crow * cdim, 1.0, 8);
+    test_fill_normal(m2, crow * tri, 1.0, 9);
+    GPU_TRY(gpu->alloc(gpu, (void **)&q_dev, (size_t)(crow * cdim) * sizeof(float)));
+    GPU_TRY(gpu->alloc(gpu, (void **)&mean_dev, (size_t)(crow * cdim) * sizeof(float)));
+    GPU_TRY(gpu->alloc(gpu, (void **)&m2_dev, (size_t)(crow * tri) * sizeof(float)));
+    GPU_TRY(gpu->upload(gpu, q_dev, q, (size_t)(crow * cdim) * sizeof(float)));
+    GPU_TRY(gpu->upload(gpu, mean_dev, mean, (size_t)(crow * cdim) * sizeof(float)));
+    GPU_TRY(gpu->upload(gpu, m2_dev, m2, (size_t)(crow * tri) * sizeof(float)));
+    GPU_TRY(cpu->covariance_add(cpu, q, mean, m2, crow, cdim, 7.0));
+    GPU_TRY(gpu->covariance_add(gpu, q_dev, mean_dev, m2_dev, crow, cdim, 7.0));
+    GPU_TRY(gpu->download(gpu, m2_gpu, m2_dev, (size_t)(crow * tri) * sizeof(float)));
+    double cov_err = 0.0;
+    for (int64_t e = 0; e < crow * tri; ++e) cov_err = fmax(cov_err, fabs((double)m2_gpu[e] - (double)m2[e]) / (1.0 + fabs((double)m2[e])));
+    GPU_EXPECT(cov_err <= 1e-6, "covariance_add: GPU differs from the CPU by %.3g", cov_err);
+    GPU_TRY(cpu->running_moments_add(cpu, q, mean, m2, crow, 3.0));
+    GPU_TRY(gpu->running_moments_add(gpu, q_dev, mean_dev, m2_dev, crow, 3.0));
+    GPU_TRY(gpu->download(gpu, m2_gpu, mean_dev, (size_t)crow * sizeof(float)));
+    double lp_err = 0.0;
+    for (int64_t r = 0; r < crow; ++r) lp_err = fmax(lp_err, fabs((double)m2_gpu[r] - (double)mean[r]) / (1.0 + fabs((double)mean[r])));
+    GPU_EXPECT(lp_err <= 1e-6, "running_moments_add: GPU differs from the CPU by %.3g", lp_err);
+    printf("  covariance_add %lld x %lld: max scaled difference %.2e; running moments %.2e\n", (long long)crow,
+           (long long)cdim, cov_err, lp_err);
+    gpu->release(gpu, q_dev); gpu->release(gpu, mean_dev); gpu->release(gpu, m2_dev);
+    free(q); free(mean); free(m2); free(m2_gpu);
+  }
   gpu->release(gpu, values_dev); gpu->release(gpu, state_dev); gpu->release(gpu, accept_dev); gpu->release(gpu, step_dev);
   free(values); free(state); free(accept); free(step_cpu); free(step_gpu);
 }
@@ -321,6 +392,10 @@ int main(void) {
   test_hmc_case("generic, GPU gradient", 2000, 300, 0, 3);
   test_hmc_case("generic, host-staged gradient", 2000, 64, 1, 3);
   test_hmc_case("generic, the target's logp_grad_cuda", 2000, 64, 2, 3);
+  test_hmc_case_metric("dense metric, built-in gaussian (generic path)", 4000, 24, 0, 4, 1);
+  test_hmc_case_metric("dense metric, odd dim, host-staged gradient", 2000, 37, 1, 3, 1);
+  test_hmc_case_metric("dense metric, dim 100 (shared memory past 48 KiB)", 1000, 100, 0, 3, 1);
+  test_hmc_case_metric("dense metric, dim 150 (past the tiled kernels)", 500, 150, 0, 3, 1);
   backend_destroy(gpu);
   backend_destroy(cpu);
   printf("%s: %d failure(s)\n", gpu_test_failures ? "FAILED" : "passed", gpu_test_failures);

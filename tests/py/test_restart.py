@@ -91,7 +91,7 @@ def main():
     case("hmc_chees_warmup", "hmc", warm_chees, "--draws", 2, 3, signal.SIGTERM)
     # The dense metric chosen by --metric auto, stopped inside a window after the first dense one:
     # the chains' running covariances and the factor resume too.
-    dense = ["hmc", "--target", "corr-gaussian", "--target-args", "rho=0.9", "--dim", 8, "--chains", 256, "--warmup",
+    dense = ["hmc", "--target", "corr-gaussian", "--target-args", "rho=0.9", "--dim", 16, "--chains", 8192, "--warmup",
              600, "--draws", 100, "--seed", 6, "--save-warmup", "--checkpoint-every", 120, "--backend", "cpu"]
     case("hmc_dense_warmup", "hmc", dense, "--draws", 2, 3, signal.SIGTERM)
     svgd = ["svgd", "--dim", 8, "--particles", 600, "--iters", 400, "--step-size", 0.05, "--seed", 9,

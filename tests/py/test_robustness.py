@@ -440,6 +440,9 @@ def startup_signals():
     the ranks never die of it; each run ends 75 with a checkpoint (or 0 where the signal reached
     mpirun before it had started the ranks). From 0.3 s on: before that the ranks may still be in
     the dynamic loader, before the first instruction of main, where no program can handle it."""
+    # The run to resume is made once, in this test run (a folder left by an earlier one may hold
+    # another version's checkpoints).
+    shutil.rmtree(t.path("rb_sig_resume.ckpt"), ignore_errors=True)
     for command in ("hmc", "resume"):
         for delay in (0.3, 0.6, 1.0):
             name = f"signal_{command}_{delay}"
