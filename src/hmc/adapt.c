@@ -195,14 +195,30 @@ static int window_ends(const adapt_t *a, int64_t counter) {
   return counter == (int64_t)a->scalars[SC_NEXT_WINDOW] && counter != a->s.warmup;
 }
 
+/* Pooled adaptation caps the doubling: a window of w iterations holds w C draws of C chains, so
+ * past POOLED_WINDOW_DRAWS draws (and at least POOLED_WINDOW_MIN iterations) a longer window
+ * adds precision the metric does not need, and delays the metric of chains still converging: the
+ * windows then stay at that size, the last one taking the remainder (up to twice the size). */
+enum { POOLED_WINDOW_DRAWS = 6400, POOLED_WINDOW_MIN = 100 };
+
+static int64_t window_cap(const adapt_t *a) {
+  if (a->s.mode != ADAPT_POOLED) return INT64_MAX;
+  const int64_t iterations = (POOLED_WINDOW_DRAWS + a->s.chains_total - 1) / a->s.chains_total;
+  return iterations > POOLED_WINDOW_MIN ? iterations : POOLED_WINDOW_MIN;
+}
+
 static void next_window(adapt_t *a) {
   const int64_t last = a->s.warmup - a->term_buffer - 1;
   int64_t next = (int64_t)a->scalars[SC_NEXT_WINDOW], size = (int64_t)a->scalars[SC_WINDOW_SIZE];
   const int64_t counter = (int64_t)a->scalars[SC_WINDOW_COUNTER];
   if (next == last) return;
   size *= 2;
+  const int capped = size >= window_cap(a);
+  if (capped) size = window_cap(a);
   next = counter + size;
-  if (next != last && next + 2 * size >= a->s.warmup - a->term_buffer) next = last;
+  /* Stan's rule: a window the next one's doubling would overrun takes the rest; at the cap, a
+   * window whose successor would overrun. */
+  if (next != last && next + (capped ? size : 2 * size) >= a->s.warmup - a->term_buffer) next = last;
   a->scalars[SC_WINDOW_SIZE] = (double)size;
   a->scalars[SC_NEXT_WINDOW] = (double)next;
 }
