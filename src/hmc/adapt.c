@@ -35,9 +35,18 @@ _Static_assert(DUAL_MU == 0 && DUAL_S_BAR == 1 && DUAL_X_BAR == 2 && DUAL_LOG_EP
  * before the tail of warmup (as well as at each new metric). */
 enum { ADAPT_MAX_ARRAYS = 4, POOLED_SEARCH_EVERY = 25 };
 /* The checkpoint's global "adapt_dense": [DENSE_IN_USE] 1 when the last window chose the dense
- * metric, [DENSE_CONDITION] its correlation's condition number (NaN: not computed), then L
- * [dim, dim] from DENSE_FACTOR. */
-enum { DENSE_IN_USE = 0, DENSE_CONDITION = 1, DENSE_FACTOR = 2 };
+ * metric, [DENSE_CONDITION] its correlation's condition number (NaN: not computed),
+ * [DENSE_DROPPED] the iteration after which auto dropped the dense metric (0: it did not) and
+ * [DENSE_DROP_RATE] that window's divergence rate, [DENSE_WINDOW_DIVERGENT] and
+ * [DENSE_WINDOW_ITERATIONS] the current window's divergent transitions (all chains) and
+ * iterations, then L [dim, dim] from DENSE_FACTOR. */
+enum { DENSE_IN_USE = 0, DENSE_CONDITION = 1, DENSE_DROPPED = 2, DENSE_DROP_RATE = 3, DENSE_WINDOW_DIVERGENT = 4,
+       DENSE_WINDOW_ITERATIONS = 5, DENSE_FACTOR = 6 };
+/* --metric auto drops the dense metric for the rest of warmup when, in its second half, a window
+ * run with it diverged on more than this fraction of all transitions: a posterior whose curvature
+ * varies (a funnel's, a Gaussian process's hyperparameters) has no one dense metric that fits it,
+ * and the diagonal serves it better. */
+#define ADAPT_DENSE_DROP_DIVERGENT 0.005
 
 struct adapt {
   adapt_settings_t s;
@@ -389,7 +398,7 @@ static int pooled_dense_metric(adapt_t *a, double n_chain) {
     }
   double condition = NAN;
   if (status == DS_OK && dim <= ADAPT_DENSE_AUTO_DIM) condition = dense_correlation_condition(cov, dim, work);
-  int dense = a->s.metric == ADAPT_METRIC_DENSE || !(condition <= ADAPT_DENSE_CONDITION);
+  int dense = a->s.metric == ADAPT_METRIC_DENSE || (!(condition <= ADAPT_DENSE_CONDITION) && a->dense[DENSE_DROPPED] == 0.0);
   if (status == DS_OK && dense) {
     for (int64_t k = 0; k < dim; ++k) a->metric_row[k] = (float)cov[k * dim + k];
     const double scale = dual_variance_scale(a->metric_row, dim, 1.0);
@@ -428,8 +437,10 @@ int adapt_metric_factor(adapt_t *a, const float **factor, const float **factor_i
   return DS_OK;
 }
 
-const char *adapt_metric_used(const adapt_t *a, double *condition) {
+const char *adapt_metric_used(const adapt_t *a, double *condition, int64_t *dropped, double *drop_rate) {
   *condition = a && a->track_cov ? a->dense[DENSE_CONDITION] : NAN;
+  *dropped = a && a->track_cov ? (int64_t)a->dense[DENSE_DROPPED] : 0;
+  *drop_rate = a && a->track_cov ? a->dense[DENSE_DROP_RATE] : 0.0;
   if (!a || !a->s.diag_metric || a->s.mode == ADAPT_NONE) return "unit";
   if (a->track_cov && a->dense[DENSE_IN_USE] != 0.0) return "dense";
   return "diag";
@@ -450,6 +461,10 @@ int adapt_after_iteration(adapt_t *a, int64_t iteration, const hmc_stats_t *stat
     const int64_t window_counter = (int64_t)a->scalars[SC_WINDOW_COUNTER];
     if (in_window(a, window_counter)) {
       a->scalars[SC_WINDOW_SAMPLES] += 1.0;
+      if (a->track_cov) {
+        a->dense[DENSE_WINDOW_DIVERGENT] += (double)stats->divergent;
+        a->dense[DENSE_WINDOW_ITERATIONS] += 1.0;
+      }
       if (a->track_cov)
         DS_TRY(comm_agree(a->comm, b->covariance_add(b, batch->q, a->window_mean, a->window_cov, rows, dim,
                                                      a->scalars[SC_WINDOW_SAMPLES])));
@@ -457,7 +472,19 @@ int adapt_after_iteration(adapt_t *a, int64_t iteration, const hmc_stats_t *stat
     if (window_ends(a, window_counter)) {
       next_window(a);
       const double n = a->scalars[SC_WINDOW_SAMPLES];
-      if (pooled && a->track_cov) DS_TRY(pooled_dense_metric(a, n));
+      if (pooled && a->track_cov) {
+        double *d = a->dense;
+        const double rate = d[DENSE_WINDOW_ITERATIONS] > 0.0
+                                ? d[DENSE_WINDOW_DIVERGENT] / (d[DENSE_WINDOW_ITERATIONS] * (double)a->s.chains_total)
+                                : 0.0;
+        if (a->s.metric == ADAPT_METRIC_AUTO && d[DENSE_IN_USE] != 0.0 && d[DENSE_DROPPED] == 0.0 &&
+            2 * iteration >= a->s.warmup && rate > ADAPT_DENSE_DROP_DIVERGENT) {
+          d[DENSE_DROPPED] = (double)(iteration + 1);
+          d[DENSE_DROP_RATE] = rate;
+        }
+        d[DENSE_WINDOW_DIVERGENT] = d[DENSE_WINDOW_ITERATIONS] = 0.0;
+        DS_TRY(pooled_dense_metric(a, n));
+      }
       if (pooled)
         DS_TRY(pooled_metric(a, n, inv_metric));
       else

@@ -29,7 +29,9 @@ typedef struct adapt adapt_t;
  * (auto) at each window's end the dense one when the chains' pooled covariance has a correlation
  * matrix of condition number above ADAPT_DENSE_CONDITION, else the diagonal. Auto considers dense
  * for dim <= ADAPT_DENSE_AUTO_DIM and chains x dim (dim + 1) / 2 <= ADAPT_DENSE_AUTO_FLOATS
- * (the running covariances' size): a rule on the run's totals, the same on any rank count. */
+ * (the running covariances' size): a rule on the run's totals, the same on any rank count. In the
+ * second half of warmup auto drops the dense metric for good when a window run with it diverged
+ * on more than 0.5% of transitions (adapt.c). */
 typedef enum { ADAPT_METRIC_DIAG = 0, ADAPT_METRIC_DENSE = 1, ADAPT_METRIC_AUTO = 2 } adapt_metric_t;
 #define ADAPT_DENSE_CONDITION 10.0
 #define ADAPT_DENSE_AUTO_DIM 100
@@ -74,9 +76,10 @@ int adapt_after_iteration(adapt_t *a, int64_t iteration, const hmc_stats_t *stat
  * metric_factor_inv) when the last window chose it, else NULL (the diagonal inv_metric serves).
  * Uploads them first after a new metric or a resume. */
 int adapt_metric_factor(adapt_t *a, const float **factor, const float **factor_inv);
-/* The metric the last window chose ("dense", "diag"; "unit" before any), and the condition
- * number of its correlation matrix (NaN when not computed). */
-const char *adapt_metric_used(const adapt_t *a, double *condition);
+/* The metric the last window chose ("dense", "diag"; "unit" before any), the condition number
+ * of its correlation matrix (NaN when not computed), and where auto dropped the dense metric for
+ * its divergences (the iteration after which, 0 when it did not; that window's divergence rate). */
+const char *adapt_metric_used(const adapt_t *a, double *condition, int64_t *dropped, double *drop_rate);
 
 /* Whether the last adapt_after_iteration ended a metric window. */
 int adapt_window_ended(const adapt_t *a);

@@ -853,14 +853,19 @@ static int output_moments(run_ctx_t *run, hmc_output_t *output, hmc_chains_t *ch
 
 /* The metric the sampling used, as attributes: metric_used (unit, diag or dense) and, where
  * --metric auto weighed it, metric_condition (the condition number of the last window's pooled
- * correlation matrix, against ADAPT_DENSE_CONDITION). Collective. */
+ * correlation matrix, against ADAPT_DENSE_CONDITION, and where auto dropped the dense metric).
+ * Collective. */
 static int output_metric(run_ctx_t *run, hmc_output_t *output, const adapt_t *adapt) {
-  double condition = NAN;
-  const char *used = adapt_metric_used(adapt, &condition);
+  double condition = NAN, drop_rate = 0.0;
+  int64_t dropped = 0;
+  const char *used = adapt_metric_used(adapt, &condition, &dropped, &drop_rate);
   int status = comm_agree(run->comm, h5out_set_attr(output->file, "metric_used", used));
   if (status == DS_OK && !isnan(condition)) {
-    char text[64];
-    snprintf(text, sizeof text, "%.6g (dense above %g)", condition, ADAPT_DENSE_CONDITION);
+    char text[160];
+    int length = snprintf(text, sizeof text, "%.6g (dense above %g)", condition, ADAPT_DENSE_CONDITION);
+    if (dropped > 0)
+      snprintf(text + length, sizeof text - (size_t)length, "; dense dropped after warmup iteration %lld (%.2g%% "
+               "divergent transitions in its window)", (long long)dropped, 100.0 * drop_rate);
     status = comm_agree(run->comm, h5out_set_attr(output->file, "metric_condition", text));
   }
   return status;
