@@ -39,8 +39,8 @@ int64_t lp_outliers(const double *mean, const double *sd, int64_t n, uint8_t *fl
     sds[c] = sd[c];
   }
   *median = select_kth(means, n, n / 2);
-  const double q25 = select_kth(means, n, n / 4), q75 = select_kth(means, n, (3 * n) / 4);
-  *spread = fmax(fmax(select_kth(sds, n, n / 2), (q75 - q25) / 1.349), 1.0);
+  const double q75 = select_kth(means, n, (3 * n) / 4);
+  *spread = fmax(fmax(select_kth(sds, n, n / 2), (q75 - *median) / 0.6745), 1.0);
   int64_t count = 0;
   for (int64_t c = 0; c < n; ++c) {
     flags[c] = mean[c] < *median - LP_OUTLIER_SPREADS * *spread;

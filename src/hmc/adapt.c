@@ -561,6 +561,11 @@ int adapt_restart_steps(adapt_t *a, int64_t iteration, float *step_nominal, floa
 
 int adapt_window_ended(const adapt_t *a) { return a && a->window_ended; }
 
+int adapt_window_ends_at(const adapt_t *a, int64_t iteration) {
+  (void)iteration;
+  return a && a->s.mode != ADAPT_NONE && a->s.diag_metric && window_ends(a, (int64_t)a->scalars[SC_WINDOW_COUNTER]);
+}
+
 float adapt_search_start(const adapt_t *a) { return (float)a->scalars[SC_SEARCH_START]; }
 
 int adapt_checkpoint_items(adapt_t *a, adapt_array_t *arrays, int *n_arrays, ckpt_global_t *globals, int *n_globals) {

@@ -493,11 +493,12 @@ static int restart_stuck_chains(run_ctx_t *run, hmc_chains_t *chains, adapt_t *a
 /* ---- Chains in minor modes ------------------------------------------------------------ */
 
 /* During warmup each chain's log density is followed: its running mean and variance since the
- * last check (lp_mean, lp_m2). At the end of each metric window and of warmup, the chains whose
+ * last check (lp_mean, lp_m2). Every MINOR_MODE_CHECK_EVERY iterations, at the end of each metric
+ * window (before its metric is made) and at the end of warmup, the chains whose
  * mean lp sits far below the others' (lp_outliers.h: a minor mode) restart from healthy chains'
  * states, as stuck chains do. The rule reads every chain's two numbers on every rank, so every
  * rank count restarts the same chains. */
-enum { MINOR_MODE_MIN_SAMPLES = 10 };
+enum { MINOR_MODE_MIN_SAMPLES = 10, MINOR_MODE_CHECK_EVERY = 25 };
 
 static int minor_modes_followed(const run_ctx_t *run, const adapt_t *adapt) {
   return adapt && run->cfg->stuck == CONFIG_STUCK_RESTART && config_items(run->cfg) >= LP_OUTLIER_MIN_CHAINS;
@@ -968,10 +969,13 @@ static int iterate(run_ctx_t *run, hmc_chains_t *chains, adapt_t *adapt, hmc_out
     *(in_warmup ? &chains->totals.divergent_warmup : &chains->totals.divergent_sampling) += (double)stats.divergent;
     if (in_warmup && adapt) {
       int search = 0;
+      /* Chains in minor modes restart before the window's metric is made, so that their moments
+       * (a chain wandering in a flat region has huge ones) do not reach it. */
+      if (minor_modes_followed(run, adapt) &&
+          ((it + 1) % MINOR_MODE_CHECK_EVERY == 0 || adapt_window_ends_at(adapt, it) || it + 1 == cfg->warmup))
+        DS_TRY(restart_minor_modes(run, chains, it));
       DS_TRY(comm_agree(run->comm, adapt_after_iteration(adapt, it, &stats, batch, chains->step_nominal,
                                                          chains->inv_metric, &search)));
-      if (minor_modes_followed(run, adapt) && (adapt_window_ended(adapt) || it + 1 == cfg->warmup))
-        DS_TRY(restart_minor_modes(run, chains, it));
       if (search) DS_TRY(search_initial_steps(run, chains, adapt, it + 1));
       if (it + 1 == cfg->warmup && cfg->stuck == CONFIG_STUCK_RESTART) DS_TRY(restart_stuck_chains(run, chains, adapt));
     }
