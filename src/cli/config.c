@@ -63,8 +63,8 @@ static const option_spec_t option_table[] = {
     {"jitter", NUM(OPT_DOUBLE, jitter), FOR_HMC, "J", "step size jitter: times 1 + J * U(-1, 1) (default 0.3 with a fixed --steps, 0 with auto)"},
     {"save-warmup", NUM(OPT_FLAG, save_warmup), FOR_HMC, NULL, "also write the warmup draws (warmup_* groups)"},
     {"stuck", CHOICE(stuck, stuck_words), FOR_HMC, "MODE",
-     "restart (default): chains that never moved in the last warmup iterations start sampling from a random "
-     "healthy chain's state; keep: leave them"},
+     "restart (default): chains that never moved in the last warmup iterations, and chains whose log density "
+     "sits far below the others' in warmup (a minor mode), take a random healthy chain's state; keep: leave them"},
     {"thin", NUM(OPT_INT, thin), FOR_HMC, "K", "keep every K-th draw: sampling iterations 0, K, 2K, ... (default 1)"},
     {"output-chains", NUM(OPT_INT, output_chains), FOR_HMC, "M",
      "write draws of chains 0..M-1 only (default: all); moments cover every chain"},
