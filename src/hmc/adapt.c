@@ -68,7 +68,6 @@ struct adapt {
   double *dense;                /* [DENSE_FACTOR + dim dim] */
   double *inverse;              /* [dim dim]: L^-1, made from dense's L */
   int factor_sent;              /* factor holds dense's L (after a resume: not yet) */
-  int window_ended;             /* the last adapt_after_iteration ended a metric window */
   float *chees_center, *chees;  /* ChEES: [dim] and [rows] on the backend, remade each iteration */
   double *center_host;          /* [dim] */
   float *center_row;            /* [dim]: center_host in float, for the backend */
@@ -495,7 +494,6 @@ int adapt_after_iteration(adapt_t *a, int64_t iteration, const hmc_stats_t *stat
     a->scalars[SC_WINDOW_COUNTER] += 1.0;
   }
 
-  a->window_ended = window_end;
   /* 2. The trajectory length (ChEES), from this iteration's terms, at the T this iteration ran. */
   if (a->s.chees) chees_update(a, iteration, stats, window_end);
 
@@ -559,10 +557,7 @@ int adapt_restart_steps(adapt_t *a, int64_t iteration, float *step_nominal, floa
   return b->dual_average(b, a->dual, NULL, step_nominal, a->s.rows, &step);
 }
 
-int adapt_window_ended(const adapt_t *a) { return a && a->window_ended; }
-
-int adapt_window_ends_at(const adapt_t *a, int64_t iteration) {
-  (void)iteration;
+int adapt_window_ends_next(const adapt_t *a) {
   return a && a->s.mode != ADAPT_NONE && a->s.diag_metric && window_ends(a, (int64_t)a->scalars[SC_WINDOW_COUNTER]);
 }
 

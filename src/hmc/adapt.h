@@ -81,10 +81,8 @@ int adapt_metric_factor(adapt_t *a, const float **factor, const float **factor_i
  * its divergences (the iteration after which, 0 when it did not; that window's divergence rate). */
 const char *adapt_metric_used(const adapt_t *a, double *condition, int64_t *dropped, double *drop_rate);
 
-/* Whether the last adapt_after_iteration ended a metric window; whether the next one (after
- * warmup iteration `iteration`) will. */
-int adapt_window_ended(const adapt_t *a);
-int adapt_window_ends_at(const adapt_t *a, int64_t iteration);
+/* Whether the next adapt_after_iteration ends a metric window. */
+int adapt_window_ends_next(const adapt_t *a);
 
 /* Stan's initial step-size search runs (in hmc.c) before warmup and whenever *search asks;
  * each run is numbered for its random draws. Returns this run's number. */

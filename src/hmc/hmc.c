@@ -972,7 +972,7 @@ static int iterate(run_ctx_t *run, hmc_chains_t *chains, adapt_t *adapt, hmc_out
       /* Chains in minor modes restart before the window's metric is made, so that their moments
        * (a chain wandering in a flat region has huge ones) do not reach it. */
       if (minor_modes_followed(run, adapt) &&
-          ((it + 1) % MINOR_MODE_CHECK_EVERY == 0 || adapt_window_ends_at(adapt, it) || it + 1 == cfg->warmup))
+          ((it + 1) % MINOR_MODE_CHECK_EVERY == 0 || adapt_window_ends_next(adapt) || it + 1 == cfg->warmup))
         DS_TRY(restart_minor_modes(run, chains, it));
       DS_TRY(comm_agree(run->comm, adapt_after_iteration(adapt, it, &stats, batch, chains->step_nominal,
                                                          chains->inv_metric, &search)));

@@ -469,19 +469,34 @@ static int summarize_variable(comm_ctx_t *comm, hid_t posterior, const summary_v
   return status;
 }
 
-/* Sum of sample_stats/diverging, each rank reading its chains; -1 when there is none. */
-static int count_divergent(comm_ctx_t *comm, hid_t file, int64_t *divergent) {
-  *divergent = -1;
+/* sample_stats/NAME opened into *dataset, or *dataset < 0 when the file has none. Collective
+ * on failure. */
+static int open_sample_stat(comm_ctx_t *comm, hid_t file, const char *name, hid_t *dataset) {
+  char path[64];
+  snprintf(path, sizeof path, "sample_stats/%s", name);
+  *dataset = H5I_INVALID_HID;
   htri_t exists;
   H5E_BEGIN_TRY {
     exists = H5Lexists(file, "sample_stats", H5P_DEFAULT);
-    if (exists > 0) exists = H5Lexists(file, "sample_stats/diverging", H5P_DEFAULT);
+    if (exists > 0) exists = H5Lexists(file, path, H5P_DEFAULT);
   }
   H5E_END_TRY;
   if (exists <= 0) return DS_OK;
-  hid_t dataset = H5Dopen2(file, "sample_stats/diverging", H5P_DEFAULT);
-  if (dataset < 0)
-    return comm_agree(comm, h5util_fail(DS_ERR_INPUT, "summary: sample_stats/diverging cannot be opened"));
+  *dataset = H5Dopen2(file, path, H5P_DEFAULT);
+  if (*dataset < 0) {
+    char what[128];
+    snprintf(what, sizeof what, "summary: %s cannot be opened", path);
+    return comm_agree(comm, h5util_fail(DS_ERR_INPUT, what));
+  }
+  return DS_OK;
+}
+
+/* Sum of sample_stats/diverging, each rank reading its chains; -1 when there is none. */
+static int count_divergent(comm_ctx_t *comm, hid_t file, int64_t *divergent) {
+  *divergent = -1;
+  hid_t dataset;
+  DS_TRY(open_sample_stat(comm, file, "diverging", &dataset));
+  if (dataset < 0) return DS_OK;
   hid_t file_space = H5Dget_space(dataset);
   int ndims = H5Sget_simple_extent_ndims(file_space);
   hsize_t dims[H5S_MAX_RANK] = {0};
@@ -538,15 +553,9 @@ static int find_lp_outliers(comm_ctx_t *comm, hid_t file, summary_result_t *resu
   summary_lp_outliers_t *out = &result->lp_outliers;
   out->count = 0;
   for (int i = 0; i < SUMMARY_FROZEN_NAMED; ++i) out->ids[i] = -1;
-  htri_t exists;
-  H5E_BEGIN_TRY {
-    exists = H5Lexists(file, "sample_stats", H5P_DEFAULT);
-    if (exists > 0) exists = H5Lexists(file, "sample_stats/lp", H5P_DEFAULT);
-  }
-  H5E_END_TRY;
-  if (exists <= 0) return DS_OK;
-  hid_t dataset = H5Dopen2(file, "sample_stats/lp", H5P_DEFAULT);
-  if (dataset < 0) return comm_agree(comm, h5util_fail(DS_ERR_INPUT, "summary: sample_stats/lp cannot be opened"));
+  hid_t dataset;
+  DS_TRY(open_sample_stat(comm, file, "lp", &dataset));
+  if (dataset < 0) return DS_OK;
   hid_t file_space = H5Dget_space(dataset);
   const int ndims = H5Sget_simple_extent_ndims(file_space);
   hsize_t dims[H5S_MAX_RANK] = {0};

@@ -2,11 +2,7 @@
  * (tests/py/test_init.py). N(0, I) in dimension 3, except: log p = -inf where x0 > 1 (a start
  * uniform in (-2, 2) lands there with probability 1/4) and the gradient is NaN where x1 < -1.5
  * (1/8). With args "nowhere=1", log p is -inf everywhere: no start can be found. */
-#include <math.h>
-#include <stdlib.h>
-#include <string.h>
-
-#include "dsampler_target.h"
+#include "model_common.h"
 
 enum { REGION_DIM = 3 };
 
@@ -37,12 +33,6 @@ int dsampler_target_create_v2(const dsampler_target_host *host, dsampler_target 
   region_t *r = calloc(1, sizeof *r);
   if (!r) return 2;
   r->nowhere = host->args && strstr(host->args, "nowhere=1") != NULL;
-  memset(out, 0, sizeof *out);
-  out->abi_version = DSAMPLER_TARGET_ABI_VERSION;
-  out->name = "init_region";
-  out->dim = REGION_DIM;
-  out->self = r;
-  out->logp_grad = region_logp_grad;
-  out->destroy = region_destroy;
+  model_describe(out, "init_region", REGION_DIM, r, region_logp_grad, region_destroy);
   return 0;
 }

@@ -4,11 +4,7 @@
  * the major well at x0 = -0.5 and the minor one at -2.5, 40 nats above it in V (e^-40 of the
  * mass), with a barrier of about 60 nats between them near x0 = -1.42. A chain started left of
  * it (about 15% of starts uniform in (-2, 2)) stays in the minor well. */
-#include <math.h>
-#include <stdlib.h>
-#include <string.h>
-
-#include "dsampler_target.h"
+#include "model_common.h"
 
 enum { MINOR_DIM = 3 };
 
@@ -33,10 +29,6 @@ static int minor_logp_grad(void *self, const float *x, int64_t n, float *logp, f
 
 int dsampler_target_create_v2(const dsampler_target_host *host, dsampler_target *out) {
   (void)host;
-  memset(out, 0, sizeof *out);
-  out->abi_version = DSAMPLER_TARGET_ABI_VERSION;
-  out->name = "minor_mode";
-  out->dim = MINOR_DIM;
-  out->logp_grad = minor_logp_grad;
+  model_describe(out, "minor_mode", MINOR_DIM, NULL, minor_logp_grad, NULL);
   return 0;
 }

@@ -53,6 +53,15 @@ def read_csv(p):
         return header, {r[0]: [float(v) for v in r[1:]] for r in reader}
 
 
+def stan_toolchain_or_skip():
+    """Exits 77 (skipped) where the Stan toolchain is not installed."""
+    home = os.environ.get("DSAMPLER_STAN_HOME") or os.path.join(
+        os.environ.get("XDG_DATA_HOME") or os.path.expanduser("~/.local/share"), "dsampler", "stan", "httpstan")
+    if not os.access(os.path.join(home, "stanc"), os.X_OK):
+        print(f"skipped: no Stan toolchain at {home} (bash src/targets/stan/install-stan.sh installs it)")
+        sys.exit(77)
+
+
 def attr(p, key):
     """The output's root attribute key as text (None when absent)."""
     with h5py.File(p, "r") as f:

@@ -47,14 +47,6 @@ CHAINS, RANKS, SEED = 64, 2, 20250601
 RUN_LIMIT = float(os.environ.get("DSAMPLER_PDB_RUN_LIMIT", "600"))
 
 
-def toolchain_or_skip():
-    home = os.environ.get("DSAMPLER_STAN_HOME") or os.path.join(
-        os.environ.get("XDG_DATA_HOME") or os.path.expanduser("~/.local/share"), "dsampler", "stan", "httpstan")
-    if not os.access(os.path.join(home, "stanc"), os.X_OK):
-        print(f"skipped: no Stan toolchain at {home} (bash src/targets/stan/install-stan.sh installs it)")
-        sys.exit(77)
-
-
 def all_posteriors():
     return sorted(d for d in os.listdir(PDB_DIR) if os.path.isfile(os.path.join(PDB_DIR, d, "reference.json")))
 
@@ -235,7 +227,7 @@ def main():
         if not os.path.isfile(os.path.join(PDB_DIR, name, "reference.json")):
             print(f"unknown posterior {name}; known: {' '.join(all_posteriors())}")
             sys.exit(2)
-    toolchain_or_skip()
+    t.stan_toolchain_or_skip()
     count_lib = counting_plugin() if count else None
     if count and not count_lib:
         print("note: no mpicc, so the gradients are the recorded n_steps only")

@@ -41,14 +41,6 @@ MODELS = ["normal_ig", "eight_schools", "simplex_bounded"]
 RANKS, SEED = 2, 20261201
 
 
-def toolchain_or_skip():
-    home = os.environ.get("DSAMPLER_STAN_HOME") or os.path.join(
-        os.environ.get("XDG_DATA_HOME") or os.path.expanduser("~/.local/share"), "dsampler", "stan", "httpstan")
-    if not os.access(os.path.join(home, "stanc"), os.X_OK):
-        print(f"skipped: no Stan toolchain at {home} (bash src/targets/stan/install-stan.sh installs it)")
-        sys.exit(77)
-
-
 def model_path(name):
     return os.path.join(STAN_DIR, name + ".stan")
 
@@ -513,7 +505,7 @@ def part_errors():
 
 
 def main():
-    toolchain_or_skip()
+    t.stan_toolchain_or_skip()
     part = sys.argv[1]
     {"compile": part_compile, "density": part_density, "models": part_models, "invariance": part_invariance,
      "restart": part_restart, "errors": part_errors}[part]()
