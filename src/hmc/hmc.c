@@ -528,10 +528,12 @@ static int restart_minor_modes(run_ctx_t *run, hmc_chains_t *chains, int64_t ite
   const double n = chains->totals.lp_samples;
   int status = DS_OK;
   if (n >= MINOR_MODE_MIN_SAMPLES) {
+    /* Every chain's (mean, sd) of lp, gathered to every rank, [total, 2]; this rank's moments
+     * after them; the rule's values and scratch in doubles. */
     float *all = malloc((size_t)(2 * total + 2 * max64(rows, 1)) * sizeof *all);
-    double *sorted = malloc((size_t)(2 * total) * sizeof *sorted);
-    uint8_t *mine = malloc((size_t)max64(rows, 1));
-    status = all && sorted && mine ? DS_OK : DS_FAIL_ALLOC("the chains' lp", (size_t)total * 24);
+    double *values = malloc((size_t)(4 * total) * sizeof *values);
+    uint8_t *flags = malloc((size_t)total);
+    status = all && values && flags ? DS_OK : DS_FAIL_ALLOC("the chains' lp", (size_t)total * 41);
     float *host_mean = all ? all + 2 * total : NULL, *host_m2 = host_mean ? host_mean + max64(rows, 1) : NULL;
     if (status == DS_OK) status = b->download(b, host_mean, chains->lp_mean, (size_t)rows * sizeof(float));
     if (status == DS_OK) status = b->download(b, host_m2, chains->lp_m2, (size_t)rows * sizeof(float));
@@ -542,34 +544,26 @@ static int restart_minor_modes(run_ctx_t *run, hmc_chains_t *chains, int64_t ite
     status = comm_agree(run->comm, status);
     if (status == DS_OK) status = comm_agree(run->comm, comm_allgather_rows(run->comm, all, total, 2, 0));
     double median = 0.0, spread = 0.0;
-    int64_t flagged = 0;
-    uint8_t *flags = malloc((size_t)total);
-    double *values = malloc((size_t)(2 * total) * sizeof *values);
-    if (status == DS_OK && !(flags && values)) status = DS_FAIL_ALLOC("the chains' lp", (size_t)total * 17);
-    status = comm_agree(run->comm, status);
+    uint64_t flagged = 0;
     if (status == DS_OK) {
       for (int64_t c = 0; c < total; ++c) {
         values[c] = (double)all[2 * c];
         values[total + c] = (double)all[2 * c + 1];
       }
-      lp_outliers(values, values + total, total, flags, &median, &spread, sorted);
-      for (int64_t r = 0; r < rows; ++r) flagged += mine[r] = flags[run->item_begin + r];
+      /* The same values on every rank: the same flags. */
+      flagged = (uint64_t)lp_outliers(values, values + total, total, flags, &median, &spread, values + 2 * total);
     }
-    free(flags);
-    free(values);
-    uint64_t any = (uint64_t)flagged;
-    if (status == DS_OK) status = comm_agree(run->comm, comm_allreduce_sum_u64(run->comm, &any, 1));
-    if (status == DS_OK && any > 0) {
+    if (status == DS_OK && flagged > 0) {
       restart_plan_t plan;
-      status = restart_plan_make(run, mine, (uint32_t)(1 + chains->totals.minor_checks), &plan);
+      status = restart_plan_make(run, flags + run->item_begin, (uint32_t)(1 + chains->totals.minor_checks), &plan);
       const int restart = status == DS_OK && plan.n_stuck > 0 && plan.n_healthy > 0;
       if (restart) status = restart_from_donors(run, chains, &plan);
       if (restart && status == DS_OK) report_minor_modes(run, &plan, iteration, all, median, spread);
       restart_plan_free(&plan);
     }
     free(all);
-    free(sorted);
-    free(mine);
+    free(values);
+    free(flags);
   }
   chains->totals.minor_checks += 1.0;
   chains->totals.lp_samples = 0.0;
