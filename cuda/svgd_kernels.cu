@@ -38,6 +38,7 @@
 #include "backend.h"
 #include "cuda_check.h"
 #include "exactsum_core.h"
+#include "mma_f16.cuh"
 #include "mma_tf32.cuh"
 #include "svgd_kernel_math.h"
 #include "svgd_kernels.h"
@@ -294,7 +295,6 @@ svgd_pair_histogram_kernel(const pair_histogram_args a) {
               ++tile_below;
             else
               ++tile_above;
-            if (bits < 0x80000000u) hist_count(hist_s, a.hist, SVGD_WINDOW_HIGH + (bits >> 16));
           }
         }
       }
@@ -984,81 +984,110 @@ __global__ void svgd_phi_finish_imq_kernel(const phi_args value, const phi_args 
 
 /* ---------------------------------------------------------------- tensor-core pair tiles (dim <= 64) */
 
-/* Up to FLASH_MAX_DIM coordinates every pair's distance is taken on the tensor cores, the same way
- * in the median's passes and in phi, so the median is exact for the distances phi uses:
- *   y = x - x_0 (centred rows), |y_j|^2 an fma chain (svgd_squares_kernel), y split into TF32
- *   hi + lo (mma_tf32.cuh) and zero-padded to DP coordinates;
- *   dot_ij = hh + (lh + hl), three m16n8k8 chains from zero over the k8 steps ascending: hh of
- *   hi_i hi_j, lh of lo_i hi_j, hl of hi_i lo_j. Slot s of a k8 step holds coordinate
- *   k0 + 2s (s < 4) or k0 + 2(s - 4) + 1, in rows and columns alike. Every slot's product is
- *   the same value whichever particle is the row, so hh_ij = hh_ji and lh_ij = hl_ji bitwise,
- *   and the float sums make dot_ij = dot_ji: D is symmetric, as the median's one count per
- *   unordered pair needs. The large hh chain runs apart from the small ones: the tensor cores
- *   truncate as they add, and the cross terms' truncations then cost 2^-11 of theirs.
+/* Up to FLASH_MAX_DIM coordinates every pair's distance is taken on the fp16 tensor cores
+ * (mma_f16.cuh), the same way in the median's passes and in phi, so the median is exact for
+ * the distances phi uses:
+ *   y = x - x_0 (centred rows), |y_j|^2 an fma chain (svgd_squares_kernel); y times 2^sy, one
+ *   power of two for all coordinates (its largest magnitude into [2^14, 2^15)), split into
+ *   fp16 hi + lo and zero-padded to DP coordinates;
+ *   dot_ij = (hh + (lh + hl)) 2^-2sy, three m16n8k16 chains from zero over the k16 steps
+ *   ascending: hh of hi_i hi_j, lh of lo_i hi_j, hl of hi_i lo_j. Position p of each 16 holds
+ *   coordinate flash_slot(p), in rows and columns alike, so every product is the same value
+ *   whichever particle is the row: hh_ij = hh_ji and lh_ij = hl_ji bitwise, and D is
+ *   symmetric, as the median's one count per unordered pair needs. The large hh chain runs
+ *   apart from the small ones: the tensor cores truncate as they add.
  *   D_ij = svgd_gemm_distance(|y_i|^2, |y_j|^2, dot_ij).
  * phi (svgd_flash_phi_kernel): a block of 128 rows, a warp's 16 rows' A fragments in registers
- * for the whole pass, 64-column tiles of [y hi | y lo | v hi | v lo] streamed through shared
- * memory (cp.async, double buffered). A warp takes 32 columns at a time: D and K in registers, K
- * split hi + lo and used as the A fragment of K v (its C layout is the A layout once slot s holds
- * column 2s or 2(s - 4) + 1), v split in the prepass; sum_j K v in 3xTF32, each 32-column part
- * from zero then added in float32 round to nearest, parts in column order; sum_j K in float, a
- * thread's columns in order, then its quad in a fixed tree. K never leaves the registers.
+ * for the whole pass, 64-column tiles of [y hi | y lo] and of the columns' vectors v (hi | lo,
+ * [coordinate][column], each coordinate times its own power of two 2^sv_k) streamed through
+ * shared memory (cp.async, double buffered). A warp takes FLASH_PHI_SUB columns at a time: D
+ * and K in registers; sum_j K in float, a thread's columns in order, then its quad in a fixed
+ * tree (K unscaled, as computed). For K v each row keeps a power of two 2^sr: at a subtile whose
+ * largest K (of that row) has a higher exponent than any before, sr is lowered so that it maps
+ * into [2^14, 2^15) and the row's sums so far are scaled by the (exact) ratio, as
+ * FlashAttention's running maximum; K 2^sr is split hi + lo, packed from the C layout into the
+ * A fragment of K v, and sum_j K v taken in 3 products, each subtile's part from zero, then
+ * added in float32 round to nearest, parts in column order. The sums leave the kernel times
+ * 2^-sr 2^-sv_k. K never leaves the registers. The scales depend on n and the data alone, so
+ * the sums are the same on any number of ranks.
  * Median (svgd_flash_histogram_kernel): the same distances over the band of pairs, counted as
  * svgd_pair_histogram_kernel counts them. */
 constexpr int FLASH_MAX_DIM = 64;
 constexpr int FLASH_THREADS = 256; /* 8 warps of 16 rows */
 constexpr int FLASH_BM = 128;
 constexpr int FLASH_BN = 64;       /* columns per staged tile */
-constexpr int FLASH_SUB = 32;      /* columns a warp forms K for at once: 4 n8 tiles */
+constexpr int FLASH_SUB = 32;      /* columns a histogram warp counts at once: 4 n8 tiles */
 constexpr int FLASH_MAX_SPLITS = 8;
 static_assert(FLASH_BM == 16 * (FLASH_THREADS / 32), "a warp per 16 rows");
 static_assert(FLASH_BN % FLASH_SUB == 0 && FLASH_SUB == 32, "4 n8 tiles per warp step");
 
 template <int DP>
 struct flash_dims {
-  static constexpr int KSTEPS = DP / 8;
-  /* [column][k] words, read 8 bytes at (n0 + g) stride + 2t: banks 8g + 2t (or 24g + 2t) distinct
-   * within each half warp. */
-  static constexpr int Y_STRIDE = DP == 8 ? 24 : DP + 8;
-  /* [column][coordinate], read at (2t) stride + g and one row further: banks 8t + g distinct. */
-  static constexpr int V_STRIDE = DP + 4;
+  static constexpr int KSTEPS = DP / 16; /* k16 steps */
+  static constexpr int WORDS = DP / 2;   /* 32-bit words (two fp16) of a particle's coordinates */
+  /* [column][k] words, read 8 bytes at (n0 + g) stride + 8 ks + 2t: the stride is 8 mod 32
+   * words (or 24), so banks 8g + 2t (+ 1) are distinct within each half warp. */
+  static constexpr int Y_STRIDE = DP == 16 ? 24 : WORDS + 8;
+  /* [coordinate][column] words, read 8 bytes at (8 c + g) stride + 8 q + 2t: the same banks. */
+  static constexpr int V_STRIDE = FLASH_BN / 2 + 8;
 };
 
-int flash_padded_dim(long long dim) { return dim <= 8 ? 8 : dim <= 16 ? 16 : dim <= 32 ? 32 : 64; }
+/* The limits of the scales' exponents: y's scale enters the distances squared; v's only once,
+ * so that scores up to float's largest still fit fp16 (1e30 scales by 2^-86). */
+constexpr int FLASH_Y_SCALE_LIMIT = 56, FLASH_V_SCALE_LIMIT = 126;
+
+/* The scales of a pass, in device memory: the largest |y| and each coordinate's largest |v|,
+ * as float bits (unsigned order is magnitude order). */
+struct flash_scales {
+  uint32_t y_max;
+  uint32_t v_max[FLASH_MAX_DIM];
+};
+
+int flash_padded_dim(long long dim) { return dim <= 16 ? 16 : dim <= 32 ? 32 : 64; }
 /* Rows of the split arrays: n rounded up to whole column tiles, so whole tiles can be read. */
 long long flash_padded_rows(long long n) { return (n + FLASH_BN - 1) / FLASH_BN * FLASH_BN; }
 
-/* The A fragments of rows row0 .. row0 + 15 (slot order above); zeros past row_end. */
+/* The coordinate (or column) at position p: in each 16, positions 4t .. 4t + 3 hold 2t, 2t + 1,
+ * 2t + 8, 2t + 9, so that a thread's two registers of a fragment (mma_f16.cuh) are adjacent. */
+__host__ __device__ __forceinline__ long long flash_slot(long long p) {
+  const int r = (int)(p & 15), t = r >> 2, q = r & 3;
+  return (p & ~15ll) + 2 * t + ((q & 2) << 2) + (q & 1);
+}
+
+/* The exponent of the power of two a row's K is scaled by when its largest K so far has
+ * exponent e (-1000: none yet). */
+__device__ __forceinline__ int flash_row_shift(int e) { return 14 - e > 126 ? 126 : 14 - e; }
+
+/* The A fragments of rows row0 .. row0 + 15; zeros past row_end. */
 template <int DP>
 __device__ __forceinline__ void flash_load_rows(const uint32_t *hi, const uint32_t *lo, long long row0,
                                                 long long row_end, int g, int t,
                                                 uint32_t a_hi[flash_dims<DP>::KSTEPS][4],
                                                 uint32_t a_lo[flash_dims<DP>::KSTEPS][4]) {
+  constexpr int WORDS = flash_dims<DP>::WORDS;
   const long long top = row0 + g, bottom = row0 + g + 8;
   const bool top_valid = top < row_end, bottom_valid = bottom < row_end;
 #pragma unroll
   for (int ks = 0; ks < flash_dims<DP>::KSTEPS; ++ks) {
-    const int k = 8 * ks + 2 * t;
-    const uint2 th = top_valid ? *reinterpret_cast<const uint2 *>(hi + top * DP + k) : make_uint2(0u, 0u);
-    const uint2 tl = top_valid ? *reinterpret_cast<const uint2 *>(lo + top * DP + k) : make_uint2(0u, 0u);
-    const uint2 bh = bottom_valid ? *reinterpret_cast<const uint2 *>(hi + bottom * DP + k) : make_uint2(0u, 0u);
-    const uint2 bl = bottom_valid ? *reinterpret_cast<const uint2 *>(lo + bottom * DP + k) : make_uint2(0u, 0u);
+    const int w = 8 * ks + 2 * t;
+    const uint2 th = top_valid ? *reinterpret_cast<const uint2 *>(hi + top * WORDS + w) : make_uint2(0u, 0u);
+    const uint2 tl = top_valid ? *reinterpret_cast<const uint2 *>(lo + top * WORDS + w) : make_uint2(0u, 0u);
+    const uint2 bh = bottom_valid ? *reinterpret_cast<const uint2 *>(hi + bottom * WORDS + w) : make_uint2(0u, 0u);
+    const uint2 bl = bottom_valid ? *reinterpret_cast<const uint2 *>(lo + bottom * WORDS + w) : make_uint2(0u, 0u);
     a_hi[ks][0] = th.x; a_hi[ks][1] = bh.x; a_hi[ks][2] = th.y; a_hi[ks][3] = bh.y;
     a_lo[ks][0] = tl.x; a_lo[ks][1] = bl.x; a_lo[ks][2] = tl.y; a_lo[ks][3] = bl.y;
   }
 }
 
-/* dot of the warp's 16 rows with columns n0 + 8 j .. n0 + 8 j + 7, j < NT, of [column][k] arrays
- * cols_hi, cols_lo (stride words a column): C layout, dot[j][0] (g, 2t), dot[j][1] (g, 2t + 1),
- * dot[j][2] (g + 8, 2t), dot[j][3] (g + 8, 2t + 1). The one formula of the GPU's distances up to
- * FLASH_MAX_DIM: each of the 3 NT chains takes its k8 steps in ascending order, so a result
- * does not depend on NT or on the tiles beside it; k8 steps outer, tiles inner, so 3 NT
- * independent chains are in flight. */
+/* dot of the warp's 16 rows with columns n0 + 8 j .. n0 + 8 j + 7, j < NT, of [column][k] word
+ * arrays cols_hi, cols_lo (stride words a column), times inv_scale2 = 2^-2sy: C layout. The one
+ * formula of the GPU's distances up to FLASH_MAX_DIM: each of the 3 NT chains takes its k16
+ * steps in ascending order, so a result does not depend on NT or on the tiles beside it. */
 template <int DP, int NT>
 __device__ __forceinline__ void flash_dot_tiles(const uint32_t a_hi[flash_dims<DP>::KSTEPS][4],
                                                 const uint32_t a_lo[flash_dims<DP>::KSTEPS][4],
                                                 const uint32_t *cols_hi, const uint32_t *cols_lo, int stride, int n0,
-                                                int g, int t, float dot[NT][4]) {
+                                                float inv_scale2, int g, int t, float dot[NT][4]) {
   float hh[NT][4], lh[NT][4], hl[NT][4];
 #pragma unroll
   for (int j = 0; j < NT; ++j)
@@ -1068,54 +1097,96 @@ __device__ __forceinline__ void flash_dot_tiles(const uint32_t a_hi[flash_dims<D
   for (int ks = 0; ks < flash_dims<DP>::KSTEPS; ++ks)
 #pragma unroll
     for (int j = 0; j < NT; ++j) {
-      const int at = (n0 + 8 * j + g) * stride + 2 * t + 8 * ks;
+      const int at = (n0 + 8 * j + g) * stride + 8 * ks + 2 * t;
       const uint2 bh = *reinterpret_cast<const uint2 *>(cols_hi + at);
       const uint2 bl = *reinterpret_cast<const uint2 *>(cols_lo + at);
       const uint32_t b_hi[2] = {bh.x, bh.y}, b_lo[2] = {bl.x, bl.y};
-      mma_tf32_m16n8k8(lh[j], a_lo[ks], b_hi);
-      mma_tf32_m16n8k8(hl[j], a_hi[ks], b_lo);
-      mma_tf32_m16n8k8(hh[j], a_hi[ks], b_hi);
+      mma_f16_m16n8k16(lh[j], a_lo[ks], b_hi);
+      mma_f16_m16n8k16(hl[j], a_hi[ks], b_lo);
+      mma_f16_m16n8k16(hh[j], a_hi[ks], b_hi);
     }
 #pragma unroll
   for (int j = 0; j < NT; ++j)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) dot[j][e] = __fadd_rn(hh[j][e], __fadd_rn(lh[j][e], hl[j][e]));
+    for (int e = 0; e < 4; ++e) dot[j][e] = __fmul_rn(__fadd_rn(hh[j][e], __fadd_rn(lh[j][e], hl[j][e])), inv_scale2);
 }
 
-/* hi, lo [padded rows][dp] of src [n][dim]: zeros past dim and past n (a padding row's
- * weight is 0, and 0 times a stale NaN would not be). */
+/* 2^-2sy of the scales. */
+__device__ __forceinline__ float flash_inv_scale2(const flash_scales *scales) {
+  return pow2_exact(-2 * f16_scale_exponent(float_exponent_of_bits(scales->y_max), FLASH_Y_SCALE_LIMIT));
+}
+
+/* max_bits = max(max_bits, the bits of |src[e]|), e < count. */
+__global__ void svgd_flash_max_abs_kernel(const float *src, long long count, uint32_t *max_bits) {
+  uint32_t m = 0u;
+  for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < count;
+       e += (long long)gridDim.x * blockDim.x)
+    m = max(m, __float_as_uint(src[e]) & 0x7fffffffu);
+  for (int offset = 16; offset > 0; offset >>= 1) m = max(m, __shfl_xor_sync(0xffffffffu, m, offset));
+  if (threadIdx.x % 32 == 0 && m) atomicMax(max_bits, m);
+}
+
+/* hi, lo [padded rows][dp / 2 words] of src [n][dim] times 2^sy, positions flash_slot: zeros
+ * past dim and past n (a padding row's weight is 0, and 0 times a stale NaN would not be). */
 __global__ void svgd_flash_split_kernel(const float *src, long long n, long long padded_rows, int dim, int dp,
-                                        uint32_t *hi, uint32_t *lo) {
-  for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < padded_rows * dp;
+                                        const flash_scales *scales, uint32_t *hi, uint32_t *lo) {
+  const float scale = pow2_exact(f16_scale_exponent(float_exponent_of_bits(scales->y_max), FLASH_Y_SCALE_LIMIT));
+  const int words = dp / 2;
+  for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < padded_rows * words;
        e += (long long)gridDim.x * blockDim.x) {
-    const long long j = e / dp;
-    const int k = (int)(e - j * dp);
-    tf32_split(k < dim && j < n ? src[j * dim + k] : 0.0f, &hi[e], &lo[e]);
+    const long long j = e / words;
+    const int k = (int)flash_slot(2 * (e - j * words));
+    const bool row = j < n;
+    const float a = row && k < dim ? __fmul_rn(src[j * dim + k], scale) : 0.0f;
+    const float b = row && k + 1 < dim ? __fmul_rn(src[j * dim + k + 1], scale) : 0.0f;
+    f16_split2(a, b, &hi[e], &lo[e]);
   }
 }
 
-/* The columns' vectors v of a phi pass, split: s - y / h (rbf, as svgd_v_kernel), s, or y. */
+/* The columns' vectors v of a phi pass: s - y / h (rbf, as svgd_v_kernel), s, or y. */
 enum { FLASH_V_RBF = 0, FLASH_V_SCORE = 1, FLASH_V_CENTRED = 2 };
+__device__ __forceinline__ float flash_v_value(const float *score, const float *centred, long long at, int mode,
+                                               float h) {
+  return mode == FLASH_V_RBF ? __fsub_rn(score[at], __fdiv_rn(centred[at], h))
+         : mode == FLASH_V_SCORE ? score[at] : centred[at];
+}
+
+/* v_max[k] = max(v_max[k], the bits of |v_jk|) over the rows j; blocks (64, 4). */
+__global__ void svgd_flash_v_max_kernel(const float *score, const float *centred, long long n, int dim, int mode,
+                                        float h, uint32_t *v_max) {
+  const int k = threadIdx.x;
+  if (k >= dim) return;
+  uint32_t m = 0u;
+  for (long long j = (long long)blockIdx.x * blockDim.y + threadIdx.y; j < n; j += (long long)gridDim.x * blockDim.y)
+    m = max(m, __float_as_uint(flash_v_value(score, centred, j * dim + k, mode, h)) & 0x7fffffffu);
+  if (m) atomicMax(&v_max[k], m);
+}
+
+/* v times 2^sv_k, split: hi, lo [dp][padded rows / 2 words], columns at positions flash_slot. */
 __global__ void svgd_flash_v_split_kernel(const float *score, const float *centred, long long n, long long padded_rows,
-                                          int dim, int dp, int mode, float h, uint32_t *hi, uint32_t *lo) {
-  for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < padded_rows * dp;
+                                          int dim, int dp, int mode, float h, const flash_scales *scales, uint32_t *hi,
+                                          uint32_t *lo) {
+  const long long words = padded_rows / 2;
+  for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < (long long)dp * words;
        e += (long long)gridDim.x * blockDim.x) {
-    const long long j = e / dp;
-    const int k = (int)(e - j * dp);
-    float v = 0.0f;
-    if (k < dim && j < n) {
-      const long long at = j * dim + k;
-      v = mode == FLASH_V_RBF ? __fsub_rn(score[at], __fdiv_rn(centred[at], h))
-          : mode == FLASH_V_SCORE ? score[at] : centred[at];
+    const int k = (int)(e / words);
+    const long long j = flash_slot(2 * (e - k * words));
+    float a = 0.0f, b = 0.0f;
+    if (k < dim) {
+      const float scale = pow2_exact(f16_scale_exponent(float_exponent_of_bits(scales->v_max[k]), FLASH_V_SCALE_LIMIT));
+      if (j < n) a = __fmul_rn(flash_v_value(score, centred, j * dim + k, mode, h), scale);
+      if (j + 1 < n) b = __fmul_rn(flash_v_value(score, centred, (j + 1) * dim + k, mode, h), scale);
     }
-    tf32_split(v, &hi[e], &lo[e]);
+    f16_split2(a, b, &hi[e], &lo[e]);
   }
 }
 
 struct flash_phi_args {
-  const uint32_t *y_hi, *y_lo, *v_hi, *v_lo; /* [padded rows][DP] */
-  const float *squares;                      /* [n] |y_j|^2 */
-  long long n, row_begin, row_end;
+  const uint32_t *y_hi, *y_lo; /* [padded rows][DP / 2] */
+  const uint32_t *v_hi, *v_lo; /* [DP][padded rows / 2] */
+  const float *squares;        /* [n] |y_j|^2 */
+  const flash_scales *scales;
+  long long n, row_begin, row_end, v_words; /* v_words: padded rows / 2 */
   int dim, splits;
   pair_weight_t weight;
   float *partial_sums; /* [splits][rows][dim] */
@@ -1125,16 +1196,24 @@ struct flash_phi_args {
 template <int DP>
 struct flash_phi_stage {
   uint32_t y_hi[FLASH_BN * flash_dims<DP>::Y_STRIDE], y_lo[FLASH_BN * flash_dims<DP>::Y_STRIDE];
-  uint32_t v_hi[FLASH_BN * flash_dims<DP>::V_STRIDE], v_lo[FLASH_BN * flash_dims<DP>::V_STRIDE];
+  uint32_t v_hi[DP * flash_dims<DP>::V_STRIDE], v_lo[DP * flash_dims<DP>::V_STRIDE];
   float squares[FLASH_BN];
 };
 
 /* grid (row blocks, splits), FLASH_THREADS, 2 stages dynamic. Column tiles of the split
  * tiles * split / splits .. ascending; the diagonal and columns past n weigh 0. */
+/* Two blocks an SM (128 registers a thread): four warps a scheduler hide the products' latency
+ * that two could not (N = 32768, d = 64: 7.3 -> 5.0 ms a step end to end), and 16-column
+ * subtiles keep the registers within that budget. */
+constexpr int FLASH_PHI_MIN_BLOCKS = 2;
+constexpr int FLASH_PHI_SUB = 16;
 template <int DP>
-__global__ void __launch_bounds__(FLASH_THREADS, 1) svgd_flash_phi_kernel(const flash_phi_args a) {
-  constexpr int KSTEPS = flash_dims<DP>::KSTEPS, Y_STRIDE = flash_dims<DP>::Y_STRIDE;
-  constexpr int V_STRIDE = flash_dims<DP>::V_STRIDE, CHUNKS = DP / 4, CT = DP / 8;
+__global__ void __launch_bounds__(FLASH_THREADS, FLASH_PHI_MIN_BLOCKS) svgd_flash_phi_kernel(const flash_phi_args a) {
+  constexpr int KSTEPS = flash_dims<DP>::KSTEPS, WORDS = flash_dims<DP>::WORDS;
+  constexpr int Y_STRIDE = flash_dims<DP>::Y_STRIDE, V_STRIDE = flash_dims<DP>::V_STRIDE;
+  constexpr int Y_CHUNKS = WORDS / 4, V_CHUNKS = FLASH_BN / 8, CT = DP / 8;
+  constexpr int PHI_SUB = FLASH_PHI_SUB, NT = PHI_SUB / 8;
+  static_assert(PHI_SUB % 16 == 0 && FLASH_BN % PHI_SUB == 0, "whole k16 column steps per subtile");
   extern __shared__ float4 flash_shared_raw[];
   flash_phi_stage<DP> *stages = reinterpret_cast<flash_phi_stage<DP> *>(flash_shared_raw);
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / 4, t = lane % 4;
@@ -1142,17 +1221,22 @@ __global__ void __launch_bounds__(FLASH_THREADS, 1) svgd_flash_phi_kernel(const 
   const int split = blockIdx.y;
   const long long tiles = (a.n + FLASH_BN - 1) / FLASH_BN;
   const long long tile_begin = tiles * split / a.splits, tile_end = tiles * (split + 1) / a.splits;
+  const float inv_scale2 = flash_inv_scale2(a.scales);
 
   /* Columns past n read the split arrays' padding rows and are masked. */
   auto stage = [&](long long tile, int buffer) {
     flash_phi_stage<DP> &s = stages[buffer];
-    for (int f = tid; f < FLASH_BN * CHUNKS; f += FLASH_THREADS) {
-      const int cc = f / CHUNKS, kk = 4 * (f % CHUNKS);
-      const size_t at = (size_t)(tile * FLASH_BN + cc) * DP + kk;
+    for (int f = tid; f < FLASH_BN * Y_CHUNKS; f += FLASH_THREADS) {
+      const int cc = f / Y_CHUNKS, kk = 4 * (f % Y_CHUNKS);
+      const size_t at = (size_t)(tile * FLASH_BN + cc) * WORDS + kk;
       cp_async_f32x4(reinterpret_cast<float *>(&s.y_hi[cc * Y_STRIDE + kk]), reinterpret_cast<const float *>(a.y_hi + at), true);
       cp_async_f32x4(reinterpret_cast<float *>(&s.y_lo[cc * Y_STRIDE + kk]), reinterpret_cast<const float *>(a.y_lo + at), true);
-      cp_async_f32x4(reinterpret_cast<float *>(&s.v_hi[cc * V_STRIDE + kk]), reinterpret_cast<const float *>(a.v_hi + at), true);
-      cp_async_f32x4(reinterpret_cast<float *>(&s.v_lo[cc * V_STRIDE + kk]), reinterpret_cast<const float *>(a.v_lo + at), true);
+    }
+    for (int f = tid; f < DP * V_CHUNKS; f += FLASH_THREADS) {
+      const int c = f / V_CHUNKS, ww = 4 * (f % V_CHUNKS);
+      const size_t at = (size_t)c * a.v_words + (size_t)tile * (FLASH_BN / 2) + ww;
+      cp_async_f32x4(reinterpret_cast<float *>(&s.v_hi[c * V_STRIDE + ww]), reinterpret_cast<const float *>(a.v_hi + at), true);
+      cp_async_f32x4(reinterpret_cast<float *>(&s.v_lo[c * V_STRIDE + ww]), reinterpret_cast<const float *>(a.v_lo + at), true);
     }
     if (tid < FLASH_BN) {
       const long long column = tile * FLASH_BN + tid;
@@ -1164,13 +1248,15 @@ __global__ void __launch_bounds__(FLASH_THREADS, 1) svgd_flash_phi_kernel(const 
   flash_load_rows<DP>(a.y_hi, a.y_lo, r0, a.row_end, g, t, a_hi, a_lo);
   const float row_square[2] = {r0 + g < a.row_end ? a.squares[r0 + g] : 0.0f,
                                r0 + g + 8 < a.row_end ? a.squares[r0 + g + 8] : 0.0f};
-  /* acc[c][e]: sum_j K v of row g + 8 (e / 2), coordinate 8 c + 2 t + e % 2. */
+  /* acc[c][e]: sum_j K 2^sr v 2^sv of row g + 8 (e / 2), coordinate 8 c + 2 t + e % 2. */
   float acc[CT][4];
 #pragma unroll
   for (int c = 0; c < CT; ++c)
 #pragma unroll
     for (int e = 0; e < 4; ++e) acc[c][e] = 0.0f;
   float sum_k[2] = {0.0f, 0.0f};
+  int row_exp[2] = {-1000, -1000};  /* the exponent of the row's largest K so far */
+  float row_scale[2] = {pow2_exact(flash_row_shift(-1000)), pow2_exact(flash_row_shift(-1000))};
 
   if (tile_begin < tile_end) stage(tile_begin, 0);
   cp_async_wait_all();
@@ -1182,27 +1268,62 @@ __global__ void __launch_bounds__(FLASH_THREADS, 1) svgd_flash_phi_kernel(const 
     const long long c0 = tile * FLASH_BN;
     const bool masked = c0 + FLASH_BN > a.n || (c0 < r0 + 16 && r0 < c0 + FLASH_BN);
 #pragma unroll
-    for (int sub = 0; sub < FLASH_BN / FLASH_SUB; ++sub) {
-      uint32_t p_hi[4][4], p_lo[4][4];
-      float dot[4][4];
-      flash_dot_tiles<DP, 4>(a_hi, a_lo, s.y_hi, s.y_lo, Y_STRIDE, sub * FLASH_SUB, g, t, dot);
+    for (int sub = 0; sub < FLASH_BN / PHI_SUB; ++sub) {
+      float k[NT][4];
+      flash_dot_tiles<DP, NT>(a_hi, a_lo, s.y_hi, s.y_lo, Y_STRIDE, sub * PHI_SUB, inv_scale2, g, t, k);
+      float most[2] = {0.0f, 0.0f};
 #pragma unroll
-      for (int jn = 0; jn < 4; ++jn) {
-        const int n0 = sub * FLASH_SUB + 8 * jn;
-        float k[4];
+      for (int jn = 0; jn < NT; ++jn) {
+        const int n0 = sub * PHI_SUB + 8 * jn;
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int cl = n0 + 2 * t + (e & 1);
-          k[e] = pair_weight(a.weight, svgd_gemm_distance(row_square[e >> 1], s.squares[cl], dot[jn][e]));
-          if (masked && (c0 + cl >= a.n || c0 + cl == r0 + g + 8 * (e >> 1))) k[e] = 0.0f;
+          k[jn][e] = pair_weight(a.weight, svgd_gemm_distance(row_square[e >> 1], s.squares[cl], k[jn][e]));
+          if (masked && (c0 + cl >= a.n || c0 + cl == r0 + g + 8 * (e >> 1))) k[jn][e] = 0.0f;
         }
-        sum_k[0] = __fadd_rn(__fadd_rn(sum_k[0], k[0]), k[1]);
-        sum_k[1] = __fadd_rn(__fadd_rn(sum_k[1], k[2]), k[3]);
-        /* A fragment of K v over these 8 columns: slot t column 2t, slot t + 4 column 2t + 1. */
-        tf32_split(k[0], &p_hi[jn][0], &p_lo[jn][0]);
-        tf32_split(k[2], &p_hi[jn][1], &p_lo[jn][1]);
-        tf32_split(k[1], &p_hi[jn][2], &p_lo[jn][2]);
-        tf32_split(k[3], &p_hi[jn][3], &p_lo[jn][3]);
+        sum_k[0] = __fadd_rn(__fadd_rn(sum_k[0], k[jn][0]), k[jn][1]);
+        sum_k[1] = __fadd_rn(__fadd_rn(sum_k[1], k[jn][2]), k[jn][3]);
+        most[0] = fmaxf(most[0], fmaxf(k[jn][0], k[jn][1]));
+        most[1] = fmaxf(most[1], fmaxf(k[jn][2], k[jn][3]));
+      }
+      /* The rows' scales: a larger K than any before lowers sr, and the sums follow. */
+      bool grows = false;
+      int exps[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        most[h] = fmaxf(most[h], __shfl_xor_sync(0xffffffffu, most[h], 1));
+        most[h] = fmaxf(most[h], __shfl_xor_sync(0xffffffffu, most[h], 2));
+        exps[h] = most[h] > 0.0f ? float_exponent_of_bits(__float_as_uint(most[h])) : -1000;
+        grows |= exps[h] > row_exp[h];
+      }
+      if (__any_sync(0xffffffffu, grows)) {
+        float ratio[2];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int e_new = exps[h] > row_exp[h] ? exps[h] : row_exp[h];
+          const int drop = flash_row_shift(e_new) - flash_row_shift(row_exp[h]); /* <= 0 */
+          ratio[h] = drop < -126 ? 0.0f : pow2_exact(drop);
+          row_exp[h] = e_new;
+          row_scale[h] = pow2_exact(flash_row_shift(e_new));
+        }
+#pragma unroll
+        for (int c = 0; c < CT; ++c) {
+          acc[c][0] = __fmul_rn(acc[c][0], ratio[0]);
+          acc[c][1] = __fmul_rn(acc[c][1], ratio[0]);
+          acc[c][2] = __fmul_rn(acc[c][2], ratio[1]);
+          acc[c][3] = __fmul_rn(acc[c][3], ratio[1]);
+        }
+      }
+      /* A fragments of K v, 16 columns each: tiles 2q and 2q + 1 of the C layout, packed. */
+      uint32_t p_hi[NT / 2][4], p_lo[NT / 2][4];
+#pragma unroll
+      for (int q = 0; q < NT / 2; ++q) {
+        f16_split2(__fmul_rn(k[2 * q][0], row_scale[0]), __fmul_rn(k[2 * q][1], row_scale[0]), &p_hi[q][0], &p_lo[q][0]);
+        f16_split2(__fmul_rn(k[2 * q][2], row_scale[1]), __fmul_rn(k[2 * q][3], row_scale[1]), &p_hi[q][1], &p_lo[q][1]);
+        f16_split2(__fmul_rn(k[2 * q + 1][0], row_scale[0]), __fmul_rn(k[2 * q + 1][1], row_scale[0]), &p_hi[q][2],
+                   &p_lo[q][2]);
+        f16_split2(__fmul_rn(k[2 * q + 1][2], row_scale[1]), __fmul_rn(k[2 * q + 1][3], row_scale[1]), &p_hi[q][3],
+                   &p_lo[q][3]);
       }
       /* part[c]: this subtile's K v from zero, column steps ascending; CT chains in flight. */
       float part[CT][4];
@@ -1211,15 +1332,16 @@ __global__ void __launch_bounds__(FLASH_THREADS, 1) svgd_flash_phi_kernel(const 
 #pragma unroll
         for (int e = 0; e < 4; ++e) part[c][e] = 0.0f;
 #pragma unroll
-      for (int jn = 0; jn < 4; ++jn)
+      for (int q = 0; q < NT / 2; ++q)
 #pragma unroll
         for (int c = 0; c < CT; ++c) {
-          const int at = (sub * FLASH_SUB + 8 * jn + 2 * t) * V_STRIDE + 8 * c + g;
-          const uint32_t b_hi[2] = {s.v_hi[at], s.v_hi[at + V_STRIDE]};
-          const uint32_t b_lo[2] = {s.v_lo[at], s.v_lo[at + V_STRIDE]};
-          mma_tf32_m16n8k8(part[c], p_lo[jn], b_hi);
-          mma_tf32_m16n8k8(part[c], p_hi[jn], b_lo);
-          mma_tf32_m16n8k8(part[c], p_hi[jn], b_hi);
+          const int at = (8 * c + g) * V_STRIDE + sub * (PHI_SUB / 2) + 8 * q + 2 * t;
+          const uint2 bh = *reinterpret_cast<const uint2 *>(&s.v_hi[at]);
+          const uint2 bl = *reinterpret_cast<const uint2 *>(&s.v_lo[at]);
+          const uint32_t b_hi[2] = {bh.x, bh.y}, b_lo[2] = {bl.x, bl.y};
+          mma_f16_m16n8k16(part[c], p_lo[q], b_hi);
+          mma_f16_m16n8k16(part[c], p_hi[q], b_lo);
+          mma_f16_m16n8k16(part[c], p_hi[q], b_hi);
         }
 #pragma unroll
       for (int c = 0; c < CT; ++c)
@@ -1243,19 +1365,25 @@ __global__ void __launch_bounds__(FLASH_THREADS, 1) svgd_flash_phi_kernel(const 
     const long long local = (long long)split * rows + (row - a.row_begin);
     if (t == 0) a.partial_k[local] = sum_k[h];
     float *out = a.partial_sums + local * a.dim;
+    const float unscale_row = pow2_exact(-flash_row_shift(row_exp[h]));
 #pragma unroll
     for (int c = 0; c < CT; ++c)
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         const int k = 8 * c + 2 * t + e;
-        if (k < a.dim) out[k] = acc[c][2 * h + e];
+        if (k < a.dim) {
+          const int v_shift = f16_scale_exponent(float_exponent_of_bits(a.scales->v_max[k]), FLASH_V_SCALE_LIMIT);
+          const float unscale_v = pow2_exact(-v_shift);
+          out[k] = __fmul_rn(__fmul_rn(acc[c][2 * h + e], unscale_v), unscale_row);
+        }
       }
   }
 }
 
 struct flash_hist_args {
-  const uint32_t *y_hi, *y_lo; /* [padded rows][DP] */
+  const uint32_t *y_hi, *y_lo; /* [padded rows][DP / 2] */
   const float *squares;
+  const flash_scales *scales;
   int n, half, row_begin, row_end, col_tiles;
   long long total_tiles;
   uint32_t select_bits;
@@ -1268,24 +1396,33 @@ struct flash_hist_stage {
   float squares[FLASH_BN];
 };
 
-template <int DP>
+/* The window pass counts its fine bins only (backend.h). */
+template <int PASS>
+constexpr int flash_hist_words() {
+  return PASS == SVGD_MEDIAN_PASS_WINDOW ? SVGD_WINDOW_FINE_BINS / 2 : HIST_WORDS;
+}
+
+template <int DP, int PASS>
 constexpr size_t flash_hist_smem_bytes() {
-  return sizeof(uint32_t) * HIST_WORDS + 2 * sizeof(flash_hist_stage<DP>);
+  return sizeof(uint32_t) * flash_hist_words<PASS>() + 2 * sizeof(flash_hist_stage<DP>);
 }
 
 /* A persistent grid over (128-row tile, 64-column tile) of the band, row-tile major: rows
  * [row_begin, row_end), a row i's pairs (i, i + offset mod n) for offset 1 .. span(i). */
 template <int DP, int PASS>
-__global__ void __launch_bounds__(FLASH_THREADS, 1) svgd_flash_histogram_kernel(const flash_hist_args a) {
-  constexpr int KSTEPS = flash_dims<DP>::KSTEPS, Y_STRIDE = flash_dims<DP>::Y_STRIDE, CHUNKS = DP / 4;
+__global__ void __launch_bounds__(FLASH_THREADS, PASS == SVGD_MEDIAN_PASS_WINDOW ? 2 : 1)
+    svgd_flash_histogram_kernel(const flash_hist_args a) {
+  constexpr int KSTEPS = flash_dims<DP>::KSTEPS, WORDS = flash_dims<DP>::WORDS;
+  constexpr int Y_STRIDE = flash_dims<DP>::Y_STRIDE, Y_CHUNKS = WORDS / 4, H_WORDS = flash_hist_words<PASS>();
   extern __shared__ float4 flash_shared_raw[];
   uint32_t *hist_s = reinterpret_cast<uint32_t *>(flash_shared_raw);
-  flash_hist_stage<DP> *stages = reinterpret_cast<flash_hist_stage<DP> *>(hist_s + HIST_WORDS);
+  flash_hist_stage<DP> *stages = reinterpret_cast<flash_hist_stage<DP> *>(hist_s + H_WORDS);
   __shared__ unsigned long long outside_s[2];
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / 4, t = lane % 4;
-  for (int w = tid; w < HIST_WORDS / 4; w += FLASH_THREADS)
+  for (int w = tid; w < H_WORDS / 4; w += FLASH_THREADS)
     reinterpret_cast<uint4 *>(hist_s)[w] = make_uint4(0u, 0u, 0u, 0u);
   if (tid < 2) outside_s[tid] = 0ull;
+  const float inv_scale2 = flash_inv_scale2(a.scales);
 
   const long long item_begin = a.total_tiles * blockIdx.x / gridDim.x;
   const long long item_end = a.total_tiles * (blockIdx.x + 1) / gridDim.x;
@@ -1297,9 +1434,9 @@ __global__ void __launch_bounds__(FLASH_THREADS, 1) svgd_flash_histogram_kernel(
   auto stage = [&](long long item, int buffer) {
     flash_hist_stage<DP> &s = stages[buffer];
     const int c0 = first_column(item);
-    for (int f = tid; f < FLASH_BN * CHUNKS; f += FLASH_THREADS) {
-      const int cc = f / CHUNKS, kk = 4 * (f % CHUNKS);
-      const size_t at = (size_t)((c0 + cc) % a.n) * DP + kk;
+    for (int f = tid; f < FLASH_BN * Y_CHUNKS; f += FLASH_THREADS) {
+      const int cc = f / Y_CHUNKS, kk = 4 * (f % Y_CHUNKS);
+      const size_t at = (size_t)((c0 + cc) % a.n) * WORDS + kk;
       cp_async_f32x4(reinterpret_cast<float *>(&s.y_hi[cc * Y_STRIDE + kk]), reinterpret_cast<const float *>(a.y_hi + at), true);
       cp_async_f32x4(reinterpret_cast<float *>(&s.y_lo[cc * Y_STRIDE + kk]), reinterpret_cast<const float *>(a.y_lo + at), true);
     }
@@ -1340,11 +1477,11 @@ __global__ void __launch_bounds__(FLASH_THREADS, 1) svgd_flash_histogram_kernel(
       const int lowest = c0 + n0 - r0 - 15, highest = c0 + n0 + FLASH_SUB - 1 - r0;
       if (highest < 1 || lowest > a.half) continue; /* warp-uniform */
       float dot[4][4];
-      flash_dot_tiles<DP, 4>(a_hi, a_lo, s.y_hi, s.y_lo, Y_STRIDE, n0, g, t, dot);
+      flash_dot_tiles<DP, 4>(a_hi, a_lo, s.y_hi, s.y_lo, Y_STRIDE, n0, inv_scale2, g, t, dot);
       /* The 16 pairs' bins first, then their shared-memory counts issued back to back, then the
        * rare wrap-arounds: no count waits on the one before. */
-      uint32_t bins[16], high_bins[16];
-      bool counted[16], high_counted[16];
+      uint32_t bins[16];
+      bool counted[16];
 #pragma unroll
       for (int jn = 0; jn < 4; ++jn)
 #pragma unroll
@@ -1353,8 +1490,6 @@ __global__ void __launch_bounds__(FLASH_THREADS, 1) svgd_flash_histogram_kernel(
           const int offset = c0 + cl - (r0 + g + 8 * h);
           const bool in_band = offset >= 1 && offset <= spans[h];
           const uint32_t bits = __float_as_uint(svgd_gemm_distance(row_square[h], s.squares[cl], dot[jn][e]));
-          high_counted[p] = false;
-          high_bins[p] = 0u;
           if (PASS == SVGD_MEDIAN_PASS_HIGH) {
             counted[p] = in_band;
             bins[p] = bits >> 16;
@@ -1367,31 +1502,22 @@ __global__ void __launch_bounds__(FLASH_THREADS, 1) svgd_flash_histogram_kernel(
             bins[p] = SVGD_WINDOW_FINE + window_offset;
             below += in_band && window_offset >= SVGD_WINDOW_FINE_BINS && bits < a.select_bits;
             above += in_band && window_offset >= SVGD_WINDOW_FINE_BINS && bits >= a.select_bits;
-            high_counted[p] = in_band && bits < 0x80000000u;
-            high_bins[p] = SVGD_WINDOW_HIGH + (bits >> 16);
           }
         }
-      uint32_t olds[16], high_olds[16];
+      uint32_t olds[16];
 #pragma unroll
-      for (int p = 0; p < 16; ++p) {
+      for (int p = 0; p < 16; ++p)
         olds[p] = counted[p] ? atomicAdd(&hist_s[bins[p] >> 1], 1u << ((bins[p] & 1u) << 4)) : 0u;
-        if (PASS == SVGD_MEDIAN_PASS_WINDOW)
-          high_olds[p] = high_counted[p] ? atomicAdd(&hist_s[high_bins[p] >> 1], 1u << ((high_bins[p] & 1u) << 4)) : 0u;
-      }
 #pragma unroll
-      for (int p = 0; p < 16; ++p) {
+      for (int p = 0; p < 16; ++p)
         if (counted[p] && ((olds[p] >> ((bins[p] & 1u) << 4)) & 0xFFFFu) == 0xFFFFu)
           hist_settle_wrap(a.hist, bins[p], olds[p]);
-        if (PASS == SVGD_MEDIAN_PASS_WINDOW && high_counted[p] &&
-            ((high_olds[p] >> ((high_bins[p] & 1u) << 4)) & 0xFFFFu) == 0xFFFFu)
-          hist_settle_wrap(a.hist, high_bins[p], high_olds[p]);
-      }
     }
     cp_async_wait_all();
     __syncthreads();
   }
 
-  for (int w = tid; w < HIST_WORDS; w += FLASH_THREADS) {
+  for (int w = tid; w < H_WORDS; w += FLASH_THREADS) {
     const uint32_t counts = hist_s[w];
     if (counts & 0xFFFFu) atomicAdd(&a.hist[2 * w], 2ull * (counts & 0xFFFFu));
     if (counts >> 16) atomicAdd(&a.hist[2 * w + 1], 2ull * (counts >> 16));
@@ -1418,8 +1544,9 @@ __global__ void __launch_bounds__(FLASH_THREADS, 1) svgd_flash_histogram_kernel(
  * same split values, columns read from global memory): for tests. A warp per 16 x 8 tile. */
 template <int DP>
 __global__ void svgd_flash_distances_kernel(const uint32_t *y_hi, const uint32_t *y_lo, const float *squares,
-                                            long long n, long long row_begin, long long row_end, float *dist) {
-  constexpr int KSTEPS = flash_dims<DP>::KSTEPS;
+                                            const flash_scales *scales, long long n, long long row_begin,
+                                            long long row_end, float *dist) {
+  constexpr int KSTEPS = flash_dims<DP>::KSTEPS, WORDS = flash_dims<DP>::WORDS;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
   const long long r0 = row_begin + 16ll * blockIdx.x;
   const long long n0 = 8ll * ((long long)blockIdx.y * (blockDim.x / 32) + warp);
@@ -1427,7 +1554,8 @@ __global__ void svgd_flash_distances_kernel(const uint32_t *y_hi, const uint32_t
   uint32_t a_hi[KSTEPS][4], a_lo[KSTEPS][4];
   flash_load_rows<DP>(y_hi, y_lo, r0, row_end, g, t, a_hi, a_lo);
   float dot[1][4];
-  flash_dot_tiles<DP, 1>(a_hi, a_lo, y_hi + n0 * DP, y_lo + n0 * DP, DP, 0, g, t, dot);
+  flash_dot_tiles<DP, 1>(a_hi, a_lo, y_hi + n0 * WORDS, y_lo + n0 * WORDS, WORDS, 0, flash_inv_scale2(scales), g, t,
+                         dot);
 #pragma unroll
   for (int e = 0; e < 4; ++e) {
     const long long i = r0 + g + 8 * (e >> 1), j = n0 + 2 * t + (e & 1);
@@ -1678,9 +1806,10 @@ int flash_splits(long long n) {
 }
 
 /* The flash kernels' inputs in scratch, each on 16 bytes: centred rows y [n][dim], |y|^2 [n],
- * y hi and lo [padded rows][DP]; with_v: v hi and lo the same size. */
+ * the scales, y hi and lo [padded rows][DP / 2 words]; with_v: v hi and lo the same size. */
 struct flash_inputs {
   float *centred, *squares;
+  flash_scales *scales;
   uint32_t *y_hi, *y_lo, *v_hi, *v_lo;
 };
 
@@ -1688,39 +1817,55 @@ float *align16(float *p) {
   return reinterpret_cast<float *>((reinterpret_cast<uintptr_t>(p) + 15) & ~static_cast<uintptr_t>(15));
 }
 
+size_t flash_split_words(long long n, long long dim) {
+  return (size_t)flash_padded_rows(n) * (size_t)flash_padded_dim(dim) / 2;
+}
+
 size_t flash_inputs_floats(long long n, long long dim, bool with_v) {
-  const size_t split = (size_t)flash_padded_rows(n) * (size_t)flash_padded_dim(dim);
-  return (size_t)n * (size_t)dim + (size_t)n + (with_v ? 4 : 2) * split + 4 * 6;
+  return (size_t)n * (size_t)dim + (size_t)n + sizeof(flash_scales) / sizeof(float) +
+         (with_v ? 4 : 2) * flash_split_words(n, dim) + 4 * 7;
 }
 
 flash_inputs flash_layout(float *scratch, long long n, long long dim, bool with_v) {
-  const size_t split = (size_t)flash_padded_rows(n) * (size_t)flash_padded_dim(dim);
+  const size_t split = flash_split_words(n, dim);
   flash_inputs in;
   in.centred = align16(scratch);
   in.squares = align16(in.centred + (size_t)n * (size_t)dim);
-  in.y_hi = reinterpret_cast<uint32_t *>(align16(in.squares + n));
+  in.scales = reinterpret_cast<flash_scales *>(align16(in.squares + n));
+  in.y_hi = reinterpret_cast<uint32_t *>(align16(reinterpret_cast<float *>(in.scales + 1)));
   in.y_lo = reinterpret_cast<uint32_t *>(align16(reinterpret_cast<float *>(in.y_hi + split)));
   in.v_hi = with_v ? reinterpret_cast<uint32_t *>(align16(reinterpret_cast<float *>(in.y_lo + split))) : NULL;
   in.v_lo = with_v ? reinterpret_cast<uint32_t *>(align16(reinterpret_cast<float *>(in.v_hi + split))) : NULL;
   return in;
 }
 
-/* y, |y|^2 and y split, from x. */
+/* y, |y|^2, the largest |y| and y split, from x. */
 int flash_prepare_rows(const float *x, long long n, int dim, const flash_inputs &in, cudaStream_t stream) {
   DS_TRY(launch_centred_rows(x, n, dim, in.centred, in.squares, stream));
+  CUDA_CHECK(cudaMemsetAsync(in.scales, 0, sizeof(flash_scales), stream));
+  svgd_flash_max_abs_kernel<<<grid_for(n * dim, 256) < 1024 ? grid_for(n * dim, 256) : 1024, 256, 0, stream>>>(
+      in.centred, n * dim, &in.scales->y_max);
+  CUDA_CHECK_LAUNCH("svgd_flash_max_abs_kernel");
   const int dp = flash_padded_dim(dim);
   const long long padded = flash_padded_rows(n);
-  svgd_flash_split_kernel<<<grid_for(padded * dp, 256), 256, 0, stream>>>(in.centred, n, padded, dim, dp, in.y_hi,
-                                                                          in.y_lo);
+  svgd_flash_split_kernel<<<grid_for(padded * dp / 2, 256), 256, 0, stream>>>(in.centred, n, padded, dim, dp,
+                                                                              in.scales, in.y_hi, in.y_lo);
   CUDA_CHECK_LAUNCH("svgd_flash_split_kernel");
   return DS_OK;
 }
 
 template <int DP, int PASS>
 int launch_flash_histogram_kernel(const flash_hist_args &a, long long blocks, cudaStream_t stream) {
-  const size_t smem = flash_hist_smem_bytes<DP>();
+  const size_t smem = flash_hist_smem_bytes<DP, PASS>();
   CUDA_CHECK(cudaFuncSetAttribute(svgd_flash_histogram_kernel<DP, PASS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   (int)smem));
+  /* A persistent grid of as many blocks as fit (the counts are integers: any grid sums them
+   * the same). */
+  int per_sm = 1;
+  CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, svgd_flash_histogram_kernel<DP, PASS>,
+                                                           FLASH_THREADS, smem));
+  if (per_sm > 1) blocks *= per_sm;
+  if (blocks > a.total_tiles) blocks = a.total_tiles;
   svgd_flash_histogram_kernel<DP, PASS><<<(unsigned)blocks, FLASH_THREADS, smem, stream>>>(a);
   CUDA_CHECK_LAUNCH("svgd_flash_histogram_kernel");
   return DS_OK;
@@ -1742,6 +1887,7 @@ int launch_flash_histogram(const float *x_all, long long n, int dim, long long r
   a.y_hi = in.y_hi;
   a.y_lo = in.y_lo;
   a.squares = in.squares;
+  a.scales = in.scales;
   a.n = (int)n;
   a.half = (int)(n / 2);
   a.row_begin = (int)row_begin;
@@ -1754,7 +1900,6 @@ int launch_flash_histogram(const float *x_all, long long n, int dim, long long r
   long long blocks = sm_count > 0 ? sm_count : 1;
   if (blocks > a.total_tiles) blocks = a.total_tiles;
   switch (flash_padded_dim(dim)) {
-    case 8: return launch_flash_histogram_pass<8>(a, pass, blocks, stream);
     case 16: return launch_flash_histogram_pass<16>(a, pass, blocks, stream);
     case 32: return launch_flash_histogram_pass<32>(a, pass, blocks, stream);
     default: return launch_flash_histogram_pass<64>(a, pass, blocks, stream);
@@ -1770,13 +1915,18 @@ int launch_flash_phi_kernel(const flash_phi_args &a, long long row_blocks, cudaS
   return DS_OK;
 }
 
-/* One phi pass on the tensor cores: the columns' v (mode) split, then the pair kernel into
- * partial_sums, partial_k. */
+/* One phi pass on the tensor cores: the columns' v (mode), their largest magnitudes and their
+ * split, then the pair kernel into partial_sums, partial_k. */
 int flash_phi_pass(const phi_args &p, const flash_inputs &in, int v_mode, long long row_blocks, cudaStream_t stream) {
   const int dp = flash_padded_dim(p.dim);
   const long long padded = flash_padded_rows(p.n);
-  svgd_flash_v_split_kernel<<<grid_for(padded * dp, 256), 256, 0, stream>>>(p.score, in.centred, p.n, padded, p.dim, dp,
-                                                                            v_mode, p.h, in.v_hi, in.v_lo);
+  CUDA_CHECK(cudaMemsetAsync(in.scales->v_max, 0, sizeof in.scales->v_max, stream));
+  const long long max_blocks = (p.n + 3) / 4;
+  svgd_flash_v_max_kernel<<<(unsigned)(max_blocks < 1024 ? (max_blocks > 0 ? max_blocks : 1) : 1024), dim3(64, 4), 0,
+                            stream>>>(p.score, in.centred, p.n, p.dim, v_mode, p.h, in.scales->v_max);
+  CUDA_CHECK_LAUNCH("svgd_flash_v_max_kernel");
+  svgd_flash_v_split_kernel<<<grid_for(padded * dp / 2, 256), 256, 0, stream>>>(
+      p.score, in.centred, p.n, padded, p.dim, dp, v_mode, p.h, in.scales, in.v_hi, in.v_lo);
   CUDA_CHECK_LAUNCH("svgd_flash_v_split_kernel");
   flash_phi_args a;
   a.y_hi = in.y_hi;
@@ -1784,16 +1934,17 @@ int flash_phi_pass(const phi_args &p, const flash_inputs &in, int v_mode, long l
   a.v_hi = in.v_hi;
   a.v_lo = in.v_lo;
   a.squares = in.squares;
+  a.scales = in.scales;
   a.n = p.n;
   a.row_begin = p.row_begin;
   a.row_end = p.row_end;
+  a.v_words = padded / 2;
   a.dim = p.dim;
   a.splits = p.splits;
   a.weight = p.weight;
   a.partial_sums = p.partial_sums;
   a.partial_k = p.partial_k;
   switch (dp) {
-    case 8: return launch_flash_phi_kernel<8>(a, row_blocks, stream);
     case 16: return launch_flash_phi_kernel<16>(a, row_blocks, stream);
     case 32: return launch_flash_phi_kernel<32>(a, row_blocks, stream);
     default: return launch_flash_phi_kernel<64>(a, row_blocks, stream);
@@ -1825,10 +1976,9 @@ extern "C" int svgd_launch_pair_distances(const float *x_all, int64_t n, int64_t
   DS_TRY(flash_prepare_rows(x_all, n, (int)dim, in, stream));
   const dim3 grid((unsigned)((row_end - row_begin + 15) / 16), (unsigned)((n + 31) / 32));
   switch (flash_padded_dim(dim)) {
-    case 8: svgd_flash_distances_kernel<8><<<grid, 128, 0, stream>>>(in.y_hi, in.y_lo, in.squares, n, row_begin, row_end, dist); break;
-    case 16: svgd_flash_distances_kernel<16><<<grid, 128, 0, stream>>>(in.y_hi, in.y_lo, in.squares, n, row_begin, row_end, dist); break;
-    case 32: svgd_flash_distances_kernel<32><<<grid, 128, 0, stream>>>(in.y_hi, in.y_lo, in.squares, n, row_begin, row_end, dist); break;
-    default: svgd_flash_distances_kernel<64><<<grid, 128, 0, stream>>>(in.y_hi, in.y_lo, in.squares, n, row_begin, row_end, dist); break;
+    case 16: svgd_flash_distances_kernel<16><<<grid, 128, 0, stream>>>(in.y_hi, in.y_lo, in.squares, in.scales, n, row_begin, row_end, dist); break;
+    case 32: svgd_flash_distances_kernel<32><<<grid, 128, 0, stream>>>(in.y_hi, in.y_lo, in.squares, in.scales, n, row_begin, row_end, dist); break;
+    default: svgd_flash_distances_kernel<64><<<grid, 128, 0, stream>>>(in.y_hi, in.y_lo, in.squares, in.scales, n, row_begin, row_end, dist); break;
   }
   CUDA_CHECK_LAUNCH("svgd_flash_distances_kernel");
   return DS_OK;

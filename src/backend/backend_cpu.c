@@ -163,7 +163,6 @@ static inline void count_distance(float dist, int pass, uint32_t select_bits, ui
       hist[SVGD_WINDOW_FINE + offset] += 2;
     else
       hist[bits < select_bits ? SVGD_WINDOW_BELOW : SVGD_WINDOW_ABOVE] += 2;
-    if (bits < 0x80000000u) hist[SVGD_WINDOW_HIGH + (bits >> 16)] += 2;
   }
 }
 

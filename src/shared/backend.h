@@ -23,13 +23,13 @@ extern "C" {
  * order as the values do). Radix select: PASS_HIGH counts each key's top 16 bits, PASS_LOW the
  * low 16 bits of the keys whose top 16 bits equal select_bits; SVGD_HIST_BINS counts each.
  * PASS_WINDOW serves a median guessed near the last one, select_bits = the window start w, and
- * writes SVGD_WINDOW_COUNTS counts in one pass:
+ * writes SVGD_WINDOW_COUNTS counts in one pass (the entries between the fine bins and BELOW
+ * stay 0; the count is at least SVGD_HIST_BINS, so one buffer serves every pass):
  *   [SVGD_WINDOW_FINE + b]  keys equal to w + b, b < SVGD_WINDOW_FINE_BINS (one per key);
- *   [SVGD_WINDOW_HIGH + b]  keys < 2^31 whose top 16 bits are b: PASS_HIGH's bins 0 .. 2^15-1,
- *                           so a median outside the window needs only PASS_LOW after it;
  *   [SVGD_WINDOW_BELOW]     keys < w;
  *   [SVGD_WINDOW_ABOVE]     keys >= w + SVGD_WINDOW_FINE_BINS.
- * The two histograms of the window pass share the shared memory one histogram takes. */
+ * A median outside the window then takes PASS_HIGH and PASS_LOW. The window pass counts only
+ * the few keys inside the window into shared memory: most pairs cost it two register adds. */
 enum {
   SVGD_MEDIAN_PASS_HIGH = 1,
   SVGD_MEDIAN_PASS_LOW = 2,
@@ -37,8 +37,6 @@ enum {
   SVGD_HIST_BINS = 65536,
   SVGD_WINDOW_FINE = 0,
   SVGD_WINDOW_FINE_BINS = 32768,
-  SVGD_WINDOW_HIGH = 32768,
-  SVGD_WINDOW_HIGH_BINS = 32768,
   SVGD_WINDOW_BELOW = 65536,
   SVGD_WINDOW_ABOVE = 65537,
   SVGD_WINDOW_COUNTS = 65538

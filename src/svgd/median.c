@@ -47,12 +47,12 @@ static int counted_pass(comm_ctx_t *comm, backend_t *backend, const float *x_all
   return comm_allreduce_sum_u64_to_host(comm, rank_counts, counts, backend->on_device, hist);
 }
 
-/* The radix select: PASS_HIGH unless its histogram is given (have_high: *high and *rank are
- * already placed), then PASS_LOW. The diagonal's n zeros are key 0: high bin 0, low bin 0. */
+/* The radix select: PASS_HIGH, then PASS_LOW. The diagonal's n zeros are key 0: high bin 0,
+ * low bin 0. */
 static int radix_select(comm_ctx_t *comm, backend_t *backend, const float *x_all, int64_t n, int64_t dim,
-                        int64_t row_begin, int64_t row_end, int have_high, uint32_t *high, uint64_t *rank,
+                        int64_t row_begin, int64_t row_end, uint32_t *high, uint64_t *rank,
                         uint64_t *hist, uint32_t *bits) {
-  for (int pass = have_high ? SVGD_MEDIAN_PASS_LOW : SVGD_MEDIAN_PASS_HIGH; pass <= SVGD_MEDIAN_PASS_LOW; ++pass) {
+  for (int pass = SVGD_MEDIAN_PASS_HIGH; pass <= SVGD_MEDIAN_PASS_LOW; ++pass) {
     DS_TRY(counted_pass(comm, backend, x_all, n, dim, row_begin, row_end, pass, *high, hist));
     if (pass == SVGD_MEDIAN_PASS_HIGH || *high == 0) hist[0] += (uint64_t)n;
     uint32_t bin;
@@ -66,16 +66,13 @@ static int radix_select(comm_ctx_t *comm, backend_t *backend, const float *x_all
   return DS_OK;
 }
 
-/* The window pass. *found = 1 and *bits when the median's key lies in the window; else
- * *found = 0 and, when the median's key is below 2^31, *have_high = 1 with *high and *rank
- * placed as PASS_HIGH would have placed them. */
+/* The window pass: *found = 1 and *bits when the median's key lies in the window. */
 static int window_select(comm_ctx_t *comm, backend_t *backend, const float *x_all, int64_t n, int64_t dim,
-                         int64_t row_begin, int64_t row_end, uint32_t start, uint64_t *rank, uint64_t *hist,
-                         int *found, uint32_t *bits, int *have_high, uint32_t *high) {
-  *found = *have_high = 0;
+                         int64_t row_begin, int64_t row_end, uint32_t start, uint64_t rank, uint64_t *hist,
+                         int *found, uint32_t *bits) {
+  *found = 0;
   DS_TRY(counted_pass(comm, backend, x_all, n, dim, row_begin, row_end, SVGD_MEDIAN_PASS_WINDOW, start, hist));
   hist[start == 0 ? SVGD_WINDOW_FINE : SVGD_WINDOW_BELOW] += (uint64_t)n;
-  hist[SVGD_WINDOW_HIGH] += (uint64_t)n;
   uint64_t in_window = 0;
   for (int b = 0; b < SVGD_WINDOW_FINE_BINS; ++b) in_window += hist[SVGD_WINDOW_FINE + b];
   const uint64_t below = hist[SVGD_WINDOW_BELOW], above = hist[SVGD_WINDOW_ABOVE];
@@ -84,23 +81,14 @@ static int window_select(comm_ctx_t *comm, backend_t *backend, const float *x_al
     return ds_fail(DS_ERR_INTERNAL, "median window pass: %llu + %llu + %llu counts, expected %llu",
                    (unsigned long long)below, (unsigned long long)in_window, (unsigned long long)above,
                    (unsigned long long)total);
-  uint32_t bin;
-  uint64_t rank_in_bin;
-  if (below <= *rank && *rank < below + in_window) {
+  if (below <= rank && rank < below + in_window) {
     /* Fine bins hold one key each: the bin is the median. */
-    if (median_locate(hist + SVGD_WINDOW_FINE, *rank - below, &bin, &rank_in_bin) != 0)
+    uint32_t bin;
+    uint64_t rank_in_bin;
+    if (median_locate(hist + SVGD_WINDOW_FINE, rank - below, &bin, &rank_in_bin) != 0)
       return ds_fail(DS_ERR_INTERNAL, "median window pass: the window counts fewer than its rank");
     *bits = start + bin;
     *found = 1;
-    return DS_OK;
-  }
-  /* PASS_HIGH's bins below 2^15 are what the window pass counted as high bins. */
-  memmove(hist, hist + SVGD_WINDOW_HIGH, SVGD_WINDOW_HIGH_BINS * sizeof *hist);
-  memset(hist + SVGD_WINDOW_HIGH_BINS, 0, (SVGD_HIST_BINS - SVGD_WINDOW_HIGH_BINS) * sizeof *hist);
-  if (median_locate(hist, *rank, &bin, &rank_in_bin) == 0) {
-    *high = bin;
-    *rank = rank_in_bin;
-    *have_high = 1;
   }
   return DS_OK;
 }
@@ -112,16 +100,16 @@ int svgd_exact_median(comm_ctx_t *comm, backend_t *backend, const float *x_all, 
   /* n^2 - 1 fits in 64 bits for n < 2^32. */
   uint64_t rank = ((uint64_t)n * (uint64_t)n - 1) / 2;
   uint32_t bits = 0, high = 0;
-  int found = 0, have_high = 0, status = DS_OK;
+  int found = 0, status = DS_OK;
   if (state && state->medians_seen > 0) {
-    status = window_select(comm, backend, x_all, n, dim, row_begin, row_end, svgd_median_window_start(state), &rank,
-                           hist, &found, &bits, &have_high, &high);
+    status = window_select(comm, backend, x_all, n, dim, row_begin, row_end, svgd_median_window_start(state), rank,
+                           hist, &found, &bits);
     if (status == DS_OK) {
       if (found) ++state->window_hits; else ++state->window_misses;
     }
   }
   if (status == DS_OK && !found)
-    status = radix_select(comm, backend, x_all, n, dim, row_begin, row_end, have_high, &high, &rank, hist, &bits);
+    status = radix_select(comm, backend, x_all, n, dim, row_begin, row_end, &high, &rank, hist, &bits);
   free(hist);
   if (status != DS_OK) return status;
   if (state) {

@@ -66,7 +66,6 @@ static void count_key(uint32_t bits, int pass, uint32_t select_bits, uint64_t *h
       hist[SVGD_WINDOW_FINE + offset] += 2;
     else
       hist[bits < select_bits ? SVGD_WINDOW_BELOW : SVGD_WINDOW_ABOVE] += 2;
-    if (bits < 0x80000000u) hist[SVGD_WINDOW_HIGH + (bits >> 16)] += 2;
   }
 }
 
@@ -106,8 +105,7 @@ static void check_pass(const char *label, const float *x, const float *x_dev, in
   int64_t differing = 0;
   uint64_t total_gpu = 0;
   for (int bin = 0; bin < counts; ++bin) differing += hist_cpu[bin] != hist_gpu[bin];
-  /* PASS_WINDOW's total: its fine bins and the keys below and above them (the high bins count
-   * the same keys again). */
+  /* PASS_WINDOW's total: its fine bins and the keys below and above them. */
   const int total_bins = pass == SVGD_MEDIAN_PASS_WINDOW ? SVGD_WINDOW_FINE_BINS : SVGD_HIST_BINS;
   for (int bin = 0; bin < total_bins; ++bin) total_gpu += hist_gpu[bin];
   if (pass == SVGD_MEDIAN_PASS_WINDOW) total_gpu += hist_gpu[SVGD_WINDOW_BELOW] + hist_gpu[SVGD_WINDOW_ABOVE];
