@@ -13,6 +13,11 @@
 #include "h5util.h"
 #include "status.h"
 
+/* --call-timeout: ten minutes by default (a call into a target takes milliseconds to seconds);
+ * at most about 31 years, so that its nanoseconds fit 64 bits. */
+#define CONFIG_CALL_TIMEOUT_DEFAULT 600.0
+#define CONFIG_CALL_TIMEOUT_MAX 1e9
+
 typedef enum { OPT_STRING, OPT_INT, OPT_UINT, OPT_DOUBLE, OPT_FLAG, OPT_CHOICE } option_type_t;
 enum { FOR_HMC = 1, FOR_SVGD = 2, FOR_BOTH = 3 };
 
@@ -99,6 +104,9 @@ static const option_spec_t option_table[] = {
     {"checkpoint-dir", STR(checkpoint_dir), FOR_BOTH, "DIR", "where checkpoints go (default: OUT with .ckpt)"},
     {"keep", NUM(OPT_INT, keep), FOR_BOTH, "K", "newest checkpoints kept (default 2)"},
     {"quiet", NUM(OPT_FLAG, quiet), FOR_BOTH, NULL, "no progress output"},
+    {"call-timeout", NUM(OPT_DOUBLE, call_timeout), FOR_BOTH, "SECONDS",
+     "end the job (every rank, exit 1) when a call into a plugin or Stan model has not returned after this long "
+     "(default 600)"},
 };
 #define OPTION_COUNT ((int)(sizeof option_table / sizeof option_table[0]))
 
@@ -139,6 +147,7 @@ static void config_defaults(config_t *cfg, algorithm_t algorithm) {
   cfg->keep = 2;
   cfg->thin = 1;
   cfg->stuck = CONFIG_STUCK_RESTART;
+  cfg->call_timeout = CONFIG_CALL_TIMEOUT_DEFAULT;
 }
 
 algorithm_t config_algorithm_from_name(const char *name) {
@@ -384,6 +393,9 @@ static int config_validate(config_t *cfg) {
     return ds_fail(DS_ERR_INPUT, "--checkpoint-every: expected >= 0, got %lld", (long long)cfg->checkpoint_every);
   if (cfg->keep < 1 || cfg->keep > CONFIG_KEEP_MAX)
     return ds_fail(DS_ERR_INPUT, "--keep: expected an integer in [1, %d], got %lld", CONFIG_KEEP_MAX, (long long)cfg->keep);
+  if (!(cfg->call_timeout > 0 && cfg->call_timeout <= CONFIG_CALL_TIMEOUT_MAX))
+    return ds_fail(DS_ERR_INPUT, "--call-timeout: expected a positive number of seconds (at most %g), got %g",
+                   CONFIG_CALL_TIMEOUT_MAX, cfg->call_timeout);
   if (!cfg->checkpoint_dir[0]) {
     size_t length = strlen(cfg->out);
     if (length > 3 && strcmp(cfg->out + length - 3, ".h5") == 0) length -= 3;
@@ -401,7 +413,7 @@ static int apply_command_line(config_t *cfg, int argc, char **argv, int skip, in
   const algorithm_t algorithm = cfg->algorithm;
   const int mask = algorithm == ALGO_HMC ? FOR_HMC : FOR_SVGD;
   static const char *const resume_allowed[] = {"draws", "iters", "checkpoint-every", "checkpoint-dir", "keep",
-                                               "comm", "quiet", NULL};
+                                               "comm", "quiet", "call-timeout", NULL};
   const char *command = resume ? "resume" : argv[1];
 
   struct option long_options[OPTION_COUNT + 2];
@@ -443,7 +455,8 @@ static int apply_command_line(config_t *cfg, int argc, char **argv, int skip, in
         if (!allowed)
           return ds_fail(DS_ERR_INPUT,
                          "resume: --%s would change the answer; a resumed run keeps the checkpoint's settings "
-                         "(allowed: --draws, --iters, --checkpoint-every, --checkpoint-dir, --keep, --comm, --quiet)",
+                         "(allowed: --draws, --iters, --checkpoint-every, --checkpoint-dir, --keep, --comm, --quiet, "
+                         "--call-timeout)",
                          spec->name);
       }
       if (pass == 0 && is_config) {

@@ -17,10 +17,12 @@
 #include "h5util.h"
 #include "hmc.h"
 #include "run_context.h"
+#include "signals.h"
 #include "status.h"
 #include "svgd.h"
 #include "target.h"
 #include "target_args.h"
+#include "target_deadline.h"
 
 /* Local: `path` as something this run will write: an existing regular, writable file, or a
  * new name in an existing, writable directory. */
@@ -391,6 +393,9 @@ int run_main(comm_ctx_t *comm, const config_t *cfg, const char *resume_path, con
 
   target_handle_t target;
   memset(&target, 0, sizeof target);
+  /* From here on a call into the target that never returns ends the job instead of hanging it. */
+  if (status == DS_OK)
+    status = comm_agree(comm, target_deadline_start(cfg->call_timeout, comm->rank, comm->host, signals_pending));
   if (status == DS_OK) status = comm_agree(comm, target_open(cfg->target, cfg->target_args, cfg->data, cfg->dim, cfg->seed, comm->world, &target));
   if (status == DS_OK) {
     run.target = &target.target;

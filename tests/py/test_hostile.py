@@ -1,0 +1,169 @@
+"""Hostile use, round three: calls into a plugin that never return (--call-timeout, and a stop
+signal while one is stalled), a plugin's multi-line messages, HDF5 failures told without source
+locations, a resume from another working directory with relative paths, a plugin's output
+variable with a zero-length axis, target arguments that make log p -inf. Every case: bounded
+time, a non-zero exit where it fails, one error line naming the input, inputs unchanged."""
+import glob
+import os
+import re
+import shutil
+import signal
+import subprocess
+import time
+
+import h5py
+import numpy as np
+
+import dstest as t
+
+PLUGINS = os.environ.get("DSAMPLER_PLUGIN_DIR", "")
+HOSTILE = os.path.join(PLUGINS, "hostile.so")
+TIMEOUT = 60
+
+
+def launch(ranks, *args, env=None, cwd=None):
+    """dsampler on `ranks` ranks in the background, output captured."""
+    cmd = [t.MPIEXEC, t.NP_FLAG, str(ranks), *t.PREFLAGS, t.DSAMPLER, *map(str, args)]
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, **(env or {})}, cwd=cwd)
+
+
+def finish_within(proc, seconds):
+    """(returncode, stderr, seconds taken), or (None, stderr so far, seconds) after killing a hang."""
+    start = time.time()
+    try:
+        _, stderr = proc.communicate(timeout=seconds)
+        return proc.returncode, stderr, time.time() - start
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        _, stderr = proc.communicate()
+        return None, stderr, time.time() - start
+
+
+def wait_for(predicate, seconds):
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def refused(name, args, needle, ranks=2, protect=(), env=None, cwd=None):
+    """A case that must fail: within TIMEOUT, non-zero, one error line naming `needle`, no
+    source location (file.c:123) and no HDF5 error stack, `protect` unchanged. Returns the line."""
+    before = {p: t.file_hash(p) for p in protect}
+    rc, stderr, took = finish_within(launch(ranks, *args, env=env, cwd=cwd), TIMEOUT)
+    lines = t.error_lines(stderr)
+    t.check(rc is not None, f"{name}: ends within {TIMEOUT} s")
+    t.check(rc not in (None, 0), f"{name}: exit {rc} != 0 ({took:.1f} s)")
+    t.check(len(lines) == 1 and needle in lines[0], f"{name}: one error line naming {needle!r} ({lines})")
+    t.check(not re.search(r"\.(c|cpp|cu|h):[0-9]", "\n".join(lines)), f"{name}: no source location ({lines})")
+    t.check("HDF5-DIAG" not in stderr, f"{name}: no HDF5 error stack")
+    t.check({p: t.file_hash(p) for p in protect} == before, f"{name}: inputs unchanged")
+    return lines[0] if lines else ""
+
+
+# --- 1. deadlines on target calls ---------------------------------------------------------------
+
+def stalled_call(name, ranks, stalling_rank, mode="stall", call="logp_grad", checkpoint_first=False):
+    """A plugin call that never returns on one rank, --call-timeout 2: the job ends on every rank
+    within 20 s with one line naming the rank, the call and the time; a checkpoint written before
+    the stall is still there, and the run resumes from it."""
+    out, ckpt = t.path(f"hs_{name}.h5"), t.path(f"hs_{name}.ckpt")
+    shutil.rmtree(ckpt, ignore_errors=True)
+    for stale in (out, t.path(f"hs_{name}.flag"), t.path(f"hs_{name}.mark")):
+        if os.path.exists(stale):
+            os.remove(stale)
+    env = {"HOSTILE_MODE": mode, "HOSTILE_RANK": str(stalling_rank), "HOSTILE_MARK": t.path(f"hs_{name}.mark")}
+    if checkpoint_first:
+        env["HOSTILE_WHEN"] = t.path(f"hs_{name}.flag")
+    proc = launch(ranks, "hmc", "--target", f"plugin:{HOSTILE}", "--dim", 2, "--chains", 4, "--warmup", 5000,
+                  "--draws", 10, "--steps", 3, "--backend", "cpu", "--quiet", "--call-timeout", 2,
+                  "--checkpoint-every", 500, "--out", out, "--checkpoint-dir", ckpt, env=env)
+    before = []
+    if checkpoint_first:
+        t.check(wait_for(lambda: glob.glob(os.path.join(ckpt, "ckpt-*.h5")), 30), f"{name}: a first checkpoint")
+        before = sorted(glob.glob(os.path.join(ckpt, "ckpt-*.h5")))
+        open(env["HOSTILE_WHEN"], "w").close()
+    t.check(wait_for(lambda: os.path.exists(env["HOSTILE_MARK"]), 30), f"{name}: the plugin stalls")
+    rc, stderr, took = finish_within(proc, 20)
+    lines = t.error_lines(stderr)
+    t.check(rc is not None and rc != 0, f"{name}: ends non-zero within 20 s of the stall (rc {rc}, {took:.1f} s)")
+    t.check(len(lines) == 1 and f"rank {stalling_rank} " in lines[0]
+            and f"plugin hostile.so: {call} has not returned after" in lines[0] and "--call-timeout 2" in lines[0],
+            f"{name}: one line naming the rank, the call and the time ({lines})")
+    elapsed = re.search(r"after ([0-9.]+) s", lines[0]) if lines else None
+    t.check(elapsed is not None and 2.0 <= float(elapsed.group(1)) < 5.0, f"{name}: the time is the timeout's")
+    if checkpoint_first:
+        kept = [p for p in before if os.path.exists(p)]
+        t.check(len(kept) >= 1, f"{name}: checkpoints of before the stall are still there ({before})")
+        # The same run, its plugin well-behaved now, goes on from the newest of them.
+        rc, _, stderr = t.run(ranks, "resume", ckpt, "--quiet", expect_ok=False, timeout=TIMEOUT)
+        t.check(rc == 0, f"{name}: resume after the stall ends 0 ({t.error_lines(stderr)})")
+        with h5py.File(out, "r") as f:
+            t.check(f["posterior/x"].shape == (4, 10, 2), f"{name}: the resumed output is whole")
+
+
+def stop_while_stalled():
+    """SIGUSR1 while a call is stalled, with the default --call-timeout (600 s): the run cannot
+    checkpoint, and the job ends within the stop grace (30 s) instead of waiting for the call."""
+    out = t.path("hs_stop.h5")
+    mark = t.path("hs_stop.mark")
+    if os.path.exists(mark):
+        os.remove(mark)
+    shutil.rmtree(t.path("hs_stop.ckpt"), ignore_errors=True)
+    proc = launch(2, "hmc", "--target", f"plugin:{HOSTILE}", "--dim", 2, "--chains", 4, "--warmup", 100,
+                  "--draws", 10, "--backend", "cpu", "--quiet", "--out", out,
+                  env={"HOSTILE_MODE": "stall", "HOSTILE_RANK": "1", "HOSTILE_MARK": mark})
+    t.check(wait_for(lambda: os.path.exists(mark), 30), "stop_stalled: the plugin stalls")
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGUSR1)
+    rc, stderr, took = finish_within(proc, 60)
+    lines = t.error_lines(stderr)
+    t.check(rc is not None and rc != 0 and rc != 75, f"stop_stalled: ends non-zero, not 75 ({rc}, {took:.1f} s)")
+    t.check(took < 45, f"stop_stalled: within the stop grace ({took:.1f} s < 45 s)")
+    t.check(len(lines) == 1 and "logp_grad has not returned" in lines[0] and "after the stop request" in lines[0],
+            f"stop_stalled: one line naming the call and the stop ({lines})")
+
+
+def call_timeout_option():
+    """--call-timeout: a positive finite number of seconds, also as an INI key; a checkpoint keeps
+    it, and resume may give another."""
+    small = ["hmc", "--dim", 2, "--chains", 2, "--warmup", 5, "--draws", 5, "--backend", "cpu", "--quiet"]
+    for value, needle in (("0", "positive number of seconds"), ("-3", "positive number of seconds"),
+                          ("abc", "finite number"), ("inf", "finite number"), ("1e12", "at most")):
+        refused(f"call_timeout_{value}", [*small, "--call-timeout", value, "--out", t.path("hs_ct.h5")],
+                f"--call-timeout: expected a {needle}" if needle != "at most" else needle, ranks=1)
+    ini = t.path("hs_ct.ini")
+    with open(ini, "w") as f:
+        f.write("call-timeout = -1\n")
+    refused("call_timeout_ini", [*small, "--config", ini, "--out", t.path("hs_ct.h5")], "--call-timeout: expected a positive", ranks=1)
+    out, ckpt = t.path("hs_ct_kept.h5"), t.path("hs_ct_kept.ckpt")
+    shutil.rmtree(ckpt, ignore_errors=True)
+    t.run(1, *small, "--call-timeout", 7.5, "--checkpoint-every", 5, "--out", out, "--checkpoint-dir", ckpt)
+    newest = sorted(glob.glob(os.path.join(ckpt, "ckpt-*.h5")))[-1]
+    with h5py.File(newest, "r") as f:
+        config = f.attrs["config"]
+        config = config.decode() if isinstance(config, bytes) else str(config)
+    t.check("call-timeout = 7.5\n" in config, "call_timeout: the checkpoint keeps it")
+    t.check(t.attr(out, "config_call_timeout") == "7.5", "call_timeout: the output records it")
+    rc, _, stderr = t.run(1, "resume", ckpt, "--draws", 8, "--call-timeout", 9, "--quiet", expect_ok=False)
+    t.check(rc == 0, f"call_timeout: resume takes another ({t.error_lines(stderr)})")
+
+
+def main():
+    if not os.path.exists(HOSTILE):
+        print(f"no plugin at {HOSTILE} (DSAMPLER_PLUGIN_DIR)")
+        t.finish("hostile")
+    stalled_call("stall_np2", 2, 1, checkpoint_first=True)
+    stalled_call("stall_np1", 1, 0)
+    stalled_call("stall_init", 2, 0, mode="stall_init", call="initial_point")
+    stalled_call("stall_create", 2, 1, mode="stall_create", call="create")
+    stop_while_stalled()
+    call_timeout_option()
+    t.finish("hostile")
+
+
+if __name__ == "__main__":
+    main()
