@@ -22,9 +22,32 @@
 /* Where a version 2 target's report_error lands: the run's error, naming the target. The first
  * recorded error wins (status.c), so the target's own words come before dsampler's "failed
  * (returned n)". Called from any thread. */
+void target_escape_message(const char *message, char *out, size_t size) {
+  static const char ellipsis[] = " [...]";
+  if (size == 0) return;
+  size_t used = 0;
+  const unsigned char *c = (const unsigned char *)message;
+  for (; *c && size > sizeof ellipsis + 5; ++c) {
+    char piece[5];
+    if (*c == '\n') snprintf(piece, sizeof piece, "\\n");
+    else if (*c == '\r') snprintf(piece, sizeof piece, "\\r");
+    else if (*c == '\t') snprintf(piece, sizeof piece, "\\t");
+    else if (*c < 0x20 || *c == 0x7f) snprintf(piece, sizeof piece, "\\x%02x", *c);
+    else piece[0] = (char)*c, piece[1] = '\0';
+    const size_t length = strlen(piece);
+    if (used + length + sizeof ellipsis > size) break;
+    memcpy(out + used, piece, length);
+    used += length;
+  }
+  out[used] = '\0';
+  if (*c && size > sizeof ellipsis + 5) memcpy(out + used, ellipsis, sizeof ellipsis);
+}
+
 static void target_report_error(void *context, const char *message) {
   const target_handle_t *handle = context;
-  ds_fail(DS_ERR_TARGET, "--target %s: %s", handle->spec, message && message[0] ? message : "failed (no message)");
+  char text[TARGET_MESSAGE_MAX];
+  target_escape_message(message && message[0] ? message : "failed (no message)", text, sizeof text);
+  ds_fail(DS_ERR_TARGET, "--target %s: %s", handle->spec, text);
 }
 
 /* A name an output variable can have: a dataset name beside the coordinates chain and draw,

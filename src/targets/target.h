@@ -44,6 +44,12 @@ int target_open(const char *spec, const char *args, const char *data_path, int64
                 MPI_Comm comm, target_handle_t *out);
 void target_close(target_handle_t *handle);
 
+/* A target's message as one line of at most size - 1 bytes: newline, carriage return and tab
+ * written as \n, \r and \t, other control bytes as \xNN (a terminal is not told to do
+ * anything), and " [...]" where it was cut. */
+#define TARGET_MESSAGE_MAX 1536
+void target_escape_message(const char *message, char *out, size_t size);
+
 /* 1 when --target names a Stan model ("stan:..."). */
 int target_is_stan(const char *spec);
 /* 1 when the target writes output variables (version 2, n_vars > 0): posterior then holds

@@ -9,6 +9,7 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import time
 
 import h5py
@@ -57,8 +58,8 @@ def refused(name, args, needle, ranks=2, protect=(), env=None, cwd=None):
     lines = t.error_lines(stderr)
     t.check(rc is not None, f"{name}: ends within {TIMEOUT} s")
     t.check(rc not in (None, 0), f"{name}: exit {rc} != 0 ({took:.1f} s)")
-    t.check(len(lines) == 1 and needle in lines[0], f"{name}: one error line naming {needle!r} ({lines})")
-    t.check(not re.search(r"\.(c|cpp|cu|h):[0-9]", "\n".join(lines)), f"{name}: no source location ({lines})")
+    t.check(len(lines) == 1 and needle in lines[0], f"{name}: one error line naming {needle!r} ({[line[:300] for line in lines]})")
+    t.check(not re.search(r"\.(c|cpp|cu|h):[0-9]", "\n".join(lines)), f"{name}: no source location")
     t.check("HDF5-DIAG" not in stderr, f"{name}: no HDF5 error stack")
     t.check({p: t.file_hash(p) for p in protect} == before, f"{name}: inputs unchanged")
     return lines[0] if lines else ""
@@ -152,16 +153,38 @@ def call_timeout_option():
     t.check(rc == 0, f"call_timeout: resume takes another ({t.error_lines(stderr)})")
 
 
+# --- 2. a plugin's messages stay one line -----------------------------------------------------
+
+def plugin_messages():
+    """A plugin's message with newlines, a tab and a terminal escape, from create and from
+    logp_grad: one line, the control bytes written as \\n, \\t, \\x1b; a message of 100000
+    characters is cut, and says so."""
+    small = ["hmc", "--target", f"plugin:{HOSTILE}", "--dim", 2, "--chains", 4, "--warmup", 20, "--draws", 20,
+             "--backend", "cpu", "--quiet", "--out", t.path("hs_msg.h5")]
+    line = refused("multiline_create", small, "cannot read the table:\\nline 1: bad\\r\\nline 2:\\tworse",
+                   env={"HOSTILE_MODE": "multiline"})
+    t.check("\\x1b[31mred\\x1b[0m" in line and "\x1b" not in line, f"multiline_create: the escape byte escaped ({line!r})")
+    refused("multiline_call", small, "the likelihood failed:\\n  row 2 overflowed\\n  row 3\\tunderflowed",
+            env={"HOSTILE_MODE": "multiline_call"})
+    line = refused("long_message", small, "mmmm", env={"HOSTILE_MODE": "long_message"})
+    t.check(line.endswith(" [...]") and len(line) < 2100, f"long_message: cut, and says so ({len(line)} characters)")
+
+
 def main():
     if not os.path.exists(HOSTILE):
         print(f"no plugin at {HOSTILE} (DSAMPLER_PLUGIN_DIR)")
         t.finish("hostile")
-    stalled_call("stall_np2", 2, 1, checkpoint_first=True)
-    stalled_call("stall_np1", 1, 0)
-    stalled_call("stall_init", 2, 0, mode="stall_init", call="initial_point")
-    stalled_call("stall_create", 2, 1, mode="stall_create", call="create")
-    stop_while_stalled()
-    call_timeout_option()
+    parts = {
+        "stalls": lambda: (stalled_call("stall_np2", 2, 1, checkpoint_first=True), stalled_call("stall_np1", 1, 0),
+                           stalled_call("stall_init", 2, 0, mode="stall_init", call="initial_point"),
+                           stalled_call("stall_create", 2, 1, mode="stall_create", call="create")),
+        "stop": stop_while_stalled,
+        "call_timeout": call_timeout_option,
+        "messages": plugin_messages,
+    }
+    # Parts by name (all without arguments), for running one while working on it.
+    for name in sys.argv[1:] or parts:
+        parts[name]()
     t.finish("hostile")
 
 
