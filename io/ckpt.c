@@ -276,6 +276,7 @@ int ckpt_write(MPI_Comm comm, const char *dir, const ckpt_meta_t *meta, const ck
   char tmp[4300], final_path[4200];
   snprintf(final_path, sizeof final_path, "%s/ckpt-%lld.h5", dir, (long long)meta->iteration);
   snprintf(tmp, sizeof tmp, "%s.tmp", final_path);
+  h5util_set_context("checkpoint %s", tmp);
   hid_t file;
   DS_TRY(h5util_create(comm, "checkpoint", tmp, &file));
   status = write_contents(comm, rank, file, meta, arrays, n_arrays, globals, n_globals, row_begin, row_end);
@@ -417,6 +418,7 @@ int ckpt_read_meta(MPI_Comm comm, const char *path, ckpt_meta_t *meta) {
 int ckpt_read(MPI_Comm comm, const char *path, const ckpt_array_t *arrays, int n_arrays, ckpt_global_t *globals,
               int n_globals, int64_t row_begin, int64_t row_end, int64_t n_items) {
   hid_t file;
+  h5util_set_context("checkpoint %s", path);
   DS_TRY(h5util_open_read(comm, "checkpoint", path, &file));
   hid_t xfer = H5Pcreate(H5P_DATASET_XFER);
   int status = DS_OK;

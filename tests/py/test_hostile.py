@@ -170,6 +170,29 @@ def plugin_messages():
     t.check(line.endswith(" [...]") and len(line) < 2100, f"long_message: cut, and says so ({len(line)} characters)")
 
 
+# --- 3. HDF5 failures in the user's words ---------------------------------------------------------
+
+def hdf5_words():
+    """A failed HDF5 call names the file and what was being done, never a source location: summary
+    of an output whose sample_stats/lp holds strings (H5Dread cannot convert them), an output that
+    reaches a file-size limit on one rank (the POSIX driver's errno text, not its buffer dump)."""
+    odd = t.path("hs_lp_strings.h5")
+    with h5py.File(odd, "w") as f:
+        f["posterior/x"] = np.arange(24, dtype=np.float32).reshape(2, 6, 2)
+        f["sample_stats/lp"] = np.array([[b"x"] * 6] * 2)
+    line = refused("summary_lp_strings", ["summary", odd], f"summary {odd}: HDF5 could not read a dataset",
+                   protect=[odd])
+    t.check("HDF5 call failed" not in line, "summary_lp_strings: in words")
+    out = t.path("hs_fsize.h5")
+    line = refused("fsize_one_rank", ["hmc", "--dim", 30, "--chains", 40, "--warmup", 50, "--draws", 2000,
+                                      "--backend", "cpu", "--quiet", "--out", out], f"--out {out}: ", ranks=1,
+                   env={"DSAMPLER_FAULT_FILE_SIZE_LIMIT": "300000"})
+    t.check("File too large" in line and "buf = 0x" not in line, f"fsize_one_rank: the reason alone ({line!r})")
+    line = refused("fsize_two_ranks", ["hmc", "--dim", 30, "--chains", 40, "--warmup", 50, "--draws", 2000,
+                                       "--backend", "cpu", "--quiet", "--out", out], f"--out {out}: ", ranks=2,
+                   env={"DSAMPLER_FAULT_FILE_SIZE_LIMIT": "300000"})
+
+
 def main():
     if not os.path.exists(HOSTILE):
         print(f"no plugin at {HOSTILE} (DSAMPLER_PLUGIN_DIR)")
@@ -181,6 +204,7 @@ def main():
         "stop": stop_while_stalled,
         "call_timeout": call_timeout_option,
         "messages": plugin_messages,
+        "hdf5": hdf5_words,
     }
     # Parts by name (all without arguments), for running one while working on it.
     for name in sys.argv[1:] or parts:
