@@ -37,7 +37,9 @@ static uint64_t meta_hash(const ckpt_meta_t *meta) {
   uint64_t hash = row_hash(0, head, (size_t)(length < (int)sizeof head ? length : (int)sizeof head - 1));
   hash ^= row_hash(1, meta->config, strlen(meta->config));
   /* The inputs came later to the format, as an optional attribute: absent, they hash to nothing. */
-  return meta->inputs[0] ? hash ^ row_hash(2, meta->inputs, strlen(meta->inputs)) : hash;
+  if (meta->inputs[0]) hash ^= row_hash(2, meta->inputs, strlen(meta->inputs));
+  /* So did the start folder. */
+  return meta->start_dir[0] ? hash ^ row_hash(3, meta->start_dir, strlen(meta->start_dir)) : hash;
 }
 
 /* The lowest failing rank's status and message, on every rank (h5util_agree). */
@@ -131,6 +133,7 @@ static int write_contents(MPI_Comm comm, int rank, hid_t file, const ckpt_meta_t
   if (status == DS_OK) status = write_string(file, "target", meta->target);
   if (status == DS_OK) status = write_string(file, "run_id", meta->run_id);
   if (status == DS_OK && meta->inputs[0]) status = write_string(file, "inputs", meta->inputs);
+  if (status == DS_OK && meta->start_dir[0]) status = write_string(file, "start_dir", meta->start_dir);
   if (status == DS_OK) status = write_string(file, "config", meta->config);
   if (status == DS_OK) status = write_attr(file, "meta_checksum", H5T_NATIVE_UINT64, &header_checksum);
   /* The ranks stop together (before the next collective) if any one failed. */
@@ -401,6 +404,9 @@ int ckpt_read_meta(MPI_Comm comm, const char *path, ckpt_meta_t *meta) {
     status = ds_fail(DS_ERR_INPUT, "checkpoint %s: metadata missing or unreadable", path);
   meta->inputs[0] = '\0';
   if (status == DS_OK && read_string(file, "inputs", meta->inputs, sizeof meta->inputs) != DS_OK) meta->inputs[0] = '\0';
+  meta->start_dir[0] = '\0';
+  if (status == DS_OK && read_string(file, "start_dir", meta->start_dir, sizeof meta->start_dir) != DS_OK)
+    meta->start_dir[0] = '\0';
   uint64_t stored = 0;
   if (status == DS_OK && (read_attr(file, "meta_checksum", H5T_NATIVE_UINT64, &stored) != DS_OK || stored != meta_hash(meta)))
     status = ds_fail(DS_ERR_INPUT, "checkpoint %s: the metadata do not match their checksum (the file is damaged)", path);

@@ -41,6 +41,9 @@ typedef struct ckpt_meta {
   char run_id[64];        /* also in the output file's root attributes: pairs the two */
   char config[CKPT_CONFIG_MAX]; /* the run's options (config_write_checkpoint_text) */
   char inputs[CKPT_INPUTS_MAX]; /* the run's input files as it started ("" in older checkpoints) */
+  /* Rank 0's working folder at the run's start, absolute ("" in older checkpoints): the paths in
+   * config stay as they were given, and relative ones are from here (a resume works in it). */
+  char start_dir[4096];
 } ckpt_meta_t;
 
 /* Collective. Writes DIR/ckpt-<iteration>.h5 and removes all but the newest `keep`. */

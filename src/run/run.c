@@ -340,7 +340,11 @@ int run_main(comm_ctx_t *comm, const config_t *cfg, const char *resume_path, con
   run.resume_meta = resume_meta;
   if (resume_meta) {
     snprintf(run.run_id, sizeof run.run_id, "%s", resume_meta->run_id);
+    snprintf(run.start_dir, sizeof run.start_dir, "%s", resume_meta->start_dir);
   } else {
+    /* Relative paths in the options are from here; a resume elsewhere comes back (main.c). */
+    if (comm->rank == 0 && !getcwd(run.start_dir, sizeof run.start_dir)) run.start_dir[0] = '\0';
+    DS_TRY(comm_bcast(comm, run.start_dir, sizeof run.start_dir, 0));
     /* Rank 0's clock and process id name the run; every rank uses its id. */
     struct timespec now;
     clock_gettime(CLOCK_REALTIME, &now);

@@ -345,6 +345,7 @@ int run_checkpoint_meta(run_ctx_t *run, int64_t iteration, int64_t draws_written
   snprintf(meta->target, sizeof meta->target, "%s", run->cfg->target);
   snprintf(meta->run_id, sizeof meta->run_id, "%s", run->run_id);
   snprintf(meta->inputs, sizeof meta->inputs, "%s", run->inputs);
+  snprintf(meta->start_dir, sizeof meta->start_dir, "%s", run->start_dir);
   return config_write_checkpoint_text(run->cfg, meta->config, sizeof meta->config);
 }
 

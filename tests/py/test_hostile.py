@@ -193,6 +193,74 @@ def hdf5_words():
                    env={"DSAMPLER_FAULT_FILE_SIZE_LIMIT": "300000"})
 
 
+# --- 4. relative paths, resumed from another folder ---------------------------------------------
+
+H5_SAME = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools", "h5_same.py")
+
+
+def relative_run(folder):
+    """A fresh folder with a --init file and a corr-gaussian cov= file, given by relative names."""
+    shutil.rmtree(folder, ignore_errors=True)
+    os.makedirs(folder)
+    with h5py.File(os.path.join(folder, "init.h5"), "w") as f:
+        f["x"] = np.linspace(-1, 1, 8 * 3, dtype=np.float32).reshape(8, 3)
+    with h5py.File(os.path.join(folder, "cov.h5"), "w") as f:
+        f["cov"] = np.array([[1.0, 0.3, 0.0], [0.3, 2.0, 0.1], [0.0, 0.1, 0.5]])
+    return ["hmc", "--target", "corr-gaussian", "--target-args", "cov=cov.h5", "--init", "init.h5", "--chains", 8,
+            "--warmup", 60000, "--draws", 2000, "--seed", 5, "--backend", "cpu", "--quiet", "--out", "run.h5",
+            "--checkpoint-dir", "ck", "--checkpoint-every", 1000]
+
+
+def stopped_in(folder):
+    """The relative run started in `folder`, stopped by SIGUSR1 after its first checkpoint: 75."""
+    args = relative_run(folder)
+    proc = launch(2, *args, cwd=folder)
+    wait_for(lambda: glob.glob(os.path.join(folder, "ck", "ckpt-*.h5")), 30)
+    proc.send_signal(signal.SIGUSR1)
+    rc, stderr, _ = finish_within(proc, TIMEOUT)
+    return rc, stderr
+
+
+def resume_elsewhere():
+    """Run in folder A with relative --out, --checkpoint-dir, --init and cov=, stopped; resumed
+    from folder B: it goes on in A and ends bitwise equal to the run never stopped; nothing is
+    written in B. With A moved away, the resume is refused naming the output."""
+    reference = t.path("hs_rel_ref")
+    args = relative_run(reference)
+    rc, stderr, _ = finish_within(launch(2, *args, cwd=reference), 120)
+    t.check(rc == 0, f"relative: the uninterrupted run ({rc}, {t.error_lines(stderr)})")
+    a, b = t.path("hs_rel_A"), t.path("hs_rel_B")
+    rc, stderr = stopped_in(a)
+    t.check(rc == 75, f"relative: stopped by the signal, 75 ({rc}, {t.error_lines(stderr)})")
+    shutil.rmtree(b, ignore_errors=True)
+    os.makedirs(b)
+    inputs = [os.path.join(a, "init.h5"), os.path.join(a, "cov.h5")]
+    before = {p: t.file_hash(p) for p in inputs}
+    rc, stderr, _ = finish_within(launch(2, "resume", "../hs_rel_A/ck", "--quiet", cwd=b), 120)
+    t.check(rc == 0, f"relative: resumed from another folder, 0 ({rc}, {t.error_lines(stderr)})")
+    t.check(os.listdir(b) == [], f"relative: nothing written in the folder resumed from ({os.listdir(b)})")
+    t.check({p: t.file_hash(p) for p in inputs} == before, "relative: inputs unchanged")
+    same = subprocess.run([sys.executable, H5_SAME, os.path.join(a, "run.h5"), os.path.join(reference, "run.h5")],
+                          capture_output=True, text=True)
+    t.check(same.returncode == 0, f"relative: the output is bitwise the uninterrupted run's ({same.stdout.strip()[:300]})")
+    # A resume given its own relative --checkpoint-dir writes it where the resume was started.
+    rc, stderr = stopped_in(a)
+    rc, stderr, _ = finish_within(launch(2, "resume", "../hs_rel_A/ck", "--checkpoint-dir", "ck_b", "--quiet",
+                                         cwd=b), 120)
+    t.check(rc == 0 and os.path.isdir(os.path.join(b, "ck_b")) and not os.path.exists(os.path.join(a, "ck_b")),
+            f"relative: a resume's own --checkpoint-dir is from its folder ({rc}, {t.error_lines(stderr)})")
+    # The start folder gone: its relative output cannot be found from B; the error names it.
+    rc, stderr = stopped_in(a)
+    moved = t.path("hs_rel_moved")
+    shutil.rmtree(moved, ignore_errors=True)
+    os.rename(a, moved)
+    rc, stderr, _ = finish_within(launch(2, "resume", "../hs_rel_moved/ck", "--quiet", cwd=b), TIMEOUT)
+    lines = t.error_lines(stderr)
+    t.check(rc not in (0, None) and len(lines) == 1 and "init.h5: cannot open" in lines[0]
+            and f"the run started in {a}, which is not there" in stderr,
+            f"relative_moved: refused, naming the file and the folder the run started in ({rc}, {lines})")
+
+
 def main():
     if not os.path.exists(HOSTILE):
         print(f"no plugin at {HOSTILE} (DSAMPLER_PLUGIN_DIR)")
@@ -205,6 +273,7 @@ def main():
         "call_timeout": call_timeout_option,
         "messages": plugin_messages,
         "hdf5": hdf5_words,
+        "relative": resume_elsewhere,
     }
     # Parts by name (all without arguments), for running one while working on it.
     for name in sys.argv[1:] or parts:
