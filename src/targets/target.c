@@ -85,6 +85,12 @@ static int check_outputs(const char *spec, const dsampler_target *t) {
       if (var->shape[axis] < 0 || __builtin_mul_overflow(size, var->shape[axis], &size))
         return ds_fail(DS_ERR_INPUT, "--target %s: output variable %s has a bad shape (axis %d: %lld)", spec,
                        var->name, axis, (long long)var->shape[axis]);
+      /* An empty variable has no values to write: its chunks would be empty, which HDF5 refuses
+       * (and the chunk sizes would divide by zero). */
+      if (var->shape[axis] == 0)
+        return ds_fail(DS_ERR_INPUT, "--target %s: output variable %s has an axis of length 0 (axis %d); every "
+                       "output variable must hold at least one value (leave empty ones out of vars)", spec, var->name,
+                       axis);
     }
     if (__builtin_add_overflow(total, size, &total) || total > ((int64_t)1 << 40))
       return ds_fail(DS_ERR_INPUT, "--target %s: the output variables are too large", spec);

@@ -261,6 +261,18 @@ def resume_elsewhere():
             f"relative_moved: refused, naming the file and the folder the run started in ({rc}, {lines})")
 
 
+# --- 5. an output variable with a zero-length axis ----------------------------------------------
+
+def zero_axis():
+    """A plugin declaring output variable theta of shape [3, 0] (it crashed with SIGFPE): refused
+    before any work, naming the plugin and the variable."""
+    for algorithm, count in (("hmc", "--chains"), ("svgd", "--particles")):
+        refused(f"zero_axis_{algorithm}", [algorithm, "--target", f"plugin:{HOSTILE}", "--dim", 2, count, 4,
+                                           "--backend", "cpu", "--quiet", "--out", t.path("hs_zero.h5")],
+                f"--target plugin:{HOSTILE}: output variable theta has an axis of length 0",
+                env={"HOSTILE_MODE": "zero_axis"})
+
+
 def main():
     if not os.path.exists(HOSTILE):
         print(f"no plugin at {HOSTILE} (DSAMPLER_PLUGIN_DIR)")
@@ -274,6 +286,7 @@ def main():
         "messages": plugin_messages,
         "hdf5": hdf5_words,
         "relative": resume_elsewhere,
+        "zero_axis": zero_axis,
     }
     # Parts by name (all without arguments), for running one while working on it.
     for name in sys.argv[1:] or parts:
