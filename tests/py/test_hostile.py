@@ -273,6 +273,51 @@ def zero_axis():
                 env={"HOSTILE_MODE": "zero_axis"})
 
 
+# --- 6. target arguments that make log p -inf, and other unclear errors ----------------------------
+
+def target_arguments():
+    """Target arguments the models' float32 arithmetic cannot take are refused up front, naming the
+    argument; a start that is -inf anyway names the arguments; --save-warmup=yes and a
+    --checkpoint-dir that is a file are told plainly."""
+    def run_args(target, args, *extra):
+        return ["hmc", "--target", target, "--target-args", args, *extra, "--chains", 4, "--warmup", 10,
+                "--draws", 10, "--backend", "cpu", "--quiet", "--out", t.path("hs_args.h5")]
+    for args, needle in (("scale=1e-30", "gaussian's scale=1e-30 is out of float32's reach"),
+                         ("scale=1e20", "gaussian's scale=1e+20 is out of float32's reach"),
+                         ("scale=1:1e-30:1", "gaussian's scale=1e-30 is out of float32's reach"),
+                         ("mean=1e39", "gaussian's mean=1e+39 is larger than float32 holds")):
+        refused(f"gaussian_{args}", run_args("gaussian", args, "--dim", 3), needle)
+    refused("corr_rho", run_args("corr-gaussian", "rho=0.99999999", "--dim", 3),
+            "corr-gaussian's rho=0.99999998999999995 is -1 or 1 in float32")
+    refused("corr_rho_scale", run_args("corr-gaussian", "rho=0.9999999,scale=1e-16", "--dim", 3),
+            "corr-gaussian's rho=0.999999881 with scale=1e-16 make a precision")
+    refused("banana_a", run_args("banana", "a=1e-25"), "banana's a=1e-25 is out of float32's reach")
+    covs = {"singular": np.array([[1.0, 1.0], [1.0, 1.0]]), "near": np.array([[1.0, 1 - 1e-15], [1 - 1e-15, 1.0]]),
+            "nan": np.array([[1.0, np.nan], [np.nan, 1.0]])}
+    needles = {"singular": "cov is not positive definite (pivot 1 is 0)", "near": "cov is singular",
+               "nan": "cov[0, 1] is not finite"}
+    for name, cov in covs.items():
+        path = t.path(f"hs_cov_{name}.h5")
+        with h5py.File(path, "w") as f:
+            f["cov"] = cov
+        refused(f"cov_{name}", run_args("corr-gaussian", f"cov={path}"), needles[name], protect=[path])
+        line = refused(f"cov_{name}_named", run_args("corr-gaussian", f"cov={path}"), path)
+        t.check("--target-args cov" in line, f"cov_{name}: names the target argument ({line!r})")
+    # Accepted, but log p overflows float32 at every start: the error names the arguments.
+    refused("start_names_args", run_args("gaussian", "scale=1e-19", "--dim", 64),
+            "log p is -inf (with --target-args scale=1e-19")
+    refused("save_warmup_value", ["hmc", "--save-warmup=yes", "--out", t.path("hs_args.h5")],
+            "--save-warmup takes no value (give --save-warmup alone, or save-warmup = true in a --config file)")
+    blocker = t.path("hs_blocker")
+    with open(blocker, "w") as f:
+        f.write("mine\n")
+    start = time.time()
+    refused("ckpt_dir_file", ["svgd", "--dim", 2, "--particles", 20, "--iters", 1_000_000, "--backend", "cpu",
+                              "--quiet", "--out", t.path("hs_svgd.h5"), "--checkpoint-dir", blocker],
+            f"--checkpoint-dir {blocker}: exists and is not a directory", protect=[blocker])
+    t.check(time.time() - start < 20, "ckpt_dir_file: refused before the iterations")
+
+
 def main():
     if not os.path.exists(HOSTILE):
         print(f"no plugin at {HOSTILE} (DSAMPLER_PLUGIN_DIR)")
@@ -287,6 +332,7 @@ def main():
         "hdf5": hdf5_words,
         "relative": resume_elsewhere,
         "zero_axis": zero_axis,
+        "target_args": target_arguments,
     }
     # Parts by name (all without arguments), for running one while working on it.
     for name in sys.argv[1:] or parts:
