@@ -201,6 +201,27 @@ static long long checkpoint_number(const char *name) {
   return -1;
 }
 
+int ckpt_is_checkpoint_path(const char *path) {
+  const char *slash = strrchr(path, '/');
+  const char *name = slash ? slash + 1 : path;
+  long long number;
+  int used = 0;
+  if (sscanf(name, "ckpt-%lld.h5%n", &number, &used) == 1 && (name[used] == '\0' || strcmp(name + used, ".tmp") == 0))
+    return 1;
+  struct stat st;
+  if (stat(path, &st) != 0 || !S_ISREG(st.st_mode)) return 0;
+  int found = 0;
+  H5E_BEGIN_TRY {
+    hid_t file = H5Fis_hdf5(path) > 0 ? H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT) : H5I_INVALID_HID;
+    if (file >= 0) {
+      found = H5Aexists(file, "format_version") > 0 && H5Aexists(file, "meta_checksum") > 0;
+      H5Fclose(file);
+    }
+  }
+  H5E_END_TRY;
+  return found;
+}
+
 typedef struct { long long number; char name[256]; } entry_t;
 
 static int compare_newest_first(const void *a, const void *b) {

@@ -63,6 +63,11 @@ int ckpt_read_meta(MPI_Comm comm, const char *path, ckpt_meta_t *meta);
 int ckpt_read(MPI_Comm comm, const char *path, const ckpt_array_t *arrays, int n_arrays, ckpt_global_t *globals,
               int n_globals, int64_t row_begin, int64_t row_end, int64_t n_items);
 
+/* Local: 1 when `path` is named as a checkpoint is (ckpt-<N>.h5, or its .tmp) or is an HDF5 file
+ * holding a checkpoint's format_version: a file that resume would read as a checkpoint, which no
+ * output may overwrite or be mistaken for. */
+int ckpt_is_checkpoint_path(const char *path);
+
 /* *found = 1 when DIR holds at least one ckpt-*.h5 (rank 0 looks; the answer is broadcast).
  * Collective. */
 int ckpt_dir_has_checkpoints(MPI_Comm comm, const char *dir, int *found);

@@ -18,6 +18,9 @@
 #define CONFIG_CALL_TIMEOUT_DEFAULT 600.0
 #define CONFIG_CALL_TIMEOUT_MAX 1e9
 
+/* How config_set's messages name an option read back from a checkpoint. */
+#define CHECKPOINT_OPTION_WHERE "the checkpoint's option"
+
 typedef enum { OPT_STRING, OPT_INT, OPT_UINT, OPT_DOUBLE, OPT_FLAG, OPT_CHOICE } option_type_t;
 enum { FOR_HMC = 1, FOR_SVGD = 2, FOR_BOTH = 3 };
 
@@ -180,6 +183,10 @@ static int config_set(config_t *cfg, const option_spec_t *spec, const char *valu
         *(int64_t *)field = 0;
         return DS_OK;
       }
+      /* 0 is how the field (and a checkpoint's text) holds auto; from a user it is a mistake. */
+      if (strcmp(spec->name, "steps") == 0 && strcmp(value, "0") == 0 &&
+          strncmp(where, CHECKPOINT_OPTION_WHERE, strlen(CHECKPOINT_OPTION_WHERE)) != 0)
+        return ds_fail(DS_ERR_INPUT, "%s: expected auto or an integer in [1, 1000000], got 0", where);
       long long parsed = strtoll(value, &end, 10);
       if (errno != 0 || end == value || *end != '\0')
         return ds_fail(DS_ERR_INPUT, "%s: expected an integer, got '%s'", where, value);
@@ -237,6 +244,9 @@ typedef struct ini_context {
   config_t *cfg;
   const char *path;
   int status;
+  /* Keys already set: outside any section, in [hmc], in [svgd] (a key given twice in one
+   * place would silently keep the last). */
+  unsigned char seen[3][OPTION_COUNT];
 } ini_context_t;
 
 static int config_ini_entry(void *user, const char *section, const char *name, const char *value) {
@@ -264,12 +274,19 @@ static int config_ini_entry(void *user, const char *section, const char *name, c
                           config_algorithm_name(ctx->cfg->algorithm == ALGO_HMC ? ALGO_SVGD : ALGO_HMC));
     return 0;
   }
+  unsigned char *seen = &ctx->seen[section[0] ? config_algorithm_from_name(section) : 0][spec - option_table];
+  if (*seen) {
+    ctx->status = ds_fail(DS_ERR_INPUT, "%s: given twice%s%s%s; give each key once", where, section[0] ? " in [" : "",
+                          section, section[0] ? "]" : "");
+    return 0;
+  }
+  *seen = 1;
   ctx->status = config_set(ctx->cfg, spec, value, where);
   return ctx->status == DS_OK;
 }
 
 static int config_read_file(config_t *cfg, const char *path) {
-  ini_context_t ctx = {cfg, path, DS_OK};
+  ini_context_t ctx = {cfg, path, DS_OK, {{0}}};
   /* A regular file of sane size: /dev/zero or a FIFO would never end. */
   DS_TRY(h5util_check_input("--config", path, CONFIG_FILE_MAX_BYTES));
   FILE *file = fopen(path, "r");
@@ -389,6 +406,8 @@ static int config_validate(config_t *cfg) {
   if (cfg->save_every < 0)
     return ds_fail(DS_ERR_INPUT, "--save-every: expected >= 0 iterations, got %lld", (long long)cfg->save_every);
   if (!cfg->out[0]) return ds_fail(DS_ERR_INPUT, "--out: expected a file name");
+  if (cfg->out[strlen(cfg->out) - 1] == '/')
+    return ds_fail(DS_ERR_INPUT, "--out %s: ends with /, which names a folder; expected a file name", cfg->out);
   if (cfg->checkpoint_every < 0)
     return ds_fail(DS_ERR_INPUT, "--checkpoint-every: expected >= 0, got %lld", (long long)cfg->checkpoint_every);
   if (cfg->keep < 1 || cfg->keep > CONFIG_KEEP_MAX)
@@ -548,7 +567,7 @@ static int read_checkpoint_text(config_t *cfg, const char *text) {
       return ds_fail(DS_ERR_INPUT, "resume: the checkpoint's configuration names an unknown option '%s' (line %d)",
                      key, line_number);
     char where[96];
-    snprintf(where, sizeof where, "the checkpoint's option '%s'", key);
+    snprintf(where, sizeof where, CHECKPOINT_OPTION_WHERE " '%s'", key);
     DS_TRY(config_set(cfg, spec, value, where));
     line = end ? end + 1 : line + length;
   }

@@ -195,6 +195,11 @@ static int check_paths(run_ctx_t *run) {
     status = ds_fail(DS_ERR_INPUT, "output %s of checkpoint %s: cannot open: %s", cfg->out, run->resume_path,
                      strerror(errno));
   if (status == DS_OK) status = check_output_path("--out", cfg->out);
+  /* resume would take an output named or made like a checkpoint for one (and stop at it), and
+   * writing over a checkpoint would lose it. */
+  if (status == DS_OK && run->comm->rank == 0 && ckpt_is_checkpoint_path(cfg->out))
+    status = ds_fail(DS_ERR_INPUT, "--out %s: is a checkpoint's name or a checkpoint; writing the output there would "
+                     "destroy it or be taken for one by resume: give another name", cfg->out);
   if (status == DS_OK) status = check_checkpoint_dir(cfg->checkpoint_dir);
   /* The output is truncated when a fresh run starts: it must not be one of the run's inputs. */
   const struct { const char *option, *path; } inputs[] = {

@@ -318,6 +318,35 @@ def target_arguments():
     t.check(time.time() - start < 20, "ckpt_dir_file: refused before the iterations")
 
 
+# --- 7. what tests/tools/hostile_campaign.py found ------------------------------------------------
+
+def campaign_findings():
+    """--out over a checkpoint (it was destroyed) or named like one (resume then stopped at it, the
+    run's folder unusable); --steps 0 taken as auto; a key given twice in a --config file (the last
+    silently kept); --out ending with / (blamed on the checkpoint folder); --target-args ',,'."""
+    small = ["hmc", "--dim", 3, "--chains", 4, "--warmup", 10, "--draws", 10, "--backend", "cpu", "--quiet"]
+    out, ckpt = t.path("hs_cf.h5"), t.path("hs_cf.ckpt")
+    shutil.rmtree(ckpt, ignore_errors=True)
+    t.run(2, *small, "--checkpoint-every", 5, "--out", out, "--checkpoint-dir", ckpt)
+    checkpoints = sorted(glob.glob(os.path.join(ckpt, "ckpt-*.h5")))
+    renamed = t.path("hs_cf_copy.h5")
+    shutil.copy(checkpoints[-1], renamed)
+    for name, target in (("over_checkpoint", checkpoints[-1]), ("named_like_one", os.path.join(ckpt, "ckpt-777.h5")),
+                         ("a_checkpoint_renamed", renamed)):
+        refused(f"out_{name}", [*small, "--out", target, "--checkpoint-dir", t.path("hs_cf_other.ckpt")],
+                f"--out {target}: is a checkpoint's name or a checkpoint", protect=checkpoints + [renamed])
+    t.check(not os.path.exists(os.path.join(ckpt, "ckpt-777.h5")), "out_named_like_one: nothing written")
+    rc, _, stderr = t.run(2, "resume", ckpt, "--draws", 12, "--quiet", expect_ok=False)
+    t.check(rc == 0, f"campaign: the checkpoints still resume ({t.error_lines(stderr)})")
+    refused("steps_zero", [*small, "--steps", 0, "--out", out], "--steps: expected auto or an integer")
+    ini = t.path("hs_cf.ini")
+    with open(ini, "w") as f:
+        f.write("dim = 2\n[hmc]\nchains = 4\nchains = 6\n")
+    refused("ini_twice", ["hmc", "--config", ini, "--out", out], "key 'chains': given twice in [hmc]")
+    refused("out_slash", [*small, "--out", t.path("hs_cf_dir") + "/"], "ends with /, which names a folder")
+    refused("args_empty_item", [*small, "--target-args", ",,", "--out", out], "an empty item")
+
+
 def main():
     if not os.path.exists(HOSTILE):
         print(f"no plugin at {HOSTILE} (DSAMPLER_PLUGIN_DIR)")
@@ -333,6 +362,7 @@ def main():
         "relative": resume_elsewhere,
         "zero_axis": zero_axis,
         "target_args": target_arguments,
+        "campaign": campaign_findings,
     }
     # Parts by name (all without arguments), for running one while working on it.
     for name in sys.argv[1:] or parts:
