@@ -71,6 +71,28 @@ static int make_absolute(char *path, size_t size, const char *what) {
   return DS_OK;
 }
 
+/* A relative --checkpoint-dir given to resume, made absolute in argv: it is from the folder
+ * resume is started in, not the one the run goes on in (enter_start_dir). Local. */
+static int absolute_checkpoint_dir_option(int argc, char **argv) {
+  static char absolute[4096], option[4096 + 20];
+  for (int a = 3; a < argc; ++a) {
+    const int separate = strcmp(argv[a], "--checkpoint-dir") == 0 && a + 1 < argc;
+    const int joined = strncmp(argv[a], "--checkpoint-dir=", 17) == 0;
+    if (separate) ++a;
+    const char *value = separate ? argv[a] : joined ? argv[a] + 17 : NULL;
+    if (!value || value[0] == '/' || !value[0]) continue;
+    snprintf(absolute, sizeof absolute, "%s", value);
+    DS_TRY(make_absolute(absolute, sizeof absolute, "--checkpoint-dir"));
+    if (separate) {
+      argv[a] = absolute;
+    } else {
+      snprintf(option, sizeof option, "--checkpoint-dir=%s", absolute);
+      argv[a] = option;
+    }
+  }
+  return DS_OK;
+}
+
 /* The run's relative paths (--out, --checkpoint-dir, --init, --data, the target and its files)
  * are from the folder it started in: a resume works there, whatever folder it is started from,
  * when that folder is there on every rank; else from the current one, and rank 0 says so.
@@ -107,21 +129,7 @@ static int resume_main(comm_ctx_t *comm, int argc, char **argv) {
   DS_TRY(ckpt_list(comm->world, argv[2], paths, &count));
   /* The resume's own paths are from here: the run may go on in the folder it started in. */
   for (int i = 0; i < count; ++i) DS_TRY(comm_agree(comm, make_absolute(paths[i], sizeof paths[i], "checkpoint")));
-  for (int a = 3; a < argc; ++a) {
-    char *value = NULL;
-    if (strcmp(argv[a], "--checkpoint-dir") == 0 && a + 1 < argc) value = argv[++a];
-    else if (strncmp(argv[a], "--checkpoint-dir=", 17) == 0) value = argv[a] + 17;
-    if (!value || value[0] == '/' || !value[0]) continue;
-    static char absolute[4096];
-    snprintf(absolute, sizeof absolute, "%s", value);
-    DS_TRY(comm_agree(comm, make_absolute(absolute, sizeof absolute, "--checkpoint-dir")));
-    if (value == argv[a]) argv[a] = absolute;
-    else {
-      static char option[4096 + 20];
-      snprintf(option, sizeof option, "--checkpoint-dir=%s", absolute);
-      argv[a] = option;
-    }
-  }
+  DS_TRY(comm_agree(comm, absolute_checkpoint_dir_option(argc, argv)));
   static ckpt_meta_t meta;
   char newest_reason[1500] = "";
   for (int i = 0; i < count; ++i) {
