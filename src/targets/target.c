@@ -19,9 +19,6 @@
 /* Versions this dsampler loads: 1 (no names, no starts) and 2; both share the version 1 fields. */
 #define TARGET_ABI_OLDEST 1
 
-/* Where a version 2 target's report_error lands: the run's error, naming the target. The first
- * recorded error wins (status.c), so the target's own words come before dsampler's "failed
- * (returned n)". Called from any thread. */
 void target_escape_message(const char *message, char *out, size_t size) {
   static const char ellipsis[] = " [...]";
   if (size == 0) return;
@@ -43,6 +40,9 @@ void target_escape_message(const char *message, char *out, size_t size) {
   if (*c && size > sizeof ellipsis + 5) memcpy(out + used, ellipsis, sizeof ellipsis);
 }
 
+/* Where a version 2 target's report_error lands: the run's error, naming the target. The first
+ * recorded error wins (status.c), so the target's own words come before dsampler's "failed
+ * (returned n)". Called from any thread. */
 static void target_report_error(void *context, const char *message) {
   const target_handle_t *handle = context;
   char text[TARGET_MESSAGE_MAX];
