@@ -57,6 +57,9 @@ void target_deadline_end(int token) {
 /* The call cannot be unwound and the other ranks may be waiting for this one in a collective:
  * MPI_Abort is the one way out that reaches them all. */
 static void end_job(const char *call, double elapsed, double since_stop) {
+  /* Where every rank is stuck (a model that loops forever), rank 0's report and MPI_Abort
+   * usually come first and end the others: one line instead of one per rank. */
+  if (watch_rank != 0) sleep(3);
   if (since_stop >= 0)
     fprintf(stderr, "dsampler: error: rank %d on %s: %s has not returned after %.1f s, %.1f s after the stop "
                     "request; ending every rank without a new checkpoint\n",
