@@ -318,6 +318,39 @@ def campaign(c):
     c.case("resume_newest_bit_flipped", ["resume", flip_ckpt, "--draws", 40], expect="ok",
            check=shape_check(flip_out, "posterior/x", (4, 40, 3)))
 
+    c.case("resume_checkpoint_dir_is_file", ["resume", base_ckpt, "--checkpoint-dir", base_out, "--draws", 40],
+           needle="--checkpoint-dir", keep=base_files)
+    svgd_out, svgd_ckpt = c.base_run("svgd_more", algorithm="svgd")
+    c.case("resume_svgd_more_iters", ["resume", svgd_ckpt, "--iters", 45, "--quiet"], expect="ok",
+           check=shape_check(svgd_out, "posterior/x", (1, 16, 3)))
+    busy_out, busy_ckpt = c.path("busy.h5"), c.path("busy.ckpt")
+    busy = c.launch(2, ["hmc", "--dim", 3, "--chains", 4, "--warmup", 10_000_000, "--draws", 10, "--backend", "cpu",
+                        "--quiet", "--checkpoint-every", 100000, "--out", busy_out, "--checkpoint-dir", busy_ckpt])
+    deadline = time.time() + 30
+    while time.time() < deadline and not glob.glob(os.path.join(busy_ckpt, "ckpt-*.h5")):
+        time.sleep(0.1)
+    c.case("resume_while_running", ["resume", busy_ckpt, "--quiet"], needle="another dsampler run")
+    c.case("summary_while_running", ["summary", busy_out], needle="busy.h5")
+    busy.send_signal(signal.SIGUSR1)
+    c.wait(busy, 60)
+
+    # Odd paths.
+    loop = c.path("loop.h5")
+    os.symlink(loop, loop)
+    c.case("init_symlink_loop", ["hmc", *small, "--init", loop, "--out", out], needle="loop.h5")
+    c.case("data_directory", ["hmc", "--target", "logistic", "--data", c.work, *small[2:], "--out", out],
+           needle="--data")
+    readonly = c.path("readonly")
+    os.makedirs(readonly)
+    os.chmod(readonly, 0o555)
+    c.case("out_readonly_folder", ["hmc", *small, "--out", os.path.join(readonly, "o.h5")],
+           needle="readonly" if os.geteuid() != 0 else None, expect="error" if os.geteuid() != 0 else "ends")
+    init_more = c.h5("init_more.h5", x=np.zeros((9, 3), np.float32))
+    c.case("init_more_rows", ["hmc", *small, "--init", init_more, "--out", out], needle=init_more,
+           protect=[init_more])
+    c.case("plugin_directory", ["hmc", *small, "--target", "plugin:" + c.work, "--out", out], needle="--target")
+    c.case("csv_dev_full", ["summary", base_out, "--csv", "/dev/full"], expect="ends", keep=base_files)
+
     # summary on odd files.
     c.case("summary_missing", ["summary", c.path("nothing.h5")], needle="nothing.h5")
     c.case("summary_checkpoint", ["summary", newest], needle=newest, keep=base_files)
