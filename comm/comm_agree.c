@@ -14,7 +14,11 @@ int comm_mpi_fail(int rc, const char *file, int line, const char *call) {
   char text[MPI_MAX_ERROR_STRING];
   int length = 0;
   if (MPI_Error_string(rc, text, &length) != MPI_SUCCESS) snprintf(text, sizeof text, "code %d", rc);
-  return ds_fail_at(DS_ERR_MPI, file, line, call, "%s", text);
+  /* The call and MPI's reason; the source location only where DSAMPLER_ERROR_LOCATIONS asks. */
+  const char *locations = getenv("DSAMPLER_ERROR_LOCATIONS");
+  if (locations && locations[0] && strcmp(locations, "0") != 0)
+    return ds_fail_at(DS_ERR_MPI, file, line, call, "%s", text);
+  return ds_fail(DS_ERR_MPI, "MPI could not complete %s: %s", call, text);
 }
 
 void comm_abort(comm_ctx_t *ctx, int code) {

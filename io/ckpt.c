@@ -37,7 +37,9 @@ static uint64_t meta_hash(const ckpt_meta_t *meta) {
   uint64_t hash = row_hash(0, head, (size_t)(length < (int)sizeof head ? length : (int)sizeof head - 1));
   hash ^= row_hash(1, meta->config, strlen(meta->config));
   /* The inputs came later to the format, as an optional attribute: absent, they hash to nothing. */
-  return meta->inputs[0] ? hash ^ row_hash(2, meta->inputs, strlen(meta->inputs)) : hash;
+  if (meta->inputs[0]) hash ^= row_hash(2, meta->inputs, strlen(meta->inputs));
+  /* So did the start folder. */
+  return meta->start_dir[0] ? hash ^ row_hash(3, meta->start_dir, strlen(meta->start_dir)) : hash;
 }
 
 /* The lowest failing rank's status and message, on every rank (h5util_agree). */
@@ -131,6 +133,7 @@ static int write_contents(MPI_Comm comm, int rank, hid_t file, const ckpt_meta_t
   if (status == DS_OK) status = write_string(file, "target", meta->target);
   if (status == DS_OK) status = write_string(file, "run_id", meta->run_id);
   if (status == DS_OK && meta->inputs[0]) status = write_string(file, "inputs", meta->inputs);
+  if (status == DS_OK && meta->start_dir[0]) status = write_string(file, "start_dir", meta->start_dir);
   if (status == DS_OK) status = write_string(file, "config", meta->config);
   if (status == DS_OK) status = write_attr(file, "meta_checksum", H5T_NATIVE_UINT64, &header_checksum);
   /* The ranks stop together (before the next collective) if any one failed. */
@@ -196,6 +199,27 @@ static long long checkpoint_number(const char *name) {
   int used = 0;
   if (sscanf(name, "ckpt-%lld.h5%n", &number, &used) == 1 && name[used] == '\0') return number;
   return -1;
+}
+
+int ckpt_is_checkpoint_path(const char *path) {
+  const char *slash = strrchr(path, '/');
+  const char *name = slash ? slash + 1 : path;
+  long long number;
+  int used = 0;
+  if (sscanf(name, "ckpt-%lld.h5%n", &number, &used) == 1 && (name[used] == '\0' || strcmp(name + used, ".tmp") == 0))
+    return 1;
+  struct stat st;
+  if (stat(path, &st) != 0 || !S_ISREG(st.st_mode)) return 0;
+  int found = 0;
+  H5E_BEGIN_TRY {
+    hid_t file = H5Fis_hdf5(path) > 0 ? H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT) : H5I_INVALID_HID;
+    if (file >= 0) {
+      found = H5Aexists(file, "format_version") > 0 && H5Aexists(file, "meta_checksum") > 0;
+      H5Fclose(file);
+    }
+  }
+  H5E_END_TRY;
+  return found;
 }
 
 typedef struct { long long number; char name[256]; } entry_t;
@@ -276,6 +300,7 @@ int ckpt_write(MPI_Comm comm, const char *dir, const ckpt_meta_t *meta, const ck
   char tmp[4300], final_path[4200];
   snprintf(final_path, sizeof final_path, "%s/ckpt-%lld.h5", dir, (long long)meta->iteration);
   snprintf(tmp, sizeof tmp, "%s.tmp", final_path);
+  h5util_set_context("checkpoint %s", tmp);
   hid_t file;
   DS_TRY(h5util_create(comm, "checkpoint", tmp, &file));
   status = write_contents(comm, rank, file, meta, arrays, n_arrays, globals, n_globals, row_begin, row_end);
@@ -400,6 +425,9 @@ int ckpt_read_meta(MPI_Comm comm, const char *path, ckpt_meta_t *meta) {
     status = ds_fail(DS_ERR_INPUT, "checkpoint %s: metadata missing or unreadable", path);
   meta->inputs[0] = '\0';
   if (status == DS_OK && read_string(file, "inputs", meta->inputs, sizeof meta->inputs) != DS_OK) meta->inputs[0] = '\0';
+  meta->start_dir[0] = '\0';
+  if (status == DS_OK && read_string(file, "start_dir", meta->start_dir, sizeof meta->start_dir) != DS_OK)
+    meta->start_dir[0] = '\0';
   uint64_t stored = 0;
   if (status == DS_OK && (read_attr(file, "meta_checksum", H5T_NATIVE_UINT64, &stored) != DS_OK || stored != meta_hash(meta)))
     status = ds_fail(DS_ERR_INPUT, "checkpoint %s: the metadata do not match their checksum (the file is damaged)", path);
@@ -417,6 +445,7 @@ int ckpt_read_meta(MPI_Comm comm, const char *path, ckpt_meta_t *meta) {
 int ckpt_read(MPI_Comm comm, const char *path, const ckpt_array_t *arrays, int n_arrays, ckpt_global_t *globals,
               int n_globals, int64_t row_begin, int64_t row_end, int64_t n_items) {
   hid_t file;
+  h5util_set_context("checkpoint %s", path);
   DS_TRY(h5util_open_read(comm, "checkpoint", path, &file));
   hid_t xfer = H5Pcreate(H5P_DATASET_XFER);
   int status = DS_OK;

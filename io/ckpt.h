@@ -41,6 +41,9 @@ typedef struct ckpt_meta {
   char run_id[64];        /* also in the output file's root attributes: pairs the two */
   char config[CKPT_CONFIG_MAX]; /* the run's options (config_write_checkpoint_text) */
   char inputs[CKPT_INPUTS_MAX]; /* the run's input files as it started ("" in older checkpoints) */
+  /* Rank 0's working folder at the run's start, absolute ("" in older checkpoints): the paths in
+   * config stay as they were given, and relative ones are from here (a resume works in it). */
+  char start_dir[4096];
 } ckpt_meta_t;
 
 /* Collective. Writes DIR/ckpt-<iteration>.h5 and removes all but the newest `keep`. */
@@ -59,6 +62,11 @@ int ckpt_read_meta(MPI_Comm comm, const char *path, ckpt_meta_t *meta);
  * checksums against the file. */
 int ckpt_read(MPI_Comm comm, const char *path, const ckpt_array_t *arrays, int n_arrays, ckpt_global_t *globals,
               int n_globals, int64_t row_begin, int64_t row_end, int64_t n_items);
+
+/* Local: 1 when `path` is named as a checkpoint is (ckpt-<N>.h5, or its .tmp) or is an HDF5 file
+ * holding a checkpoint's format_version: a file that resume would read as a checkpoint, which no
+ * output may overwrite or be mistaken for. */
+int ckpt_is_checkpoint_path(const char *path);
 
 /* *found = 1 when DIR holds at least one ckpt-*.h5 (rank 0 looks; the answer is broadcast).
  * Collective. */

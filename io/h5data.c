@@ -25,6 +25,7 @@ static void format_shape(char *out, size_t size, int rank, const hsize_t *dims) 
 
 static hid_t open_file(MPI_Comm comm, const char *path, const char *option, int *status) {
   hid_t file = H5I_INVALID_HID;
+  h5util_set_context("%s %s", option, path);
   *status = h5util_open_read(comm, option, path, &file);
   return file;
 }

@@ -10,6 +10,7 @@
 int h5init_read(MPI_Comm comm, const char *path, int64_t n, int64_t dim, int64_t row_begin, int64_t row_end,
                 float *x_local) {
   hid_t file;
+  h5util_set_context("--init %s", path);
   DS_TRY(h5util_open_read(comm, "--init", path, &file));
   int status = DS_OK;
   hid_t dataset;

@@ -47,9 +47,34 @@ struct h5out {
   h5out_group_t groups[H5OUT_MAX_GROUPS];
 };
 
+/* What a failed call was doing, in a user's words, from the checked expression's text. */
+static const char *call_in_words(const char *call) {
+  static const struct { const char *text, *words; } known[] = {
+      {"H5Dwrite", "write a dataset"},        {"H5Dread", "read a dataset"},
+      {"H5Dset_extent", "grow a dataset"},    {"H5Dcreate", "create a dataset"},
+      {"datasets", "create a dataset"},       {"H5Dopen", "open a dataset"},
+      {"H5DS", "make a coordinate"},          {"scale", "make a coordinate"},
+      {"coordinate", "make a coordinate"},    {"H5Aread", "read an attribute"},
+      {"H5Aopen", "read an attribute"},       {"H5Awrite", "write an attribute"},
+      {"attr", "write an attribute"},         {"H5Gopen", "open a group"},
+      {"H5Ldelete", "remove a group"},        {"H5Literate", "list the variables"},
+      {"group", "create a group"},            {"root", "create a group"},
+      {"H5Fflush", "flush the file"},         {"H5S", "select the rows to write or read"},
+      {"space", "select the rows to write or read"}};
+  for (size_t i = 0; i < sizeof known / sizeof known[0]; ++i)
+    if (strstr(call, known[i].text)) return known[i].words;
+  return "set up a transfer";
+}
+
 int h5_fail(const char *file, int line, const char *call) {
-  /* HDF5 prints its own error stack to stderr; this records which call failed. */
-  return ds_fail_at(DS_ERR_IO, file, line, call, "HDF5 call failed");
+  /* The file and the step in the user's words, and HDF5's own reason (h5util_fail); the call's
+   * source location only where DSAMPLER_ERROR_LOCATIONS asks for it. */
+  char what[1600];
+  const int used = snprintf(what, sizeof what, "%s: HDF5 could not %s", h5util_context(), call_in_words(call));
+  const char *locations = getenv("DSAMPLER_ERROR_LOCATIONS");
+  if (locations && locations[0] && strcmp(locations, "0") != 0 && used > 0 && (size_t)used < sizeof what)
+    snprintf(what + used, sizeof what - (size_t)used, " [%s:%d: %s]", file, line, call);
+  return h5util_fail(DS_ERR_IO, what);
 }
 
 /* A failed step of writing the output, in one line naming the file (and HDF5's reason). */
@@ -58,6 +83,9 @@ static int output_fail(const h5out_t *f, const char *step) {
   snprintf(what, sizeof what, "--out %s: %s failed", f->path, step);
   return h5util_fail(DS_ERR_IO, what);
 }
+
+/* What a failed HDF5 call of this output names (h5util_set_context). */
+static void output_context(const h5out_t *f) { h5util_set_context("--out %s", f->path); }
 
 static int write_string_attr(hid_t object, const char *key, const char *value) {
   hid_t type = H5Tcopy(H5T_C_S1);
@@ -115,6 +143,7 @@ static hid_t output_fapl(MPI_Comm comm, int serial) {
 }
 
 int h5out_create(h5out_t **out, MPI_Comm comm, const char *path, const h5out_attr_t *attrs, int n_attrs) {
+  h5util_set_context("--out %s", path);
   *out = NULL;
   h5out_t *f = calloc(1, sizeof *f);
   if (f) f->writeback_fd = -1;
@@ -260,16 +289,19 @@ static int add_group(h5out_t *f, const char *name, const h5out_axes_t *axes, int
 
 int h5out_add_group(h5out_t *f, const char *name, int64_t n_chains, int64_t dim, int64_t draws_per_write,
                     const h5out_var_t *vars, int n_vars, int *group_id) {
+  output_context(f);
   return add_group(f, name, &h5out_default_axes, n_chains, dim, draws_per_write, vars, NULL, n_vars, group_id);
 }
 
 int h5out_add_group_axes(h5out_t *f, const char *name, const h5out_axes_t *axes, int64_t n_chains, int64_t dim,
                          int64_t draws_per_write, const h5out_var_t *vars, int n_vars, int *group_id) {
+  output_context(f);
   return add_group(f, name, axes, n_chains, dim, draws_per_write, vars, NULL, n_vars, group_id);
 }
 
 int h5out_add_group_shaped(h5out_t *f, const char *name, int64_t n_chains, int64_t dim, int64_t draws_per_write,
                            const h5out_var_t *vars, const h5out_shape_t *shapes, int n_vars, int *group_id) {
+  output_context(f);
   return add_group(f, name, &h5out_default_axes, n_chains, dim, draws_per_write, vars, shapes, n_vars, group_id);
 }
 
@@ -404,6 +436,7 @@ static int select_box(const h5out_group_t *g, int v, int64_t chain_begin, int64_
 
 int h5out_write(h5out_t *f, int group_id, int64_t total_draws, int64_t chain_begin, int64_t chain_count,
                 int64_t draw_begin, int64_t draw_count, const void *const *data) {
+  output_context(f);
   return h5out_write_block(f, group_id, total_draws, chain_begin, chain_count, draw_begin, draw_count, draw_count, data);
 }
 
@@ -433,6 +466,7 @@ static int check_room_to_grow(const h5out_t *f, const h5out_group_t *g, int64_t 
 
 int h5out_write_block(h5out_t *f, int group_id, int64_t total_draws, int64_t chain_begin, int64_t chain_count,
                       int64_t draw_begin, int64_t draw_count, int64_t buffer_draws, const void *const *data) {
+  output_context(f);
   h5out_group_t *g = &f->groups[group_id];
   if (total_draws > g->n_draws) {
     DS_TRY(h5out_agree(f, check_room_to_grow(f, g, total_draws)));
@@ -499,6 +533,7 @@ static int writer_setup(h5out_t *f) {
 }
 
 int h5out_open(h5out_t **out, MPI_Comm comm, const char *path) {
+  h5util_set_context("--out %s", path);
   *out = NULL;
   h5out_t *f = calloc(1, sizeof *f);
   if (f) f->writeback_fd = -1;
@@ -523,6 +558,7 @@ int h5out_open(h5out_t **out, MPI_Comm comm, const char *path) {
 }
 
 int h5out_set_attr(h5out_t *f, const char *key, const char *value) {
+  output_context(f);
   int status = DS_OK;
   htri_t exists = H5Aexists(f->file, key);
   if (exists < 0) status = output_fail(f, "checking an attribute");
@@ -532,6 +568,7 @@ int h5out_set_attr(h5out_t *f, const char *key, const char *value) {
 }
 
 int h5out_read_attr(h5out_t *f, const char *key, char *value, size_t size) {
+  output_context(f);
   hid_t type = H5Tcopy(H5T_C_S1);
   H5Tset_size(type, H5T_VARIABLE);
   char *text = NULL;
@@ -555,11 +592,13 @@ static int open_group(h5out_t *f, const char *name, const h5out_axes_t *axes, in
 
 int h5out_open_group_axes(h5out_t *f, const char *name, const h5out_axes_t *axes, int64_t n_chains, int64_t dim,
                           const h5out_var_t *vars, int n_vars, int64_t keep_draws, int *group_id) {
+  output_context(f);
   return open_group(f, name, axes, n_chains, dim, vars, NULL, n_vars, keep_draws, group_id);
 }
 
 int h5out_open_group_shaped(h5out_t *f, const char *name, int64_t n_chains, int64_t dim, const h5out_var_t *vars,
                             const h5out_shape_t *shapes, int n_vars, int64_t keep_draws, int *group_id) {
+  output_context(f);
   return open_group(f, name, &h5out_default_axes, n_chains, dim, vars, shapes, n_vars, keep_draws, group_id);
 }
 
@@ -646,6 +685,7 @@ void h5out_start_writeback(h5out_t *f) {
 }
 
 int h5out_flush(h5out_t *f) {
+  output_context(f);
   if (H5Fflush(f->file, H5F_SCOPE_GLOBAL) < 0) return output_fail(f, "flushing (H5Fflush)");
   return DS_OK;
 }
@@ -659,6 +699,7 @@ int h5out_close(h5out_t *f) { return h5out_close_as(f, 0); }
 
 int h5out_close_as(h5out_t *f, int failed) {
   if (!f) return DS_OK;
+  output_context(f);
   int status = DS_OK;
   for (int i = 0; i < f->n_groups; ++i) {
     h5out_group_t *g = &f->groups[i];
@@ -733,6 +774,7 @@ int h5out_write_summary_group(h5out_t *f, const char *name, const char *dim_name
                               int64_t chain_begin, int64_t chain_count, const char *const *chain_vars,
                               const float *const *chain_data, int n_chain_vars, const char *const *global_vars,
                               const double *const *global_data, int n_global_vars) {
+  output_context(f);
   /* A rewrite (a resumed run that was extended) replaces the group. */
   htri_t exists;
   H5E_BEGIN_TRY { exists = H5Lexists(f->file, name, H5P_DEFAULT); }
@@ -760,6 +802,7 @@ int h5out_write_summary_group(h5out_t *f, const char *name, const char *dim_name
 }
 
 int h5out_remove_group(h5out_t *f, const char *name) {
+  output_context(f);
   htri_t exists;
   H5E_BEGIN_TRY { exists = H5Lexists(f->file, name, H5P_DEFAULT); }
   H5E_END_TRY;
@@ -769,6 +812,7 @@ int h5out_remove_group(h5out_t *f, const char *name) {
 
 int h5out_write_series(h5out_t *f, const char *name, const char *axis, int64_t count, const int64_t *coordinates,
                        const char *const *vars, const double *const *data, int n_vars) {
+  output_context(f);
   DS_TRY(h5out_remove_group(f, name));
   hid_t group = H5Gcreate2(f->file, name, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
   H5_CHECK(group);

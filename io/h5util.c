@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -31,14 +32,43 @@ static herr_t walk_entry(unsigned n, const H5E_error2_t *entry, void *user) {
   return 0;
 }
 
+/* HDF5's POSIX driver describes a failed write as "file write failed: time = ..., filename =
+ * ..., file descriptor = 19, errno = 27, error message = 'File too large', buf = 0x..., ...":
+ * the reason alone ("file write failed: File too large") says it to a user. */
+static void shorten_driver_message(char *message) {
+  char *details = strstr(message, ": time = ");
+  if (!details) return;
+  char reason[128] = "";
+  const char *quoted = strstr(details, "error message = '");
+  if (quoted) {
+    quoted += strlen("error message = '");
+    const char *end = strchr(quoted, '\'');
+    snprintf(reason, sizeof reason, "%.*s", end ? (int)(end - quoted) : 100, quoted);
+  }
+  if (reason[0]) snprintf(details, 2 + strlen(reason) + 1, ": %s", reason);
+  else *details = '\0';
+}
+
 int h5util_fail(int code, const char *what) {
   error_walk_t walk = {"", ""};
   H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, walk_entry, &walk);
   H5Eclear2(H5E_DEFAULT);
+  shorten_driver_message(walk.innermost);
   if (walk.innermost[0])
     return ds_fail(code, "%s (%s%s%s)", what, walk.api, walk.api[0] ? ": " : "", walk.innermost);
   return ds_fail(code, "%s", what);
 }
+
+static _Thread_local char thread_context[1024];
+
+void h5util_set_context(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(thread_context, sizeof thread_context, fmt, ap);
+  va_end(ap);
+}
+
+const char *h5util_context(void) { return thread_context[0] ? thread_context : "an HDF5 file"; }
 
 double h5util_free_bytes(const char *path, int is_folder, char *folder, size_t size) {
   snprintf(folder, size, "%s", path);

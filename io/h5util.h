@@ -20,6 +20,14 @@ void h5util_init(void);
  * says otherwise) and clears HDF5's error stack. `what` names the file and the step. */
 int h5util_fail(int code, const char *what);
 
+/* The file the calling thread reads or writes, in the user's words ("--out run.h5",
+ * "checkpoint ckpt/ckpt-5.h5.tmp"), printf-style: what a failed HDF5 call's message (h5_fail)
+ * names. Per thread (the output's writer thread writes beside a checkpoint); it stays until set
+ * again, so every entry point of io/ that makes HDF5 calls sets it first. */
+void h5util_set_context(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* The calling thread's context, "an HDF5 file" when none was set. */
+const char *h5util_context(void);
+
 /* Checks that `path` (named `option` in messages: "--data", "checkpoint") is a regular,
  * readable file of at most max_bytes (0: no limit). Local; no collective. */
 int h5util_check_input(const char *option, const char *path, int64_t max_bytes);

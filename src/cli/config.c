@@ -13,6 +13,14 @@
 #include "h5util.h"
 #include "status.h"
 
+/* --call-timeout: ten minutes by default (a call into a target takes milliseconds to seconds);
+ * at most about 31 years, so that its nanoseconds fit 64 bits. */
+#define CONFIG_CALL_TIMEOUT_DEFAULT 600.0
+#define CONFIG_CALL_TIMEOUT_MAX 1e9
+
+/* How config_set's messages name an option read back from a checkpoint. */
+#define CHECKPOINT_OPTION_WHERE "the checkpoint's option"
+
 typedef enum { OPT_STRING, OPT_INT, OPT_UINT, OPT_DOUBLE, OPT_FLAG, OPT_CHOICE } option_type_t;
 enum { FOR_HMC = 1, FOR_SVGD = 2, FOR_BOTH = 3 };
 
@@ -99,6 +107,9 @@ static const option_spec_t option_table[] = {
     {"checkpoint-dir", STR(checkpoint_dir), FOR_BOTH, "DIR", "where checkpoints go (default: OUT with .ckpt)"},
     {"keep", NUM(OPT_INT, keep), FOR_BOTH, "K", "newest checkpoints kept (default 2)"},
     {"quiet", NUM(OPT_FLAG, quiet), FOR_BOTH, NULL, "no progress output"},
+    {"call-timeout", NUM(OPT_DOUBLE, call_timeout), FOR_BOTH, "SECONDS",
+     "end the job (every rank, exit 1) when a call into a plugin or Stan model has not returned after this long "
+     "(default 600)"},
 };
 #define OPTION_COUNT ((int)(sizeof option_table / sizeof option_table[0]))
 
@@ -139,6 +150,7 @@ static void config_defaults(config_t *cfg, algorithm_t algorithm) {
   cfg->keep = 2;
   cfg->thin = 1;
   cfg->stuck = CONFIG_STUCK_RESTART;
+  cfg->call_timeout = CONFIG_CALL_TIMEOUT_DEFAULT;
 }
 
 algorithm_t config_algorithm_from_name(const char *name) {
@@ -171,6 +183,10 @@ static int config_set(config_t *cfg, const option_spec_t *spec, const char *valu
         *(int64_t *)field = 0;
         return DS_OK;
       }
+      /* 0 is how the field (and a checkpoint's text) holds auto; from a user it is a mistake. */
+      if (strcmp(spec->name, "steps") == 0 && strcmp(value, "0") == 0 &&
+          strncmp(where, CHECKPOINT_OPTION_WHERE, strlen(CHECKPOINT_OPTION_WHERE)) != 0)
+        return ds_fail(DS_ERR_INPUT, "%s: expected auto or an integer in [1, 1000000], got 0", where);
       long long parsed = strtoll(value, &end, 10);
       if (errno != 0 || end == value || *end != '\0')
         return ds_fail(DS_ERR_INPUT, "%s: expected an integer, got '%s'", where, value);
@@ -228,6 +244,9 @@ typedef struct ini_context {
   config_t *cfg;
   const char *path;
   int status;
+  /* Keys already set: outside any section, in [hmc], in [svgd] (a key given twice in one
+   * place would silently keep the last). */
+  unsigned char seen[3][OPTION_COUNT];
 } ini_context_t;
 
 static int config_ini_entry(void *user, const char *section, const char *name, const char *value) {
@@ -255,12 +274,19 @@ static int config_ini_entry(void *user, const char *section, const char *name, c
                           config_algorithm_name(ctx->cfg->algorithm == ALGO_HMC ? ALGO_SVGD : ALGO_HMC));
     return 0;
   }
+  unsigned char *seen = &ctx->seen[section[0] ? config_algorithm_from_name(section) : 0][spec - option_table];
+  if (*seen) {
+    ctx->status = ds_fail(DS_ERR_INPUT, "%s: given twice%s%s%s; give each key once", where, section[0] ? " in [" : "",
+                          section, section[0] ? "]" : "");
+    return 0;
+  }
+  *seen = 1;
   ctx->status = config_set(ctx->cfg, spec, value, where);
   return ctx->status == DS_OK;
 }
 
 static int config_read_file(config_t *cfg, const char *path) {
-  ini_context_t ctx = {cfg, path, DS_OK};
+  ini_context_t ctx = {cfg, path, DS_OK, {{0}}};
   /* A regular file of sane size: /dev/zero or a FIFO would never end. */
   DS_TRY(h5util_check_input("--config", path, CONFIG_FILE_MAX_BYTES));
   FILE *file = fopen(path, "r");
@@ -380,10 +406,15 @@ static int config_validate(config_t *cfg) {
   if (cfg->save_every < 0)
     return ds_fail(DS_ERR_INPUT, "--save-every: expected >= 0 iterations, got %lld", (long long)cfg->save_every);
   if (!cfg->out[0]) return ds_fail(DS_ERR_INPUT, "--out: expected a file name");
+  if (cfg->out[strlen(cfg->out) - 1] == '/')
+    return ds_fail(DS_ERR_INPUT, "--out %s: ends with /, which names a folder; expected a file name", cfg->out);
   if (cfg->checkpoint_every < 0)
     return ds_fail(DS_ERR_INPUT, "--checkpoint-every: expected >= 0, got %lld", (long long)cfg->checkpoint_every);
   if (cfg->keep < 1 || cfg->keep > CONFIG_KEEP_MAX)
     return ds_fail(DS_ERR_INPUT, "--keep: expected an integer in [1, %d], got %lld", CONFIG_KEEP_MAX, (long long)cfg->keep);
+  if (!(cfg->call_timeout > 0 && cfg->call_timeout <= CONFIG_CALL_TIMEOUT_MAX))
+    return ds_fail(DS_ERR_INPUT, "--call-timeout: expected a positive number of seconds (at most %g), got %g",
+                   CONFIG_CALL_TIMEOUT_MAX, cfg->call_timeout);
   if (!cfg->checkpoint_dir[0]) {
     size_t length = strlen(cfg->out);
     if (length > 3 && strcmp(cfg->out + length - 3, ".h5") == 0) length -= 3;
@@ -401,7 +432,7 @@ static int apply_command_line(config_t *cfg, int argc, char **argv, int skip, in
   const algorithm_t algorithm = cfg->algorithm;
   const int mask = algorithm == ALGO_HMC ? FOR_HMC : FOR_SVGD;
   static const char *const resume_allowed[] = {"draws", "iters", "checkpoint-every", "checkpoint-dir", "keep",
-                                               "comm", "quiet", NULL};
+                                               "comm", "quiet", "call-timeout", NULL};
   const char *command = resume ? "resume" : argv[1];
 
   struct option long_options[OPTION_COUNT + 2];
@@ -443,7 +474,8 @@ static int apply_command_line(config_t *cfg, int argc, char **argv, int skip, in
         if (!allowed)
           return ds_fail(DS_ERR_INPUT,
                          "resume: --%s would change the answer; a resumed run keeps the checkpoint's settings "
-                         "(allowed: --draws, --iters, --checkpoint-every, --checkpoint-dir, --keep, --comm, --quiet)",
+                         "(allowed: --draws, --iters, --checkpoint-every, --checkpoint-dir, --keep, --comm, --quiet, "
+                         "--call-timeout)",
                          spec->name);
       }
       if (pass == 0 && is_config) {
@@ -535,7 +567,7 @@ static int read_checkpoint_text(config_t *cfg, const char *text) {
       return ds_fail(DS_ERR_INPUT, "resume: the checkpoint's configuration names an unknown option '%s' (line %d)",
                      key, line_number);
     char where[96];
-    snprintf(where, sizeof where, "the checkpoint's option '%s'", key);
+    snprintf(where, sizeof where, CHECKPOINT_OPTION_WHERE " '%s'", key);
     DS_TRY(config_set(cfg, spec, value, where));
     line = end ? end + 1 : line + length;
   }

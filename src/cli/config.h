@@ -63,6 +63,7 @@ typedef struct config {
   int64_t checkpoint_every;  /* iterations between checkpoints; 0: only on a signal */
   char checkpoint_dir[CONFIG_PATH_MAX]; /* default: the output's name with .ckpt */
   int64_t keep;              /* checkpoints kept */
+  double call_timeout;       /* seconds a call into a plugin or Stan model may take (target_deadline.h) */
 } config_t;
 
 /* Parses `dsampler <hmc|svgd> [options]` (argv[0] is the program, argv[1] the command) and
@@ -73,7 +74,7 @@ int config_parse(config_t *cfg, int argc, char **argv, FILE *help_out);
 /* Parses `dsampler resume WHERE [options]` over a checkpoint's configuration (the text of
  * config_write_checkpoint_text) for `algorithm`. Options that only extend the run or change where and how
  * it reports are allowed (--draws, --iters, --checkpoint-every, --checkpoint-dir, --keep,
- * --comm, --quiet); any other would change the answer and is refused. */
+ * --comm, --quiet, --call-timeout); any other would change the answer and is refused. */
 int config_parse_resume(config_t *cfg, algorithm_t algorithm, const char *checkpoint_config, int argc, char **argv,
                         FILE *help_out);
 algorithm_t config_algorithm_from_name(const char *name);

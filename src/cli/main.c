@@ -1,9 +1,11 @@
 /* main.c: dsampler's entry point: parse, run, and report the one error, ending every rank. */
+#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "ckpt.h"
@@ -47,11 +49,71 @@ static int finish(comm_ctx_t *comm, int status) {
   /* After an MPI failure the ranks may not meet in MPI_Finalize, and after a failed write of the
    * output HDF5's clean-up in MPI_Finalize would crash on the file: end them all. */
   if (status == DS_ERR_MPI || h5out_unclosed()) {
-    if (comm->rank != 0) fprintf(stderr, "dsampler: error: rank %d on %s: %s\n", comm->rank, comm->host, ds_error_message());
+    /* An agreed error was said by rank 0 already; an MPI failure may not have been agreed. */
+    if (comm->rank != 0 && status == DS_ERR_MPI)
+      fprintf(stderr, "dsampler: error: rank %d on %s: %s\n", comm->rank, comm->host, ds_error_message());
     comm_abort(comm, 1);
   }
   comm_free(comm);
   return status == DS_OK ? 0 : status == DS_INTERRUPTED ? DS_INTERRUPTED : 1;
+}
+
+/* `path` made absolute from the current folder, in place (size bytes); DS_ERR_INPUT when too long. */
+static int make_absolute(char *path, size_t size, const char *what) {
+  if (path[0] == '/' || !path[0]) return DS_OK;
+  char here[4096];
+  if (!getcwd(here, sizeof here)) return ds_fail(DS_ERR_INPUT, "resume: cannot tell the current folder: %s", strerror(errno));
+  const size_t length = strlen(here) + 1 + strlen(path);
+  if (length >= size) return ds_fail(DS_ERR_INPUT, "%s %s: the path from / is too long", what, path);
+  memmove(path + strlen(here) + 1, path, strlen(path) + 1);
+  memcpy(path, here, strlen(here));
+  path[strlen(here)] = '/';
+  return DS_OK;
+}
+
+/* A relative --checkpoint-dir given to resume, made absolute in argv: it is from the folder
+ * resume is started in, not the one the run goes on in (enter_start_dir). Local. */
+static int absolute_checkpoint_dir_option(int argc, char **argv) {
+  static char absolute[4096], option[4096 + 20];
+  for (int a = 3; a < argc; ++a) {
+    const int separate = strcmp(argv[a], "--checkpoint-dir") == 0 && a + 1 < argc;
+    const int joined = strncmp(argv[a], "--checkpoint-dir=", 17) == 0;
+    if (separate) ++a;
+    const char *value = separate ? argv[a] : joined ? argv[a] + 17 : NULL;
+    if (!value || value[0] == '/' || !value[0]) continue;
+    snprintf(absolute, sizeof absolute, "%s", value);
+    DS_TRY(make_absolute(absolute, sizeof absolute, "--checkpoint-dir"));
+    if (separate) {
+      argv[a] = absolute;
+    } else {
+      snprintf(option, sizeof option, "--checkpoint-dir=%s", absolute);
+      argv[a] = option;
+    }
+  }
+  return DS_OK;
+}
+
+/* The run's relative paths (--out, --checkpoint-dir, --init, --data, the target and its files)
+ * are from the folder it started in: a resume works there, whatever folder it is started from,
+ * when that folder is there on every rank; else from the current one, and rank 0 says so.
+ * The resume's own paths (the checkpoints found, a --checkpoint-dir given to it) were made
+ * absolute before. Collective. */
+static int enter_start_dir(comm_ctx_t *comm, const ckpt_meta_t *meta) {
+  char here[4096] = "";
+  if (!meta->start_dir[0] || (getcwd(here, sizeof here) && strcmp(here, meta->start_dir) == 0)) return DS_OK;
+  struct stat st;
+  int usable = stat(meta->start_dir, &st) == 0 && S_ISDIR(st.st_mode) && access(meta->start_dir, X_OK) == 0, all = 0;
+  MPI_CHECK(MPI_Allreduce(&usable, &all, 1, MPI_INT, MPI_MIN, comm->world));
+  if (!all) {
+    if (comm->rank == 0)
+      fprintf(stderr, "dsampler: note: the run started in %s, which is not there%s; its relative paths are taken "
+                      "from %s\n", meta->start_dir, comm->size > 1 ? " on every rank" : "", here);
+    return DS_OK;
+  }
+  int status = chdir(meta->start_dir) == 0 ? DS_OK
+               : ds_fail(DS_ERR_INPUT, "resume: cannot enter %s, where the run started: %s", meta->start_dir,
+                         strerror(errno));
+  return comm_agree(comm, status);
 }
 
 /* `dsampler resume WHERE [options]`: the newest checkpoint that opens, validates and reads;
@@ -65,6 +127,9 @@ static int resume_main(comm_ctx_t *comm, int argc, char **argv) {
   static char paths[CKPT_LIST_MAX][4096];
   int count = 0;
   DS_TRY(ckpt_list(comm->world, argv[2], paths, &count));
+  /* The resume's own paths are from here: the run may go on in the folder it started in. */
+  for (int i = 0; i < count; ++i) DS_TRY(comm_agree(comm, make_absolute(paths[i], sizeof paths[i], "checkpoint")));
+  DS_TRY(comm_agree(comm, absolute_checkpoint_dir_option(argc, argv)));
   static ckpt_meta_t meta;
   char newest_reason[1500] = "";
   for (int i = 0; i < count; ++i) {
@@ -72,6 +137,7 @@ static int resume_main(comm_ctx_t *comm, int argc, char **argv) {
     int status = ckpt_read_meta(comm->world, paths[i], &meta);
     /* Not a checkpoint of this format: stop, whatever older checkpoints there are. */
     if (status != DS_OK && status != DS_ERR_CHECKPOINT) return status;
+    if (status == DS_OK) DS_TRY(enter_start_dir(comm, &meta));
     if (status == DS_OK) {
       status = config_parse_resume(&cfg, config_algorithm_from_name(meta.algorithm), meta.config, argc, argv,
                                    comm->rank == 0 ? stdout : NULL);

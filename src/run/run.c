@@ -17,10 +17,12 @@
 #include "h5util.h"
 #include "hmc.h"
 #include "run_context.h"
+#include "signals.h"
 #include "status.h"
 #include "svgd.h"
 #include "target.h"
 #include "target_args.h"
+#include "target_deadline.h"
 
 /* Local: `path` as something this run will write: an existing regular, writable file, or a
  * new name in an existing, writable directory. */
@@ -193,6 +195,11 @@ static int check_paths(run_ctx_t *run) {
     status = ds_fail(DS_ERR_INPUT, "output %s of checkpoint %s: cannot open: %s", cfg->out, run->resume_path,
                      strerror(errno));
   if (status == DS_OK) status = check_output_path("--out", cfg->out);
+  /* resume would take an output named or made like a checkpoint for one (and stop at it), and
+   * writing over a checkpoint would lose it. */
+  if (status == DS_OK && run->comm->rank == 0 && ckpt_is_checkpoint_path(cfg->out))
+    status = ds_fail(DS_ERR_INPUT, "--out %s: is a checkpoint's name or a checkpoint; writing the output there would "
+                     "destroy it or be taken for one by resume: give another name", cfg->out);
   if (status == DS_OK) status = check_checkpoint_dir(cfg->checkpoint_dir);
   /* The output is truncated when a fresh run starts: it must not be one of the run's inputs. */
   const struct { const char *option, *path; } inputs[] = {
@@ -338,7 +345,11 @@ int run_main(comm_ctx_t *comm, const config_t *cfg, const char *resume_path, con
   run.resume_meta = resume_meta;
   if (resume_meta) {
     snprintf(run.run_id, sizeof run.run_id, "%s", resume_meta->run_id);
+    snprintf(run.start_dir, sizeof run.start_dir, "%s", resume_meta->start_dir);
   } else {
+    /* Relative paths in the options are from here; a resume elsewhere comes back (main.c). */
+    if (comm->rank == 0 && !getcwd(run.start_dir, sizeof run.start_dir)) run.start_dir[0] = '\0';
+    DS_TRY(comm_bcast(comm, run.start_dir, sizeof run.start_dir, 0));
     /* Rank 0's clock and process id name the run; every rank uses its id. */
     struct timespec now;
     clock_gettime(CLOCK_REALTIME, &now);
@@ -391,6 +402,9 @@ int run_main(comm_ctx_t *comm, const config_t *cfg, const char *resume_path, con
 
   target_handle_t target;
   memset(&target, 0, sizeof target);
+  /* From here on a call into the target that never returns ends the job instead of hanging it. */
+  if (status == DS_OK)
+    status = comm_agree(comm, target_deadline_start(cfg->call_timeout, comm->rank, comm->host, signals_pending));
   if (status == DS_OK) status = comm_agree(comm, target_open(cfg->target, cfg->target_args, cfg->data, cfg->dim, cfg->seed, comm->world, &target));
   if (status == DS_OK) {
     run.target = &target.target;

@@ -145,12 +145,17 @@ static int no_start_error(run_ctx_t *run, const int64_t *reason, const float *va
       snprintf(why, sizeof why, "log p is %g", (double)value[r]);
     else
       snprintf(why, sizeof why, "the gradient's coordinate %lld is %g", (long long)(reason[r] - 1), (double)value[r]);
+    /* Where the target was given arguments, they may be what makes the density overflow. */
+    char args[sizeof run->cfg->target_args + 96] = "";
+    if (run->cfg->target_args[0])
+      snprintf(args, sizeof args, " (with --target-args %s: do they give a finite density in float32?)",
+               run->cfg->target_args);
     status = ds_fail(DS_ERR_INPUT, "--target %s: no start with a finite log density and gradient for %lld %s%s "
-                     "(%s%s) after %s; at %s %lld's last start %s", run->cfg->target, (long long)failed_total, item,
+                     "(%s%s) after %s; at %s %lld's last start %s%s", run->cfg->target, (long long)failed_total, item,
                      failed_total == 1 ? "" : "s", list, failed_total > INIT_NAMED ? ", ..." : "",
                      fixed[r] ? "its start does not change with the seed (given by the target's arguments)"
                               : "100 draws each",
-                     item, (long long)all[0], why);
+                     item, (long long)all[0], why, args);
   }
   return comm_agree(run->comm, status);
 }
@@ -345,6 +350,7 @@ int run_checkpoint_meta(run_ctx_t *run, int64_t iteration, int64_t draws_written
   snprintf(meta->target, sizeof meta->target, "%s", run->cfg->target);
   snprintf(meta->run_id, sizeof meta->run_id, "%s", run->run_id);
   snprintf(meta->inputs, sizeof meta->inputs, "%s", run->inputs);
+  snprintf(meta->start_dir, sizeof meta->start_dir, "%s", run->start_dir);
   return config_write_checkpoint_text(run->cfg, meta->config, sizeof meta->config);
 }
 

@@ -25,6 +25,7 @@ typedef struct run_ctx {
   char inputs[CKPT_INPUTS_MAX]; /* fingerprints of the files the run reads: "what\tsize\thash\tpath"
                                  * lines (rank 0's, the same on every rank); checkpoints and the
                                  * output keep them, and a resume must find the same */
+  char start_dir[4096];         /* rank 0's working folder at the run's start (checkpoints keep it) */
   char stan_model[64];          /* a Stan target's cache entry, model-<hash> ("" otherwise): the
                                  * output records it, and a resume must find the same */
 } run_ctx_t;

@@ -295,6 +295,7 @@ static int choose_superchains(hid_t file, const summary_options_t *options, summ
 }
 
 static int open_file(comm_ctx_t *comm, const char *path, hid_t *file) {
+  h5util_set_context("summary %s", path);
   return h5util_open_read(comm->world, "summary", path, file);
 }
 

@@ -13,17 +13,41 @@
 #include "stan_build.h"
 #include "status.h"
 #include "target_args.h"
+#include "target_deadline.h"
 #include "targets_builtin.h"
 
 /* Versions this dsampler loads: 1 (no names, no starts) and 2; both share the version 1 fields. */
 #define TARGET_ABI_OLDEST 1
+
+void target_escape_message(const char *message, char *out, size_t size) {
+  static const char ellipsis[] = " [...]";
+  if (size == 0) return;
+  size_t used = 0;
+  const unsigned char *c = (const unsigned char *)message;
+  for (; *c && size > sizeof ellipsis + 5; ++c) {
+    char piece[5];
+    if (*c == '\n') snprintf(piece, sizeof piece, "\\n");
+    else if (*c == '\r') snprintf(piece, sizeof piece, "\\r");
+    else if (*c == '\t') snprintf(piece, sizeof piece, "\\t");
+    else if (*c < 0x20 || *c == 0x7f) snprintf(piece, sizeof piece, "\\x%02x", *c);
+    else piece[0] = (char)*c, piece[1] = '\0';
+    const size_t length = strlen(piece);
+    if (used + length + sizeof ellipsis > size) break;
+    memcpy(out + used, piece, length);
+    used += length;
+  }
+  out[used] = '\0';
+  if (*c && size > sizeof ellipsis + 5) memcpy(out + used, ellipsis, sizeof ellipsis);
+}
 
 /* Where a version 2 target's report_error lands: the run's error, naming the target. The first
  * recorded error wins (status.c), so the target's own words come before dsampler's "failed
  * (returned n)". Called from any thread. */
 static void target_report_error(void *context, const char *message) {
   const target_handle_t *handle = context;
-  ds_fail(DS_ERR_TARGET, "--target %s: %s", handle->spec, message && message[0] ? message : "failed (no message)");
+  char text[TARGET_MESSAGE_MAX];
+  target_escape_message(message && message[0] ? message : "failed (no message)", text, sizeof text);
+  ds_fail(DS_ERR_TARGET, "--target %s: %s", handle->spec, text);
 }
 
 /* A name an output variable can have: a dataset name beside the coordinates chain and draw,
@@ -61,6 +85,12 @@ static int check_outputs(const char *spec, const dsampler_target *t) {
       if (var->shape[axis] < 0 || __builtin_mul_overflow(size, var->shape[axis], &size))
         return ds_fail(DS_ERR_INPUT, "--target %s: output variable %s has a bad shape (axis %d: %lld)", spec,
                        var->name, axis, (long long)var->shape[axis]);
+      /* An empty variable has no values to write: its chunks would be empty, which HDF5 refuses
+       * (and the chunk sizes would divide by zero). */
+      if (var->shape[axis] == 0)
+        return ds_fail(DS_ERR_INPUT, "--target %s: output variable %s has an axis of length 0 (axis %d); every "
+                       "output variable must hold at least one value (leave empty ones out of vars)", spec, var->name,
+                       axis);
     }
     if (__builtin_add_overflow(total, size, &total) || total > ((int64_t)1 << 40))
       return ds_fail(DS_ERR_INPUT, "--target %s: the output variables are too large", spec);
@@ -96,6 +126,79 @@ static int load_library(const char *spec, const char *path, target_handle_t *out
                  tls ? " (compile the model with DSAMPLER_STAN_CXXFLAGS=-ftls-model=global-dynamic)" : "");
 }
 
+/* The calls a deadline watches, named for its message: "plugin libfoo.so: logp_grad" or
+ * "Stan model eight.stan: logp_grad_f64". */
+static void name_calls(const char *spec, target_handle_t *handle) {
+  static const char *const entries[TARGET_CALL_COUNT] = {
+      [TARGET_CALL_CREATE] = "create", [TARGET_CALL_LOGP_GRAD] = "logp_grad",
+      [TARGET_CALL_LOGP_GRAD_CUDA] = "logp_grad_cuda", [TARGET_CALL_LOGP_GRAD_F64] = "logp_grad_f64",
+      [TARGET_CALL_CONSTRAIN] = "constrain", [TARGET_CALL_INITIAL_POINT] = "initial_point",
+      [TARGET_CALL_DESTROY] = "destroy"};
+  const char *path = strchr(spec, ':') ? strchr(spec, ':') + 1 : spec;
+  const char *file = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+  const char *kind = target_is_stan(spec) ? "Stan model" : "plugin";
+  for (int c = 0; c < TARGET_CALL_COUNT; ++c)
+    snprintf(handle->calls[c], sizeof handle->calls[c], "%s %.240s: %s", kind, file, entries[c]);
+}
+
+/* The plugin's entries, each between target_deadline_begin and _end; self is the handle. */
+static int watched_logp_grad(void *self, const float *x, int64_t n, float *logp, float *grad) {
+  const target_handle_t *handle = self;
+  const int token = target_deadline_begin(handle->calls[TARGET_CALL_LOGP_GRAD]);
+  const int rc = handle->plugin.logp_grad(handle->plugin.self, x, n, logp, grad);
+  target_deadline_end(token);
+  return rc;
+}
+
+static int watched_logp_grad_cuda(void *self, const float *x, int64_t n, float *logp, float *grad, void *stream) {
+  const target_handle_t *handle = self;
+  const int token = target_deadline_begin(handle->calls[TARGET_CALL_LOGP_GRAD_CUDA]);
+  const int rc = handle->plugin.logp_grad_cuda(handle->plugin.self, x, n, logp, grad, stream);
+  target_deadline_end(token);
+  return rc;
+}
+
+static int watched_logp_grad_f64(void *self, const double *x, int64_t n, double *logp, double *grad) {
+  const target_handle_t *handle = self;
+  const int token = target_deadline_begin(handle->calls[TARGET_CALL_LOGP_GRAD_F64]);
+  const int rc = handle->plugin.logp_grad_f64(handle->plugin.self, x, n, logp, grad);
+  target_deadline_end(token);
+  return rc;
+}
+
+static int watched_constrain(void *self, const double *x, int64_t n, const uint64_t *keys, double *out) {
+  const target_handle_t *handle = self;
+  const int token = target_deadline_begin(handle->calls[TARGET_CALL_CONSTRAIN]);
+  const int rc = handle->plugin.constrain(handle->plugin.self, x, n, keys, out);
+  target_deadline_end(token);
+  return rc;
+}
+
+static int watched_initial_point(void *self, uint64_t seed, int64_t item, double *x) {
+  const target_handle_t *handle = self;
+  const int token = target_deadline_begin(handle->calls[TARGET_CALL_INITIAL_POINT]);
+  const int rc = handle->plugin.initial_point(handle->plugin.self, seed, item, x);
+  target_deadline_end(token);
+  return rc;
+}
+
+/* target becomes the plugin's entries behind deadlines; what was absent stays absent (the
+ * run tells what a target offers by which entries are NULL). */
+static void watch_plugin(target_handle_t *handle) {
+  handle->plugin = handle->target;
+  dsampler_target *t = &handle->target;
+  t->self = handle;
+  t->logp_grad = watched_logp_grad;
+  if (t->logp_grad_cuda) t->logp_grad_cuda = watched_logp_grad_cuda;
+  if (t->abi_version >= 2) {
+    if (t->logp_grad_f64) t->logp_grad_f64 = watched_logp_grad_f64;
+    if (t->constrain) t->constrain = watched_constrain;
+    if (t->initial_point) t->initial_point = watched_initial_point;
+  }
+  t->destroy = NULL; /* target_close destroys the plugin's own */
+  handle->watched = 1;
+}
+
 /* Makes the target of a loaded plugin: by its version 2 entry when it has one, else by the
  * version 1 entry with args_v1 (dim= and data= in front). */
 static int create_from_plugin(const char *spec, const char *args, const char *args_v1, const char *data_path,
@@ -105,7 +208,9 @@ static int create_from_plugin(const char *spec, const char *args, const char *ar
   if (create_v2) {
     const dsampler_target_host host = {DSAMPLER_TARGET_ABI_VERSION, args, data_path, dim, seed, comm,
                                        target_report_error, out};
+    const int token = target_deadline_begin(out->calls[TARGET_CALL_CREATE]);
     int rc = create_v2(&host, &out->target);
+    target_deadline_end(token);
     if (rc != 0) {
       memset(&out->target, 0, sizeof out->target);
       return ds_fail(DS_ERR_INPUT, "--target %s: dsampler_target_create_v2 failed (returned %d)", spec, rc);
@@ -127,7 +232,9 @@ static int create_from_plugin(const char *spec, const char *args, const char *ar
   if (strchr(data_path, ','))
     return ds_fail(DS_ERR_INPUT, "--data %s: this plugin (target ABI version 1) takes the file name among its "
                    "comma-separated arguments, so it may not contain a comma", data_path);
+  const int token = target_deadline_begin(out->calls[TARGET_CALL_CREATE]);
   int rc = create(args_v1, comm, &out->target);
+  target_deadline_end(token);
   if (rc != 0) {
     /* A plugin that fails cleans up after itself: nothing it returned is trusted. */
     memset(&out->target, 0, sizeof out->target);
@@ -169,6 +276,7 @@ int target_open(const char *spec, const char *args, const char *data_path, int64
       snprintf(library, sizeof library, "%s", spec + 7);
       status = DS_OK;
     }
+    name_calls(spec, out);
     if (status == DS_OK) status = load_library(spec, library, out);
     if (status == DS_OK) status = create_from_plugin(spec, args, full_args, data_path, dim, seed, comm, out);
     if (status == DS_OK && (out->target.abi_version < TARGET_ABI_OLDEST ||
@@ -189,12 +297,19 @@ int target_open(const char *spec, const char *args, const char *data_path, int64
   if (status == DS_OK) status = check_reported(spec, &out->target, dim);
   if (status == DS_OK && !out->target.name) out->target.name = spec;
   if (status == DS_OK && !out->target.var_name) out->target.var_name = "x";
+  if (status == DS_OK && out->library) watch_plugin(out);
   if (status != DS_OK) target_close(out);
   return status;
 }
 
 void target_close(target_handle_t *handle) {
-  if (handle->target.destroy) handle->target.destroy(handle->target.self);
+  dsampler_target *own = handle->watched ? &handle->plugin : &handle->target;
+  if (own->destroy) {
+    const int token = handle->library ? target_deadline_begin(handle->calls[TARGET_CALL_DESTROY]) : -1;
+    own->destroy(own->self);
+    target_deadline_end(token);
+  }
+  own->destroy = NULL;
   handle->target.destroy = NULL;
   if (handle->library) dlclose(handle->library);
   handle->library = NULL;

@@ -12,10 +12,22 @@
 /* Output variables a version 2 target may report (each is a dataset of the output). */
 #define TARGET_MAX_OUTPUT_VARS 240
 
+/* The entries of a plugin or Stan model that run under --call-timeout (target_deadline.h). */
+typedef enum {
+  TARGET_CALL_CREATE, TARGET_CALL_LOGP_GRAD, TARGET_CALL_LOGP_GRAD_CUDA, TARGET_CALL_LOGP_GRAD_F64,
+  TARGET_CALL_CONSTRAIN, TARGET_CALL_INITIAL_POINT, TARGET_CALL_DESTROY, TARGET_CALL_COUNT
+} target_call_t;
+
 typedef struct target_handle {
+  /* What the run calls. For a plugin or Stan model, its entries behind deadlines (self is this
+   * handle); for a built-in, the built-in itself. */
   dsampler_target target;
+  dsampler_target plugin; /* a plugin's own entries, as its create filled them */
+  int watched;            /* target holds the deadline wrappers of plugin */
   void *library;  /* dlopen handle of a plugin, NULL for a built-in */
   char spec[512]; /* --target, for the messages a version 2 target reports */
+  /* What each watched call is, as a deadline's message names it: "plugin libfoo.so: logp_grad". */
+  char calls[TARGET_CALL_COUNT][320];
   /* A Stan model's compiled library in the cache, model-<hash>/<name>.so ("" otherwise): which
    * model a run was made with. */
   char stan_library[CONFIG_PATH_MAX];
@@ -26,10 +38,17 @@ typedef struct target_handle {
  * (0 when not given), likewise (dim=<d>); seed is --seed. A "stan:" spec is compiled first (on
  * rank 0, or found in the cache). On success the target's dim is known and positive, and what
  * a version 2 target reports (its variables, their sizes) has been checked. The handle must
- * stay where it is until target_close: a version 2 target reports its errors through it. */
+ * stay where it is until target_close: a version 2 target reports its errors through it, and a
+ * plugin's calls go through it (each one watched by target_deadline.h). */
 int target_open(const char *spec, const char *args, const char *data_path, int64_t dim, uint64_t seed,
                 MPI_Comm comm, target_handle_t *out);
 void target_close(target_handle_t *handle);
+
+/* A target's message as one line of at most size - 1 bytes: newline, carriage return and tab
+ * written as \n, \r and \t, other control bytes as \xNN (a terminal is not told to do
+ * anything), and " [...]" where it was cut. */
+#define TARGET_MESSAGE_MAX 1536
+void target_escape_message(const char *message, char *out, size_t size);
 
 /* 1 when --target names a Stan model ("stan:..."). */
 int target_is_stan(const char *spec);

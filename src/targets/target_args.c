@@ -42,6 +42,9 @@ int target_args_check_duplicates(const char *args) {
     size_t length = end ? (size_t)(end - p) : strlen(p);
     const char *equals = memchr(p, '=', length);
     size_t key_length = equals ? (size_t)(equals - p) : length;
+    if (key_length == 0)
+      return ds_fail(DS_ERR_INPUT, "--target-args %s: an empty item or a value without its key (expected "
+                     "key=value,key=value)", args);
     for (const char *q = end ? end + 1 : NULL; q && *q;) {
       const char *q_end = strchr(q, ',');
       size_t q_length = q_end ? (size_t)(q_end - q) : strlen(q);

@@ -8,6 +8,7 @@
 #include "targets_builtin.h"
 
 #include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdlib.h>
@@ -127,12 +128,32 @@ static int get_list(const char *target, const char *args, const char *key, doubl
   return status;
 }
 
-/* The range of parameter `param` of `row`, checked on the value as parsed. */
+/* 1 when the models' float32 arithmetic holds a scale-like x: x, x^2 and 1 / x^2 finite and
+ * positive in float (about 5.4e-20 to 1.8e19), as the densities divide by the square. */
+static int float_scale_ok(double value) {
+  volatile float x = (float)value;
+  volatile float square = x * x;
+  volatile float inverse = 1.0f / square;
+  return isfinite(x) && x > 0 && isfinite(square) && square > 0 && isfinite(inverse) && inverse > 0;
+}
+
+/* The range of parameter `param` of `row`, checked on the value as parsed and as the models'
+ * float32 arithmetic takes it: a value that passes gives a finite log density near the mode. */
 static int check_range(const builtin_row_t *row, const builtin_param_t *param, double value) {
   if (param->range == PARAM_POSITIVE && !(value > 0))
     return ds_fail(DS_ERR_INPUT, "--target-args: %s's %s must be > 0, got %g", row->name, param->key, value);
+  if (param->range == PARAM_POSITIVE && !float_scale_ok(value))
+    return ds_fail(DS_ERR_INPUT, "--target-args: %s's %s=%g is out of float32's reach: the model divides by its "
+                   "square, which must be a float32 number (give a value between 5.5e-20 and 1.8e19, or rescale the "
+                   "problem)", row->name, param->key, value);
+  if (!isfinite((float)value))
+    return ds_fail(DS_ERR_INPUT, "--target-args: %s's %s=%g is larger than float32 holds (about 3.4e38)", row->name,
+                   param->key, value);
   if (param->range == PARAM_CORRELATION && !(value > -1 && value < 1))
     return ds_fail(DS_ERR_INPUT, "--target-args: %s's %s must be in (-1, 1), got %g", row->name, param->key, value);
+  if (param->range == PARAM_CORRELATION && !((float)value > -1.0f && (float)value < 1.0f))
+    return ds_fail(DS_ERR_INPUT, "--target-args: %s's %s=%.17g is -1 or 1 in float32, where the correlation matrix "
+                   "is singular; give a value further inside (-1, 1)", row->name, param->key, value);
   return DS_OK;
 }
 
@@ -288,6 +309,7 @@ static int gaussian_create(const builtin_row_t *row, const char *args, MPI_Comm 
   int uniform = 1;
   for (int64_t k = 0; k < dim && status == DS_OK; ++k) {
     status = check_range(row, scale_param, scale[k]);
+    if (status == DS_OK) status = check_range(row, mean_param, mean[k]);
     if (mean[k] != mean[0] || scale[k] != scale[0]) uniform = 0;
   }
   if (status == DS_OK) {
@@ -316,11 +338,16 @@ static int gaussian_create(const builtin_row_t *row, const char *args, MPI_Comm 
 /* Q = Sigma^-1 through the Cholesky factor, in double; DS_ERR_INPUT when Sigma is not
  * symmetric positive definite. */
 static int precision_from_covariance(const char *path, const double *cov, int64_t dim, float *precision) {
-  if (dim < 1 || dim > 1000000) return ds_fail(DS_ERR_INPUT, "corr-gaussian cov %s: dimension %lld", path, (long long)dim);
+  if (dim < 1 || dim > 1000000)
+    return ds_fail(DS_ERR_INPUT, "--target-args cov=%s: dimension %lld", path, (long long)dim);
+  for (int64_t e = 0; e < dim * dim; ++e)
+    if (!isfinite(cov[e]))
+      return ds_fail(DS_ERR_INPUT, "--target-args cov=%s: cov[%lld, %lld] is %g, not a finite number", path,
+                     (long long)(e / dim), (long long)(e % dim), cov[e]);
   for (int64_t i = 0; i < dim; ++i)
     for (int64_t j = 0; j < i; ++j)
       if (fabs(cov[i * dim + j] - cov[j * dim + i]) > 1e-10 * (fabs(cov[i * dim + i]) + fabs(cov[j * dim + j])))
-        return ds_fail(DS_ERR_INPUT, "corr-gaussian cov %s: cov is not symmetric (cov[%lld, %lld] = %g, cov[%lld, %lld] = %g)",
+        return ds_fail(DS_ERR_INPUT, "--target-args cov=%s: cov is not symmetric (cov[%lld, %lld] = %g, cov[%lld, %lld] = %g)",
                        path, (long long)i, (long long)j, cov[i * dim + j], (long long)j, (long long)i,
                        cov[j * dim + i]);
   double *lower = calloc((size_t)(dim * dim), sizeof *lower), *inverse = calloc((size_t)(dim * dim), sizeof *inverse);
@@ -334,8 +361,16 @@ static int precision_from_covariance(const char *path, const double *cov, int64_
     double diagonal = cov[j * dim + j];
     for (int64_t k = 0; k < j; ++k) diagonal -= lower[j * dim + k] * lower[j * dim + k];
     if (!(diagonal > 0)) {
-      status = ds_fail(DS_ERR_INPUT, "corr-gaussian cov %s: cov is not positive definite (pivot %lld is %g)", path,
+      status = ds_fail(DS_ERR_INPUT, "--target-args cov=%s: cov is not positive definite (pivot %lld is %g)", path,
                        (long long)j, diagonal);
+      break;
+    }
+    /* Positive only by rounding: the covariance is singular as double precision sees it, and
+     * its inverse is noise. */
+    if (diagonal <= 1e-13 * cov[j * dim + j]) {
+      status = ds_fail(DS_ERR_INPUT, "--target-args cov=%s: cov is singular (not positive definite: pivot %lld is %g, "
+                       "%.1e of its diagonal; a row is a combination of others)", path, (long long)j, diagonal,
+                       diagonal / cov[j * dim + j]);
       break;
     }
     lower[j * dim + j] = sqrt(diagonal);
@@ -363,8 +398,13 @@ static int precision_from_covariance(const char *path, const double *cov, int64_
     }
     free(column);
     for (int64_t i = 0; i < dim && status == DS_OK; ++i)
-      for (int64_t j = 0; j < dim; ++j)
+      for (int64_t j = 0; j < dim && status == DS_OK; ++j) {
         precision[i * dim + j] = (float)(0.5 * (inverse[i * dim + j] + inverse[j * dim + i]));
+        if (!(fabsf(precision[i * dim + j]) < FLT_MAX / 8))
+          status = ds_fail(DS_ERR_INPUT, "--target-args cov=%s: the inverse of cov has an entry of %g at [%lld, %lld], "
+                           "beyond float32 (the gradient would overflow): cov is nearly singular or badly scaled",
+                           path, 0.5 * (inverse[i * dim + j] + inverse[j * dim + i]), (long long)i, (long long)j);
+      }
   }
   free(lower);
   free(inverse);
@@ -377,6 +417,12 @@ static int corr_gaussian_create(const builtin_row_t *row, const char *args, MPI_
   if (!target_args_get(args, row->file_key, path, sizeof path)) {
     DS_TRY(builtin_read_params(row, args, p));
     p->inv_scale2 = 1.0f / (p->scale * p->scale);
+    /* The precision's entries, about 1 / (scale^2 (1 - rho^2)), go into float gradients. */
+    const double rho = p->rho, scale = p->scale, c = 1.0 / (scale * scale * (1.0 - rho * rho));
+    if (!(8.0 * c < FLT_MAX))
+      return ds_fail(DS_ERR_INPUT, "--target-args: corr-gaussian's rho=%.9g with scale=%g make a precision of %g, "
+                     "beyond float32 (the gradient would overflow); give a rho further from -1 and 1 or a larger scale",
+                     rho, scale, c);
     return DS_OK;
   }
   char other[8];
@@ -385,10 +431,10 @@ static int corr_gaussian_create(const builtin_row_t *row, const char *args, MPI_
   if (comm == MPI_COMM_NULL) return ds_fail(DS_ERR_INTERNAL, "corr-gaussian: reading cov needs a communicator");
   int64_t rows = 0, cols = 0;
   double *cov = NULL;
-  DS_TRY(h5data_read_matrix(comm, path, "corr-gaussian cov", "cov", &rows, &cols, &cov));
+  DS_TRY(h5data_read_matrix(comm, path, "--target-args cov", "cov", &rows, &cols, &cov));
   if (rows != cols) {
     free(cov);
-    return ds_fail(DS_ERR_INPUT, "corr-gaussian cov %s: dataset 'cov' has shape [%lld, %lld], expected a square [D, D]",
+    return ds_fail(DS_ERR_INPUT, "--target-args cov=%s: dataset 'cov' has shape [%lld, %lld], expected a square [D, D]",
                    path, (long long)rows, (long long)cols);
   }
   float *precision = malloc((size_t)(rows * rows) * sizeof *precision);

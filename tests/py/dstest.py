@@ -183,7 +183,9 @@ def run_every_rank(np_ranks, *args, timeout=60, env=None, preexec_fn=None):
     codes = []
     for r in range(np_ranks):
         p = os.path.join(rc_dir, f"rc.{r}")
-        codes.append(int(open(p).read()) if os.path.exists(p) else None)
+        # A rank ended by MPI_Abort while its wrapper wrote the file leaves it empty: no code.
+        text = open(p).read().strip() if os.path.exists(p) else ""
+        codes.append(int(text) if text else None)
     # With the abort at the first non-zero exit off, mpirun's own code is 0 whatever the
     # ranks did; what a plain mpirun would return is the first non-zero rank's code.
     overall = proc.returncode or next((c for c in codes if c), 0)

@@ -502,6 +502,14 @@ def part_errors():
                                  "--target-args", "radius=3", "--out", t.path("e.h5")], "takes init=FILE.json")
     refused("GPU backend", ["hmc", "--target", model, "--backend", "cuda", "--out", t.path("e.h5")],
             "Stan models run on the CPU backend only")
+    # A model that never returns from its log density (a loop that does not end) on every rank:
+    # --call-timeout ends the job, in one line naming the call.
+    stall = t.path("stall.stan")
+    with open(stall, "w") as f:
+        f.write("parameters { real a; }\nmodel {\n  real s = 0;\n  while (1) { s += 1; if (s < 0) break; }\n"
+                "  a ~ normal(s, 1);\n}\n")
+    refused("a model that never returns", ["hmc", "--target", f"stan:{stall}", "--call-timeout", 3, "--out",
+                                           t.path("e.h5")], "Stan model stall.stan: initial_point has not returned")
 
 
 def main():
