@@ -1,5 +1,6 @@
 /* cuda_check.h: the checkers for the CUDA runtime, cuRAND and cuBLAS. Each records the
- * failing call's text, file and line with ds_fail_at(DS_ERR_GPU, ...) and returns the status,
+ * failing call's text (file and line where DSAMPLER_ERROR_LOCATIONS asks) with
+ * ds_fail_at(DS_ERR_GPU, ...) and returns the status,
  * so library code can `return` it; only main() and tests decide to end the job. Plain C. */
 #ifndef DSAMPLER_CUDA_CHECK_H
 #define DSAMPLER_CUDA_CHECK_H

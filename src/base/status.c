@@ -6,6 +6,7 @@
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 enum { MESSAGE_FREE = 0, MESSAGE_WRITING = 1, MESSAGE_RECORDED = 2 };
@@ -53,7 +54,11 @@ int ds_fail(int code, const char *fmt, ...) {
 
 int ds_fail_at(int code, const char *file, int line, const char *call, const char *fmt, ...) {
   char prefix[512];
-  snprintf(prefix, sizeof prefix, "%s:%d: %s: ", file, line, call);
+  const char *locations = getenv("DSAMPLER_ERROR_LOCATIONS");
+  if (locations && locations[0] && strcmp(locations, "0") != 0)
+    snprintf(prefix, sizeof prefix, "%s:%d: %s: ", file, line, call);
+  else
+    snprintf(prefix, sizeof prefix, "%s failed: ", call);
   va_list ap;
   va_start(ap, fmt);
   record(code, prefix, fmt, ap);

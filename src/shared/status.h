@@ -24,7 +24,8 @@ enum {
 /* Records "message" (printf-style) as the current error and returns code. The first error
  * recorded wins until ds_error_clear(), so the root cause is the one reported. */
 int ds_fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* As ds_fail, prefixed with the source location and the failing call's text. */
+/* As ds_fail, prefixed with the failing call's text ("CALL failed: "); with the source location
+ * too where the environment sets DSAMPLER_ERROR_LOCATIONS (for whoever debugs dsampler). */
 int ds_fail_at(int code, const char *file, int line, const char *call, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
 const char *ds_error_message(void);
