@@ -411,7 +411,7 @@ def early_checks():
     start = time.time()
     refused("ckpt_dir_is_file", ["svgd", "--dim", 2, "--particles", 20, "--iters", 100000, "--backend", "cpu",
                                  "--quiet", "--out", t.path("rb_svgd.h5"), "--checkpoint-dir", blocker],
-            "--checkpoint-dir", protect=[blocker])
+            f"--checkpoint-dir {blocker}: exists and is not a directory", protect=[blocker])
     t.check(time.time() - start < 30, "ckpt_dir_is_file: refused before the iterations")
     refused("out_dir_missing", [*SMALL, "--out", t.path("no_such_dir/run.h5")], "does not exist")
 
