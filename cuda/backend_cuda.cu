@@ -37,9 +37,41 @@ struct cuda_impl {
   int kept;                     /* dist holds them for kept_x, kept_n, kept_dim, the kept rows */
   const float *kept_x;
   int64_t kept_n, kept_dim, kept_begin, kept_end;
+  /* covariance_add's updates not yet in m2 (cov_m2, cov_rows x triangle floats): their centred
+   * states in cov_centred ([capacity][rows][dim], grow-only) and their weights. */
+  int cov_defer_off;            /* backend_cuda_covariance_defer(b, 0): every update at once */
+  float *cov_m2;
+  int64_t cov_rows, cov_dim;
+  int cov_pending, cov_capacity;
+  float cov_weight[COV_DEFER_MAX];
+  void *cov_centred;
+  size_t cov_centred_bytes, cov_refused_bytes; /* a size cudaMalloc refused: not asked again */
 };
 
 cuda_impl *impl_of(backend_t *b) { return static_cast<cuda_impl *>(b->impl); }
+
+/* The pending covariance updates into m2, in order. */
+int covariance_flush(cuda_impl *impl) {
+  if (impl->cov_pending == 0) return DS_OK;
+  const int updates = impl->cov_pending;
+  impl->cov_pending = 0;
+  return launch_covariance_fold(static_cast<const float *>(impl->cov_centred), updates, impl->cov_weight, impl->cov_m2,
+                                impl->cov_rows, impl->cov_dim, impl->stream);
+}
+
+/* Whether [ptr, ptr + bytes) meets the m2 with pending updates. */
+bool covariance_touches(const cuda_impl *impl, const void *ptr, size_t bytes) {
+  if (impl->cov_pending == 0 || !ptr) return false;
+  const char *begin = static_cast<const char *>(ptr), *m2 = reinterpret_cast<const char *>(impl->cov_m2);
+  const size_t m2_bytes = (size_t)(impl->cov_rows * (impl->cov_dim * (impl->cov_dim + 1) / 2)) * sizeof(float);
+  return begin < m2 + m2_bytes && m2 < begin + bytes;
+}
+
+/* Before a read or write of device memory through the backend: the pending updates, where
+ * they land in it. */
+int covariance_settle(cuda_impl *impl, const void *ptr, size_t bytes) {
+  return covariance_touches(impl, ptr, bytes) ? covariance_flush(impl) : DS_OK;
+}
 
 /* The built-in gaussian with one mean and scale for every coordinate: the form the fused
  * kernels take. Other built-ins (and per-coordinate gaussians) go through logp_grad_cuda. */
@@ -88,12 +120,14 @@ int cuda_alloc(backend_t *b, void **ptr, size_t bytes) {
 }
 
 void cuda_release(backend_t *b, void *ptr) {
-  (void)b;
+  cuda_impl *impl = impl_of(b);
+  if (ptr && ptr == impl->cov_m2) impl->cov_pending = 0, impl->cov_m2 = NULL;
   if (ptr) CUDA_CHECK_NORETURN(cudaFree(ptr));
 }
 
 int cuda_upload(backend_t *b, void *dst, const void *host_src, size_t bytes) {
   if (bytes == 0) return DS_OK;
+  DS_TRY(covariance_settle(impl_of(b), dst, bytes));
   cudaStream_t stream = impl_of(b)->stream;
   CUDA_CHECK(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, stream));
   CUDA_CHECK(cudaStreamSynchronize(stream));
@@ -102,6 +136,7 @@ int cuda_upload(backend_t *b, void *dst, const void *host_src, size_t bytes) {
 
 int cuda_download(backend_t *b, void *host_dst, const void *src, size_t bytes) {
   if (bytes == 0) return DS_OK;
+  DS_TRY(covariance_settle(impl_of(b), src, bytes));
   cudaStream_t stream = impl_of(b)->stream;
   CUDA_CHECK(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, stream));
   CUDA_CHECK(cudaStreamSynchronize(stream));
@@ -291,9 +326,46 @@ int cuda_hmc_record_draw(backend_t *b, const hmc_batch_t *batch, hmc_draw_block_
   return hmc_launch_record_draw(batch, block, slot, impl_of(b)->stream);
 }
 
+/* backend.h's covariance_add, deferred: each update keeps the chains' centred states (one
+ * [rows, dim] write) and every covariance_defer_capacity(dim) updates are folded into m2 at
+ * once, the same bits as one update at a time; a read or write of m2 through the backend (or
+ * an update of another m2) folds what is pending first. Where the states do not fit in device
+ * memory, or at a dim without deferral, each update goes to m2 at once. */
 int cuda_covariance_add(backend_t *b, const float *q, const float *mean, float *m2, int64_t rows, int64_t dim,
                         double n) {
-  return launch_covariance_add(q, mean, m2, rows, dim, n, impl_of(b)->stream);
+  cuda_impl *impl = impl_of(b);
+  if (rows == 0 || n <= 1.0) return DS_OK;
+  if (impl->cov_pending && (impl->cov_m2 != m2 || impl->cov_rows != rows || impl->cov_dim != dim))
+    DS_TRY(covariance_flush(impl));
+  const int capacity = impl->cov_defer_off ? 1 : covariance_defer_capacity(dim);
+  const size_t state_bytes = (size_t)(rows * dim) * sizeof(float);
+  if (capacity > 1 && impl->cov_centred_bytes < (size_t)capacity * state_bytes &&
+      impl->cov_refused_bytes != (size_t)capacity * state_bytes) {
+    /* Grow-only; without the room, no deferral (the result is the same). */
+    DS_TRY(covariance_flush(impl));
+    if (impl->cov_centred) CUDA_CHECK(cudaFree(impl->cov_centred));
+    impl->cov_centred = NULL;
+    impl->cov_centred_bytes = 0;
+    if (cudaMalloc(&impl->cov_centred, (size_t)capacity * state_bytes) == cudaSuccess)
+      impl->cov_centred_bytes = (size_t)capacity * state_bytes;
+    else {
+      (void)cudaGetLastError();
+      impl->cov_centred = NULL;
+      impl->cov_refused_bytes = (size_t)capacity * state_bytes;
+    }
+  }
+  if (capacity <= 1 || impl->cov_centred_bytes < (size_t)capacity * state_bytes) {
+    DS_TRY(covariance_flush(impl));
+    return launch_covariance_add(q, mean, m2, rows, dim, n, impl->stream);
+  }
+  impl->cov_m2 = m2;
+  impl->cov_rows = rows;
+  impl->cov_dim = dim;
+  impl->cov_capacity = capacity;
+  float *slot = static_cast<float *>(impl->cov_centred) + (size_t)impl->cov_pending * (size_t)(rows * dim);
+  DS_TRY(launch_covariance_centre(q, mean, slot, rows, dim, impl->stream));
+  impl->cov_weight[impl->cov_pending++] = (float)(n / (n - 1.0));
+  return impl->cov_pending == capacity ? covariance_flush(impl) : DS_OK;
 }
 
 int cuda_running_moments_add(backend_t *b, const float *x, float *mean, float *m2, int64_t rows, double n) {
@@ -301,12 +373,14 @@ int cuda_running_moments_add(backend_t *b, const float *x, float *mean, float *m
 }
 
 int cuda_fill(backend_t *b, float *dst, float value, int64_t count) {
+  DS_TRY(covariance_settle(impl_of(b), dst, (size_t)(count > 0 ? count : 0) * sizeof(float)));
   return launch_fill(dst, value, count, impl_of(b)->stream);
 }
 
 int cuda_column_sums(backend_t *b, const float *values, int64_t rows, int64_t cols, const double *center,
                      exact_sum_t *sums) {
   cuda_impl *impl = impl_of(b);
+  DS_TRY(covariance_settle(impl, values, (size_t)(rows * cols) * sizeof(float)));
   const size_t count = (size_t)cols * EXACT_DIGITS + 1;
   DS_TRY(ensure_sums(impl, count));
   const double *center_dev = NULL;
@@ -399,6 +473,7 @@ void cuda_destroy(backend_t *b) {
     if (impl->sums_dev) CUDA_CHECK_NORETURN(cudaFree(impl->sums_dev));
     if (impl->sums_host) CUDA_CHECK_NORETURN(cudaFreeHost(impl->sums_host));
     if (impl->center_dev) CUDA_CHECK_NORETURN(cudaFree(impl->center_dev));
+    if (impl->cov_centred) CUDA_CHECK_NORETURN(cudaFree(impl->cov_centred));
     if (impl->stream) CUDA_CHECK_NORETURN(cudaStreamDestroy(impl->stream));
     free(impl);
   }
@@ -423,6 +498,12 @@ int cuda_setup(int device, backend_t *b, cuda_impl *impl) {
 }
 
 } /* namespace */
+
+extern "C" void backend_cuda_covariance_defer(backend_t *b, int on) {
+  cuda_impl *impl = impl_of(b);
+  if (!on && covariance_flush(impl) != DS_OK) return;
+  impl->cov_defer_off = !on;
+}
 
 extern "C" int backend_cuda_create(int device, backend_t **out) {
   *out = NULL;

@@ -11,6 +11,9 @@ extern "C" {
 /* Creates the CUDA backend on GPU `device` (made current for this thread), with its own
  * compute stream (backend_t.stream). On failure *out is NULL. */
 int backend_cuda_create(int device, backend_t **out);
+/* Whether covariance_add may defer its updates (on by default; the results are the same bits).
+ * For tests. */
+void backend_cuda_covariance_defer(backend_t *b, int on);
 
 #ifdef __cplusplus
 }

@@ -471,6 +471,201 @@ __global__ void __launch_bounds__(DENSE_THREADS) hmc_dense_step_kernel(const hmc
   }
 }
 
+/* The register-tiled dense kick and drift (the "wide" kernels), for the dims whose L, L^T and a
+ * tile of chains fit in shared memory (wide_step_shared). A warp computes one group of
+ * WIDE_GROUP consecutive coordinates for WIDE_SLAB chains: each lane 4 chains (lane + 32 j) x 8
+ * coordinates in registers, and per term it reads the 4 chains' values (the tile transposed with
+ * an odd stride: no bank conflicts) and 8 entries of L (one address for the warp), for 32
+ * multiply-adds. A block is wide_groups(dim) x wide_slabs(dim) warps.
+ *
+ * Each output is the sum of dense_lt_dot (the kick: terms i >= k) or dense_l_dot (the drift:
+ * terms k <= i), fmaf in the same increasing order from 0, so the results are those of the
+ * kernels below bit for bit: a warp's loop starts (kick) or stops (drift) at its group, and the
+ * 8 x 8 block on the diagonal takes only the terms its outputs include. The updates (r += kick
+ * sum, q += eps sum) go through the tile, so that global memory is read and written coalesced. */
+constexpr int WIDE_GROUP = 8, WIDE_CHAINS = 4, WIDE_SLAB = 32 * WIDE_CHAINS, WIDE_MAX_WARPS = 16;
+
+__host__ __device__ inline int wide_groups(int dim) { return (dim + WIDE_GROUP - 1) / WIDE_GROUP; }
+__host__ __device__ inline int wide_slabs(int dim) { return wide_groups(dim) >= 8 ? 1 : 8 / wide_groups(dim); }
+__host__ __device__ inline int wide_padded(int dim) { return WIDE_GROUP * wide_groups(dim); }
+__host__ __device__ inline int wide_tile(int dim) { return WIDE_SLAB * wide_slabs(dim); }
+
+/* The transposed tile T[k][c] (stride tile + 1) of src's rows first.. (zeros past the chains). */
+__device__ __forceinline__ void wide_load(float *T, int stride, const float *src, long long first, int chains,
+                                          int tile, int dim) {
+  for (int e = threadIdx.x; e < tile * dim; e += blockDim.x) {
+    const int c = e / dim, k = e % dim;
+    T[k * stride + c] = c < chains ? src[(first + c) * dim + k] : 0.0f;
+  }
+}
+
+/* One term for the warp's outputs m in [lo, hi]: acc[j][m] = fmaf(row[m], T_col[c + 32 j], acc). */
+__device__ __forceinline__ void wide_term(float (&acc)[WIDE_CHAINS][WIDE_GROUP], const float *row,
+                                          const float *column, int c, int lo, int hi) {
+  const float4 a = *reinterpret_cast<const float4 *>(row), z = *reinterpret_cast<const float4 *>(row + 4);
+  const float l[WIDE_GROUP] = {a.x, a.y, a.z, a.w, z.x, z.y, z.z, z.w};
+  float v[WIDE_CHAINS];
+#pragma unroll
+  for (int j = 0; j < WIDE_CHAINS; ++j) v[j] = column[c + 32 * j];
+#pragma unroll
+  for (int m = 0; m < WIDE_GROUP; ++m)
+#pragma unroll
+    for (int j = 0; j < WIDE_CHAINS; ++j)
+      if (m >= lo && m <= hi) acc[j][m] = fmaf(l[m], v[j], acc[j][m]);
+}
+
+/* The warp's sums into the tile, T[k0 + m][c + 32 j], for the coordinates below dim. */
+__device__ __forceinline__ void wide_store(float *T, int stride, int c, int k0, int dim,
+                                           const float (&acc)[WIDE_CHAINS][WIDE_GROUP]) {
+#pragma unroll
+  for (int m = 0; m < WIDE_GROUP; ++m)
+    if (k0 + m < dim)
+#pragma unroll
+      for (int j = 0; j < WIDE_CHAINS; ++j) T[(k0 + m) * stride + c + 32 * j] = acc[j][m];
+}
+
+__device__ __forceinline__ void wide_zero(float (&acc)[WIDE_CHAINS][WIDE_GROUP]) {
+#pragma unroll
+  for (int j = 0; j < WIDE_CHAINS; ++j)
+#pragma unroll
+    for (int m = 0; m < WIDE_GROUP; ++m) acc[j][m] = 0.0f;
+}
+
+/* Shared memory: L and L^T [dim][padded], the tile [dim][tile + 1], floats. */
+__host__ __device__ inline size_t wide_step_shared(int dim) {
+  return (size_t)(2 * dim * wide_padded(dim) + dim * (wide_tile(dim) + 1)) * sizeof(float);
+}
+
+__global__ void __launch_bounds__(32 * WIDE_MAX_WARPS) hmc_dense_wide_kernel(const hmc_batch_t b, float scale,
+                                                                            int drift, float *q_work,
+                                                                            float *p_work, const float *grad_work) {
+  extern __shared__ float shared[];
+  const int dim = (int)b.dim, padded = wide_padded(dim), groups = wide_groups(dim), tile = wide_tile(dim);
+  const int stride = tile + 1;
+  float *L = shared, *LT = L + dim * padded, *T = LT + dim * padded;
+  for (int e = threadIdx.x; e < dim * padded; e += blockDim.x) {
+    const int i = e / padded, k = e % padded;
+    L[e] = k < dim ? b.metric_factor[i * dim + k] : 0.0f;  /* L[i][k] */
+    LT[e] = k < dim ? b.metric_factor[k * dim + i] : 0.0f; /* LT[i][k] = L[k][i] */
+  }
+  const long long first = (long long)blockIdx.x * tile;
+  const int chains = b.n_chains - first < tile ? (int)(b.n_chains - first) : tile;
+  const int outputs = tile * dim;
+  wide_load(T, stride, grad_work, first, chains, tile, dim);
+  __syncthreads();
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int k0 = WIDE_GROUP * (warp % groups), c = WIDE_SLAB * (warp / groups) + lane;
+  const int block_end = k0 + WIDE_GROUP < dim ? k0 + WIDE_GROUP : dim;
+  float acc[WIDE_CHAINS][WIDE_GROUP];
+  wide_zero(acc);
+  /* The kick: output k0 + m takes the terms i >= k0 + m. */
+  for (int i = k0; i < block_end; ++i) wide_term(acc, L + i * padded + k0, T + i * stride, c, 0, i - k0);
+  for (int i = block_end; i < dim; ++i) wide_term(acc, L + i * padded + k0, T + i * stride, c, 0, WIDE_GROUP - 1);
+  __syncthreads();
+  wide_store(T, stride, c, k0, dim, acc);
+  __syncthreads();
+  for (int e = threadIdx.x; e < outputs; e += blockDim.x) {
+    const int cc = e / dim, k = e % dim;
+    float r = 0.0f;
+    if (cc < chains) {
+      const long long at = (first + cc) * dim + k;
+      const float kick = __fmul_rn(scale, b.step_size[first + cc]);
+      r = __fadd_rn(p_work[at], __fmul_rn(kick, T[k * stride + cc]));
+      p_work[at] = r;
+    }
+    T[k * stride + cc] = r;
+  }
+  if (!drift) return;
+  __syncthreads();
+  /* The drift: output k0 + m takes the terms k <= k0 + m, L_ik = LT[k][i]. */
+  wide_zero(acc);
+  for (int k = 0; k < k0; ++k) wide_term(acc, LT + k * padded + k0, T + k * stride, c, 0, WIDE_GROUP - 1);
+  for (int k = k0; k < block_end; ++k) wide_term(acc, LT + k * padded + k0, T + k * stride, c, k - k0, WIDE_GROUP - 1);
+  __syncthreads();
+  wide_store(T, stride, c, k0, dim, acc);
+  __syncthreads();
+  for (int e = threadIdx.x; e < chains * dim; e += blockDim.x) {
+    const int cc = e / dim, k = e % dim;
+    const long long at = (first + cc) * dim + k;
+    q_work[at] = __fadd_rn(q_work[at], __fmul_rn(b.step_size[first + cc], T[k * stride + cc]));
+  }
+}
+
+/* The dense ChEES terms, register-tiled as the wide kernels: a block of WIDE_CHEES_CHAINS (32)
+ * chains, a warp per group of 8 coordinates, a lane per chain: u' and u (proposal, start) for
+ * its 8 coordinates in double registers, each the sum of dense_whiten_one (k increasing, the
+ * same expression), from the centred positions (double) and L^-1 transposed (double) in shared
+ * memory. Then u'^2, u^2 and u' r' per entry into shared memory (over the positions) and one
+ * thread per chain sums them over the coordinates in order, as hmc_dense_chees_kernel: the same
+ * bits. */
+constexpr int WIDE_CHEES_CHAINS = 32, WIDE_CHEES_STRIDE = WIDE_CHEES_CHAINS + 1;
+
+__host__ __device__ inline size_t wide_chees_shared(int dim) {
+  return (size_t)(3 * dim * WIDE_CHEES_STRIDE + dim * wide_padded(dim)) * sizeof(double) +
+         (size_t)(dim * WIDE_CHEES_STRIDE) * sizeof(float);
+}
+
+__global__ void __launch_bounds__(32 * WIDE_MAX_WARPS) hmc_dense_chees_wide_kernel(const hmc_batch_t b,
+                                                                                  const float *q_work,
+                                                                                  const float *p_work) {
+  extern __shared__ double shared_d[];
+  const int dim = (int)b.dim, padded = wide_padded(dim), S = WIDE_CHEES_STRIDE;
+  double *X1 = shared_d, *X0 = X1 + dim * S, *X2 = X0 + dim * S, *W = X2 + dim * S;
+  float *R = reinterpret_cast<float *>(W + dim * padded);
+  for (int e = threadIdx.x; e < dim * padded; e += blockDim.x) {
+    const int k = e / padded, i = e % padded;
+    W[e] = i < dim ? (double)b.metric_factor_inv[i * dim + k] : 0.0; /* W[k][i] = Linv[i][k] */
+  }
+  const long long first = (long long)blockIdx.x * WIDE_CHEES_CHAINS;
+  const int chains = b.n_chains - first < WIDE_CHEES_CHAINS ? (int)(b.n_chains - first) : WIDE_CHEES_CHAINS;
+  for (int e = threadIdx.x; e < WIDE_CHEES_CHAINS * dim; e += blockDim.x) {
+    const int c = e / dim, k = e % dim;
+    const bool in = c < chains;
+    const long long at = (first + c) * dim + k;
+    const double mk = (double)b.chees_center[k];
+    X1[k * S + c] = in ? (double)q_work[at] - mk : 0.0;
+    X0[k * S + c] = in ? (double)b.q[at] - mk : 0.0;
+    R[k * S + c] = in ? p_work[at] : 0.0f;
+  }
+  __syncthreads();
+  const int warp = threadIdx.x / 32, c = threadIdx.x % 32, i0 = WIDE_GROUP * warp;
+  const int block_end = i0 + WIDE_GROUP < dim ? i0 + WIDE_GROUP : dim;
+  double u1[WIDE_GROUP], u0[WIDE_GROUP];
+#pragma unroll
+  for (int m = 0; m < WIDE_GROUP; ++m) u1[m] = u0[m] = 0.0;
+  for (int k = 0; k < block_end; ++k) {
+    const double a = X1[k * S + c], z = X0[k * S + c];
+    const double *w = W + k * padded + i0;
+    const int lo = k - i0;
+#pragma unroll
+    for (int m = 0; m < WIDE_GROUP; ++m)
+      if (m >= lo) {
+        u1[m] += w[m] * a;
+        u0[m] += w[m] * z;
+      }
+  }
+  __syncthreads();
+#pragma unroll
+  for (int m = 0; m < WIDE_GROUP; ++m)
+    if (i0 + m < dim) {
+      const int at = (i0 + m) * S + c;
+      X2[at] = u1[m] * (double)R[at];
+      X1[at] = u1[m] * u1[m];
+      X0[at] = u0[m] * u0[m];
+    }
+  __syncthreads();
+  if (threadIdx.x < chains) {
+    double norm1 = 0.0, norm0 = 0.0, dot = 0.0;
+    for (int i = 0; i < dim; ++i) {
+      norm1 += X1[i * S + c];
+      norm0 += X0[i * S + c];
+      dot += X2[i * S + c];
+    }
+    b.chees[2 * (first + c)] = (float)(norm1 - norm0);
+    b.chees[2 * (first + c) + 1] = (float)dot;
+  }
+}
+
 /* COV_CHAINS chains a block, one lower-triangle entry (i, j) a thread, consecutive entries in
  * consecutive threads, (i, j) from a table in shared memory: m2_ij += (weight (x_i - mu_i))
  * (x_j - mu_j), as backend_cpu.c. Shared memory: dim (dim + 1) / 2 pairs of uint16. */
@@ -514,6 +709,53 @@ __global__ void covariance_add_plain_kernel(const float *q, const float *mean, f
     const float *x = q + r * dim, *mu = mean + r * dim;
     const float e_i = __fmul_rn(weight, __fsub_rn(x[i], mu[i]));
     m2[e] = __fadd_rn(m2[e], __fmul_rn(e_i, __fsub_rn(x[j], mu[j])));
+  }
+}
+
+/* Deferred covariance updates (backend_cuda.cu): a window's updates are kept as the chains'
+ * centred states e = x - mean, COV_DEFER_MAX at most, and folded into m2 together, so that the
+ * [rows, dim (dim + 1) / 2] running covariances are read and written once per fold instead of
+ * once per iteration. The fold does, entry by entry and update by update in order, what
+ * covariance_add_kernel does: the same bits. */
+__global__ void covariance_centre_kernel(const float *q, const float *mean, float *out, long long count) {
+  for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < count; e += (long long)gridDim.x * blockDim.x)
+    out[e] = __fsub_rn(q[e], mean[e]);
+}
+
+struct covariance_weights {
+  float w[COV_DEFER_MAX];
+};
+
+/* COV_CHAINS chains a block; the block's centred states (updates x chains x dim) and the (i, j)
+ * table in shared memory. centred: [updates][rows][dim]. */
+__global__ void covariance_fold_kernel(const float *centred, int updates, const covariance_weights weights, float *m2,
+                                       long long rows, long long dim) {
+  extern __shared__ float fold_shared[];
+  const long long triangle = dim * (dim + 1) / 2;
+  float *e_all = fold_shared;
+  unsigned short *pairs = reinterpret_cast<unsigned short *>(e_all + (size_t)updates * COV_CHAINS * dim);
+  for (long long i = threadIdx.x; i < dim; i += blockDim.x)
+    for (long long j = 0; j <= i; ++j) {
+      pairs[2 * (i * (i + 1) / 2 + j)] = (unsigned short)i;
+      pairs[2 * (i * (i + 1) / 2 + j) + 1] = (unsigned short)j;
+    }
+  const long long first = (long long)blockIdx.x * COV_CHAINS;
+  const long long chains = rows - first < COV_CHAINS ? rows - first : COV_CHAINS;
+  for (long long e = threadIdx.x; e < updates * chains * dim; e += blockDim.x) {
+    const long long t = e / (chains * dim), within = e % (chains * dim);
+    e_all[t * COV_CHAINS * dim + within] = centred[(t * rows + first) * dim + within];
+  }
+  __syncthreads();
+  for (long long e = threadIdx.x; e < chains * triangle; e += blockDim.x) {
+    const long long r = e / triangle, p = e % triangle;
+    const int i = pairs[2 * p], j = pairs[2 * p + 1];
+    float *out = m2 + (first + r) * triangle + p;
+    float value = *out;
+    for (int t = 0; t < updates; ++t) {
+      const float *x = e_all + ((long long)t * COV_CHAINS + r) * dim;
+      value = __fadd_rn(value, __fmul_rn(__fmul_rn(weights.w[t], x[i]), x[j]));
+    }
+    *out = value;
   }
 }
 
@@ -811,24 +1053,68 @@ static unsigned element_blocks(long long count) {
   return blocks > 65536 ? 65536 : blocks;
 }
 
-/* The tiled kernel while L, L^T and a tile fit in shared memory (a rule on dim alone, so every
- * rank count takes the same kernel), else the one element a thread. */
+/* The dense kernels by dim: the wide (register-tiled) ones while their shared memory fits the
+ * device's, else the shared-memory tiled ones while L, L^T and a tile fit, else one element a
+ * thread. Every family computes the same bits (the test compares them), so the choice may
+ * depend on the device. hmc_dense_family_setting forces one (HMC_DENSE_*) where it applies. */
+int hmc_dense_family_setting = 0;
+
 static size_t dense_step_shared(long long dim) { return (size_t)(2 * dim * dim + 2 * DENSE_TILE * dim) * sizeof(float); }
 static bool dense_step_tiled(long long dim) { return dim * DENSE_TILE <= DENSE_THREADS * DENSE_OUTPUTS; }
 static size_t dense_chees_shared(long long dim) {
   return (size_t)(3 * DENSE_TILE * dim) * sizeof(double) + (size_t)(dim * dim + 3 * DENSE_TILE * dim + dim) * sizeof(float);
 }
 
+static size_t device_shared_limit() {
+  static int limit = -1;
+  if (limit < 0) {
+    int device = 0;
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess) {
+      (void)cudaGetLastError();
+      limit = 48 * 1024;
+    }
+  }
+  return (size_t)limit;
+}
+
+static bool dense_wide(long long dim, size_t shared) {
+  if (hmc_dense_family_setting != 0 && hmc_dense_family_setting != HMC_DENSE_WIDE) return false;
+  return wide_groups((int)dim) * wide_slabs((int)dim) <= WIDE_MAX_WARPS && shared <= device_shared_limit();
+}
+
+static bool dense_tiled(long long dim) {
+  if (hmc_dense_family_setting == HMC_DENSE_ELEMENT) return false;
+  return dense_step_tiled(dim);
+}
+
+/* Opts a kernel into more than 48 KiB of shared memory, once per size. */
+static int allow_shared(const void *kernel, size_t shared, size_t *opted) {
+  if (shared > 48 * 1024 && shared > *opted) {
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared));
+    *opted = shared;
+  }
+  return DS_OK;
+}
+
 static int launch_dense_step(const hmc_batch_t *batch, float scale, int drift, float *q_work, float *p_work,
                              const float *grad_work, cudaStream_t stream) {
   const long long count = batch->n_chains * batch->dim;
-  const size_t shared = dense_step_shared(batch->dim);
-  if (dense_step_tiled(batch->dim)) {
+  const int dim = (int)batch->dim;
+  if (dense_wide(dim, wide_step_shared(dim))) {
     static size_t opted = 0;
-    if (shared > 48 * 1024 && shared > opted) {
-      CUDA_CHECK(cudaFuncSetAttribute(hmc_dense_step_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared));
-      opted = shared;
-    }
+    const size_t shared = wide_step_shared(dim);
+    DS_TRY(allow_shared((const void *)hmc_dense_wide_kernel, shared, &opted));
+    const long long blocks = (batch->n_chains + wide_tile(dim) - 1) / wide_tile(dim);
+    hmc_dense_wide_kernel<<<(unsigned)blocks, 32 * wide_groups(dim) * wide_slabs(dim), shared, stream>>>(
+        *batch, scale, drift, q_work, p_work, grad_work);
+    CUDA_CHECK_LAUNCH("hmc_dense_wide_kernel");
+    return DS_OK;
+  }
+  if (dense_tiled(dim)) {
+    static size_t opted = 0;
+    const size_t shared = dense_step_shared(batch->dim);
+    DS_TRY(allow_shared((const void *)hmc_dense_step_kernel, shared, &opted));
     const long long blocks = (batch->n_chains + DENSE_TILE - 1) / DENSE_TILE;
     hmc_dense_step_kernel<<<(unsigned)blocks, DENSE_THREADS, shared, stream>>>(*batch, scale, drift, q_work, p_work,
                                                                               grad_work);
@@ -842,6 +1128,34 @@ static int launch_dense_step(const hmc_batch_t *batch, float scale, int drift, f
     CUDA_CHECK_LAUNCH("hmc_dense_drift_kernel");
   }
   return DS_OK;
+}
+
+static int launch_dense_chees(const hmc_batch_t *batch, const float *q_work, const float *p_work,
+                              cudaStream_t stream) {
+  const int dim = (int)batch->dim;
+  if (dense_wide(dim, wide_chees_shared(dim))) {
+    static size_t opted = 0;
+    const size_t shared = wide_chees_shared(dim);
+    DS_TRY(allow_shared((const void *)hmc_dense_chees_wide_kernel, shared, &opted));
+    const long long blocks = (batch->n_chains + WIDE_CHEES_CHAINS - 1) / WIDE_CHEES_CHAINS;
+    hmc_dense_chees_wide_kernel<<<(unsigned)blocks, 32 * wide_groups(dim), shared, stream>>>(*batch, q_work, p_work);
+    CUDA_CHECK_LAUNCH("hmc_dense_chees_wide_kernel");
+  } else if (dense_tiled(dim)) {
+    static size_t opted = 0;
+    const size_t shared = dense_chees_shared(batch->dim);
+    DS_TRY(allow_shared((const void *)hmc_dense_chees_kernel, shared, &opted));
+    const long long blocks = (batch->n_chains + DENSE_TILE - 1) / DENSE_TILE;
+    hmc_dense_chees_kernel<<<(unsigned)blocks, DENSE_THREADS, shared, stream>>>(*batch, q_work, p_work);
+    CUDA_CHECK_LAUNCH("hmc_dense_chees_kernel");
+  } else {
+    hmc_dense_chees_plain_kernel<<<blocks_for(batch->n_chains, 128), 128, 0, stream>>>(*batch, q_work, p_work);
+    CUDA_CHECK_LAUNCH("hmc_dense_chees_plain_kernel");
+  }
+  return DS_OK;
+}
+
+extern "C" void hmc_cuda_set_dense_family(int family) {
+  hmc_dense_family_setting = family == HMC_DENSE_WIDE || family == HMC_DENSE_TILED || family == HMC_DENSE_ELEMENT ? family : 0;
 }
 
 extern "C" int hmc_launch_dense_kick_drift(const hmc_batch_t *batch, int step, float *q_work, float *p_work,
@@ -869,6 +1183,40 @@ extern "C" int launch_covariance_add(const float *q, const float *mean, float *m
   return DS_OK;
 }
 
+extern "C" int covariance_defer_capacity(int64_t dim) {
+  if (dim < 1 || dim > COV_TABLE_DIM) return 1;
+  const long long triangle = dim * (dim + 1) / 2;
+  long long capacity = triangle / (2 * dim); /* the kept states at most half of m2 */
+  const long long fit = (48 * 1024 - 4 * triangle) / ((long long)COV_CHAINS * dim * (long long)sizeof(float));
+  if (capacity > fit) capacity = fit;
+  if (capacity > COV_DEFER_MAX) capacity = COV_DEFER_MAX;
+  return capacity < 2 ? 1 : (int)capacity;
+}
+
+extern "C" int launch_covariance_centre(const float *q, const float *mean, float *out, int64_t rows, int64_t dim,
+                                        cudaStream_t stream) {
+  if (rows == 0) return DS_OK;
+  covariance_centre_kernel<<<element_blocks(rows * dim), 256, 0, stream>>>(q, mean, out, rows * dim);
+  CUDA_CHECK_LAUNCH("covariance_centre_kernel");
+  return DS_OK;
+}
+
+extern "C" int launch_covariance_fold(const float *centred, int updates, const float *weights, float *m2, int64_t rows,
+                                      int64_t dim, cudaStream_t stream) {
+  if (rows == 0 || updates == 0) return DS_OK;
+  if (updates < 0 || updates > COV_DEFER_MAX || dim > COV_TABLE_DIM)
+    return ds_fail(DS_ERR_INTERNAL, "launch_covariance_fold: %d updates at dim %lld", updates, (long long)dim);
+  covariance_weights w;
+  for (int t = 0; t < COV_DEFER_MAX; ++t) w.w[t] = t < updates ? weights[t] : 0.0f;
+  const size_t shared = (size_t)updates * COV_CHAINS * dim * sizeof(float) + (size_t)(dim * (dim + 1)) * sizeof(unsigned short);
+  static size_t opted = 0;
+  DS_TRY(allow_shared((const void *)covariance_fold_kernel, shared, &opted));
+  covariance_fold_kernel<<<(unsigned)((rows + COV_CHAINS - 1) / COV_CHAINS), 256, shared, stream>>>(centred, updates, w, m2,
+                                                                                                   rows, dim);
+  CUDA_CHECK_LAUNCH("covariance_fold_kernel");
+  return DS_OK;
+}
+
 extern "C" int launch_running_moments(const float *x, float *mean, float *m2, int64_t rows, double n,
                                       cudaStream_t stream) {
   if (rows == 0) return DS_OK;
@@ -883,23 +1231,8 @@ extern "C" int hmc_launch_finish(const hmc_batch_t *batch, const float *q_work, 
   DS_TRY(check_batch(batch, "hmc_launch_finish"));
   if (batch->n_chains == 0) return DS_OK;
   if (batch->metric_factor) {
-    const long long count = batch->n_chains * batch->dim;
-    (void)count;
     DS_TRY(launch_dense_step(batch, 0.5f, 0, NULL, p_work, grad_work, stream));
-    if (batch->chees_center && dense_step_tiled(batch->dim)) {
-      const size_t shared = dense_chees_shared(batch->dim);
-      static size_t opted = 0;
-      if (shared > 48 * 1024 && shared > opted) {
-        CUDA_CHECK(cudaFuncSetAttribute(hmc_dense_chees_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared));
-        opted = shared;
-      }
-      const long long blocks = (batch->n_chains + DENSE_TILE - 1) / DENSE_TILE;
-      hmc_dense_chees_kernel<<<(unsigned)blocks, DENSE_THREADS, shared, stream>>>(*batch, q_work, p_work);
-      CUDA_CHECK_LAUNCH("hmc_dense_chees_kernel");
-    } else if (batch->chees_center) {
-      hmc_dense_chees_plain_kernel<<<blocks_for(batch->n_chains, 128), 128, 0, stream>>>(*batch, q_work, p_work);
-      CUDA_CHECK_LAUNCH("hmc_dense_chees_plain_kernel");
-    }
+    if (batch->chees_center) DS_TRY(launch_dense_chees(batch, q_work, p_work, stream));
   }
   hmc_finish_kernel<<<blocks_for(batch->n_chains * GENERIC_LANES, 128), 128, 0, stream>>>(
       *batch, q_work, p_work, grad_work, logp_work, uniform, h0);

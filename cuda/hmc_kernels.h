@@ -19,6 +19,10 @@ int hmc_gaussian_fused_supported(int64_t dim);
 /* Lanes per chain of the fused kernel: 4 or 16; 0 (the default) chooses by dimension. For
  * benchmarks. */
 void hmc_cuda_set_lanes(int lanes);
+/* The dense metric's kernel family (tests): 0 by dim and device; else one of these, where the
+ * dim allows it (else the next one down). All compute the same bits. */
+enum { HMC_DENSE_WIDE = 1, HMC_DENSE_TILED = 2, HMC_DENSE_ELEMENT = 3 };
+void hmc_cuda_set_dense_family(int family);
 /* The whole iteration for the built-in gaussian in one kernel: momenta, L leapfrog steps
  * with the gradient fused in, the Hamiltonian in double, the accept and the writes. */
 int hmc_launch_gaussian_fused(const builtin_params_t *params, const hmc_batch_t *batch,
@@ -41,6 +45,16 @@ int hmc_launch_dense_kick_drift(const hmc_batch_t *batch, int step, float *q_wor
                                 const float *grad_work, cudaStream_t stream);
 /* backend.h's running_moments_add. */
 int launch_running_moments(const float *x, float *mean, float *m2, int64_t rows, double n, cudaStream_t stream);
+/* Deferred covariance updates (backend_cuda.cu's covariance_add): up to
+ * covariance_defer_capacity(dim) updates are kept as the centred states q - mean (centre), then
+ * folded into m2 in order (fold: weights[t] = n_t / (n_t - 1)), with the bits of as many
+ * launch_covariance_add calls. Capacity 1: no deferral at this dim. centred: [updates][rows][dim]. */
+#define COV_DEFER_MAX 16
+int covariance_defer_capacity(int64_t dim);
+int launch_covariance_centre(const float *q, const float *mean, float *out, int64_t rows, int64_t dim,
+                             cudaStream_t stream);
+int launch_covariance_fold(const float *centred, int updates, const float *weights, float *m2, int64_t rows,
+                           int64_t dim, cudaStream_t stream);
 /* backend.h's covariance_add. */
 int launch_covariance_add(const float *q, const float *mean, float *m2, int64_t rows, int64_t dim, double n,
                           cudaStream_t stream);

@@ -286,6 +286,129 @@ static void test_hmc_case_metric(const char *label, int64_t n, int64_t dim, int 
   if (target.destroy) target.destroy(target.self);
 }
 
+/* The dense metric's kernel families (hmc_kernels.h: wide, tiled, one element a thread) compute
+ * the same bits: two transitions with the ChEES terms (and the last half kick) from the same
+ * state under each, every output compared bit for bit. */
+static void test_dense_families(int64_t n, int64_t dim) {
+  char args[64];
+  snprintf(args, sizeof args, "dim=%lld,mean=0.25,scale=0.8", (long long)dim);
+  dsampler_target target;
+  GPU_TRY(builtin_target_create("gaussian", args, MPI_COMM_NULL, &target));
+  const int64_t nd = n * dim;
+  float *q0 = test_malloc((size_t)nd * sizeof(float)), *grad0 = test_malloc((size_t)nd * sizeof(float));
+  float *logp0 = test_malloc((size_t)n * sizeof(float)), *step = test_malloc((size_t)n * sizeof(float));
+  float *center = test_malloc((size_t)dim * sizeof(float)), *factor = test_malloc((size_t)(dim * dim) * sizeof(float));
+  float *factor_inv = test_malloc((size_t)(dim * dim) * sizeof(float));
+  uint64_t state = 77 + (uint64_t)dim;
+  test_fill_normal(q0, nd, 1.0, state);
+  for (int64_t k = 0; k < dim; ++k) center[k] = (float)(test_rng_uniform(&state) - 0.5);
+  for (int64_t c = 0; c < n; ++c) step[c] = c % 50 == 3 ? 4.0f : (float)(0.1 + 0.2 * test_rng_uniform(&state));
+  for (int64_t i = 0; i < dim; ++i)
+    for (int64_t j = 0; j < dim; ++j) {
+      factor[i * dim + j] = j > i ? 0.0f : j == i ? (float)(0.5 + test_rng_uniform(&state))
+                                                  : (float)(0.2 * (test_rng_uniform(&state) - 0.5));
+      factor_inv[i * dim + j] = j > i ? 0.0f : (float)(test_rng_uniform(&state) - 0.5); /* any lower triangle */
+    }
+  GPU_TRY(cpu->logp_grad(cpu, &target, q0, n, logp0, grad0));
+  float *factor_dev = NULL, *factor_inv_dev = NULL;
+  GPU_TRY(gpu->alloc(gpu, (void **)&factor_dev, (size_t)(dim * dim) * sizeof(float)));
+  GPU_TRY(gpu->alloc(gpu, (void **)&factor_inv_dev, (size_t)(dim * dim) * sizeof(float)));
+  GPU_TRY(gpu->upload(gpu, factor_dev, factor, (size_t)(dim * dim) * sizeof(float)));
+  GPU_TRY(gpu->upload(gpu, factor_inv_dev, factor_inv, (size_t)(dim * dim) * sizeof(float)));
+  /* Per family: q, grad, moment means (nd each), logp, energy, accept_prob, chees (2n), accepted. */
+  const size_t out_bytes = (size_t)(3 * nd + 5 * n) * sizeof(float) + (size_t)n;
+  unsigned char *out[3];
+  const int families[3] = {HMC_DENSE_WIDE, HMC_DENSE_TILED, HMC_DENSE_ELEMENT};
+  const char *names[3] = {"wide", "tiled", "one element a thread"};
+  for (int f = 0; f < 3; ++f) {
+    hmc_cuda_set_dense_family(families[f]);
+    chain_arrays_t dev;
+    arrays_alloc(gpu, &dev, n, dim);
+    GPU_TRY(gpu->upload(gpu, dev.q, q0, (size_t)nd * sizeof(float)));
+    GPU_TRY(gpu->upload(gpu, dev.grad, grad0, (size_t)nd * sizeof(float)));
+    GPU_TRY(gpu->upload(gpu, dev.logp, logp0, (size_t)n * sizeof(float)));
+    GPU_TRY(gpu->upload(gpu, dev.step_size, step, (size_t)n * sizeof(float)));
+    GPU_TRY(gpu->upload(gpu, dev.chees_center, center, (size_t)dim * sizeof(float)));
+    for (uint32_t it = 100; it < 102; ++it) {
+      hmc_batch_t batch = batch_of(&dev, n, dim, 12345, it);
+      batch.metric_factor = factor_dev;
+      batch.metric_factor_inv = factor_inv_dev;
+      batch.chees_center = dev.chees_center;
+      batch.chees = dev.chees;
+      GPU_TRY(gpu->hmc_transition(gpu, &target, &batch));
+    }
+    out[f] = test_malloc(out_bytes);
+    unsigned char *o = out[f];
+    GPU_TRY(gpu->download(gpu, o, dev.q, (size_t)nd * sizeof(float))); o += (size_t)nd * sizeof(float);
+    GPU_TRY(gpu->download(gpu, o, dev.grad, (size_t)nd * sizeof(float))); o += (size_t)nd * sizeof(float);
+    GPU_TRY(gpu->download(gpu, o, dev.moment_mean, (size_t)nd * sizeof(float))); o += (size_t)nd * sizeof(float);
+    GPU_TRY(gpu->download(gpu, o, dev.logp, (size_t)n * sizeof(float))); o += (size_t)n * sizeof(float);
+    GPU_TRY(gpu->download(gpu, o, dev.energy, (size_t)n * sizeof(float))); o += (size_t)n * sizeof(float);
+    GPU_TRY(gpu->download(gpu, o, dev.accept_prob, (size_t)n * sizeof(float))); o += (size_t)n * sizeof(float);
+    GPU_TRY(gpu->download(gpu, o, dev.chees, (size_t)(2 * n) * sizeof(float))); o += (size_t)(2 * n) * sizeof(float);
+    GPU_TRY(gpu->download(gpu, o, dev.accepted, (size_t)n));
+    arrays_free(gpu, &dev);
+  }
+  hmc_cuda_set_dense_family(0);
+  int64_t accepted = 0;
+  for (int64_t c = 0; c < n; ++c) accepted += out[0][out_bytes - (size_t)n + (size_t)c];
+  for (int f = 1; f < 3; ++f)
+    GPU_EXPECT(memcmp(out[0], out[f], out_bytes) == 0, "dense d=%lld: the %s kernels differ from the wide ones",
+               (long long)dim, names[f]);
+  GPU_EXPECT(accepted > 0 && accepted < n, "dense d=%lld: %lld of %lld accepted (a trivial case)", (long long)dim,
+             (long long)accepted, (long long)n);
+  printf("  dense kernels d=%lld, %lld chains: wide = tiled = one element a thread, bit for bit (%lld accepted)\n",
+         (long long)dim, (long long)n, (long long)accepted);
+  for (int f = 0; f < 3; ++f) free(out[f]);
+  gpu->release(gpu, factor_dev);
+  gpu->release(gpu, factor_inv_dev);
+  free(q0); free(grad0); free(logp0); free(step); free(center); free(factor); free(factor_inv);
+  if (target.destroy) target.destroy(target.self);
+}
+
+/* covariance_add deferred (the CUDA backend folds its updates together) and one at a time: the
+ * same bits, with a read and a fill of m2 between updates, and a second m2 interleaved. */
+static void test_covariance_deferred(int64_t rows, int64_t dim) {
+  const int64_t tri = dim * (dim + 1) / 2, nd = rows * dim;
+  float *q = test_malloc((size_t)nd * sizeof(float)), *mean = test_malloc((size_t)nd * sizeof(float));
+  float *got[2], *other[2];
+  float *q_dev, *mean_dev, *m2_dev, *m2b_dev;
+  GPU_TRY(gpu->alloc(gpu, (void **)&q_dev, (size_t)nd * sizeof(float)));
+  GPU_TRY(gpu->alloc(gpu, (void **)&mean_dev, (size_t)nd * sizeof(float)));
+  GPU_TRY(gpu->alloc(gpu, (void **)&m2_dev, (size_t)(rows * tri) * sizeof(float)));
+  GPU_TRY(gpu->alloc(gpu, (void **)&m2b_dev, (size_t)(rows * tri) * sizeof(float)));
+  for (int defer = 0; defer < 2; ++defer) {
+    backend_cuda_covariance_defer(gpu, defer);
+    got[defer] = test_malloc((size_t)(rows * tri) * sizeof(float));
+    other[defer] = test_malloc((size_t)(rows * tri) * sizeof(float));
+    GPU_TRY(gpu->fill(gpu, m2_dev, 0.0f, rows * tri));
+    GPU_TRY(gpu->fill(gpu, m2b_dev, 0.0f, rows * tri));
+    for (int t = 1; t <= 40; ++t) {
+      test_fill_normal(q, nd, 1.5, 1000 + (uint64_t)t);
+      test_fill_normal(mean, nd, 0.5, 2000 + (uint64_t)t);
+      GPU_TRY(gpu->upload(gpu, q_dev, q, (size_t)nd * sizeof(float)));
+      GPU_TRY(gpu->upload(gpu, mean_dev, mean, (size_t)nd * sizeof(float)));
+      GPU_TRY(gpu->covariance_add(gpu, q_dev, mean_dev, (t >= 24 && t <= 29) ? m2b_dev : m2_dev, rows, dim, (double)t));
+      if (t == 23) GPU_TRY(gpu->download(gpu, got[defer], m2_dev + tri, sizeof(float))); /* one entry: a read */
+      if (t == 30) GPU_TRY(gpu->fill(gpu, m2b_dev, 0.0f, rows * tri));
+    }
+    GPU_TRY(gpu->download(gpu, got[defer], m2_dev, (size_t)(rows * tri) * sizeof(float)));
+    GPU_TRY(gpu->download(gpu, other[defer], m2b_dev, (size_t)(rows * tri) * sizeof(float)));
+  }
+  backend_cuda_covariance_defer(gpu, 1);
+  GPU_EXPECT(memcmp(got[0], got[1], (size_t)(rows * tri) * sizeof(float)) == 0 &&
+                 memcmp(other[0], other[1], (size_t)(rows * tri) * sizeof(float)) == 0,
+             "covariance_add %lld x %lld: deferred differs from one update at a time", (long long)rows, (long long)dim);
+  double norm = 0.0;
+  for (int64_t e = 0; e < rows * tri; ++e) norm += fabs((double)got[1][e]);
+  GPU_EXPECT(norm > 0.0, "covariance_add: nothing accumulated");
+  printf("  covariance_add %lld x %lld, 40 updates deferred (capacity %d) = one at a time, bit for bit\n",
+         (long long)rows, (long long)dim, covariance_defer_capacity(dim));
+  gpu->release(gpu, q_dev); gpu->release(gpu, mean_dev); gpu->release(gpu, m2_dev); gpu->release(gpu, m2b_dev);
+  for (int d = 0; d < 2; ++d) free(got[d]), free(other[d]);
+  free(q); free(mean);
+}
+
 /* The backend entries around the transition, on the same inputs: exact sums and the draw copy
  * bit for bit; dual averaging to 1e-12 (CUDA's exp/log/pow against glibc's). */
 static void test_device_entries(void) {
@@ -396,6 +519,13 @@ int main(void) {
   test_hmc_case_metric("dense metric, odd dim, host-staged gradient", 2000, 37, 1, 3, 1);
   test_hmc_case_metric("dense metric, dim 100 (shared memory past 48 KiB)", 1000, 100, 0, 3, 1);
   test_hmc_case_metric("dense metric, dim 150 (past the tiled kernels)", 500, 150, 0, 3, 1);
+  test_dense_families(3001, 24);
+  test_dense_families(1000, 37);
+  test_dense_families(2000, 64);
+  test_dense_families(700, 100);
+  test_covariance_deferred(1001, 64);
+  test_covariance_deferred(333, 13);
+  test_covariance_deferred(101, 100);
   backend_destroy(gpu);
   backend_destroy(cpu);
   printf("%s: %d failure(s)\n", gpu_test_failures ? "FAILED" : "passed", gpu_test_failures);
