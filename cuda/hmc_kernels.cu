@@ -490,13 +490,31 @@ __host__ __device__ inline int wide_slabs(int dim) { return wide_groups(dim) >= 
 __host__ __device__ inline int wide_padded(int dim) { return WIDE_GROUP * wide_groups(dim); }
 __host__ __device__ inline int wide_tile(int dim) { return WIDE_SLAB * wide_slabs(dim); }
 
+/* A thread's walk over the (chain, coordinate) cells of a tile in row-major order, e = thread,
+ * thread + blockDim.x, ...: one division at the start, none per cell. */
+struct tile_cursor {
+  int c, k, step_c, step_k, dim;
+  __device__ __forceinline__ tile_cursor(int dim_) : dim(dim_) {
+    c = (int)threadIdx.x / dim;
+    k = (int)threadIdx.x % dim;
+    step_c = (int)blockDim.x / dim;
+    step_k = (int)blockDim.x % dim;
+  }
+  __device__ __forceinline__ void next() {
+    c += step_c;
+    k += step_k;
+    if (k >= dim) {
+      k -= dim;
+      ++c;
+    }
+  }
+};
+
 /* The transposed tile T[k][c] (stride tile + 1) of src's rows first.. (zeros past the chains). */
 __device__ __forceinline__ void wide_load(float *T, int stride, const float *src, long long first, int chains,
                                           int tile, int dim) {
-  for (int e = threadIdx.x; e < tile * dim; e += blockDim.x) {
-    const int c = e / dim, k = e % dim;
-    T[k * stride + c] = c < chains ? src[(first + c) * dim + k] : 0.0f;
-  }
+  for (tile_cursor at(dim); at.c < tile; at.next())
+    T[at.k * stride + at.c] = at.c < chains ? src[(first + at.c) * dim + at.k] : 0.0f;
 }
 
 /* One term for the warp's outputs m in [lo, hi]: acc[j][m] = fmaf(row[m], T_col[c + 32 j], acc). */
@@ -550,7 +568,6 @@ __global__ void __launch_bounds__(32 * WIDE_MAX_WARPS) hmc_dense_wide_kernel(con
   }
   const long long first = (long long)blockIdx.x * tile;
   const int chains = b.n_chains - first < tile ? (int)(b.n_chains - first) : tile;
-  const int outputs = tile * dim;
   wide_load(T, stride, grad_work, first, chains, tile, dim);
   __syncthreads();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -564,8 +581,8 @@ __global__ void __launch_bounds__(32 * WIDE_MAX_WARPS) hmc_dense_wide_kernel(con
   __syncthreads();
   wide_store(T, stride, c, k0, dim, acc);
   __syncthreads();
-  for (int e = threadIdx.x; e < outputs; e += blockDim.x) {
-    const int cc = e / dim, k = e % dim;
+  for (tile_cursor at(dim); at.c < tile; at.next()) {
+    const int cc = at.c, k = at.k;
     float r = 0.0f;
     if (cc < chains) {
       const long long at = (first + cc) * dim + k;
@@ -584,10 +601,9 @@ __global__ void __launch_bounds__(32 * WIDE_MAX_WARPS) hmc_dense_wide_kernel(con
   __syncthreads();
   wide_store(T, stride, c, k0, dim, acc);
   __syncthreads();
-  for (int e = threadIdx.x; e < chains * dim; e += blockDim.x) {
-    const int cc = e / dim, k = e % dim;
-    const long long at = (first + cc) * dim + k;
-    q_work[at] = __fadd_rn(q_work[at], __fmul_rn(b.step_size[first + cc], T[k * stride + cc]));
+  for (tile_cursor at(dim); at.c < chains; at.next()) {
+    const long long cell = (first + at.c) * dim + at.k;
+    q_work[cell] = __fadd_rn(q_work[cell], __fmul_rn(b.step_size[first + at.c], T[at.k * stride + at.c]));
   }
 }
 
@@ -618,8 +634,8 @@ __global__ void __launch_bounds__(32 * WIDE_MAX_WARPS) hmc_dense_chees_wide_kern
   }
   const long long first = (long long)blockIdx.x * WIDE_CHEES_CHAINS;
   const int chains = b.n_chains - first < WIDE_CHEES_CHAINS ? (int)(b.n_chains - first) : WIDE_CHEES_CHAINS;
-  for (int e = threadIdx.x; e < WIDE_CHEES_CHAINS * dim; e += blockDim.x) {
-    const int c = e / dim, k = e % dim;
+  for (tile_cursor cell(dim); cell.c < WIDE_CHEES_CHAINS; cell.next()) {
+    const int c = cell.c, k = cell.k;
     const bool in = c < chains;
     const long long at = (first + c) * dim + k;
     const double mk = (double)b.chees_center[k];
@@ -741,22 +757,24 @@ __global__ void covariance_fold_kernel(const float *centred, int updates, const 
     }
   const long long first = (long long)blockIdx.x * COV_CHAINS;
   const long long chains = rows - first < COV_CHAINS ? rows - first : COV_CHAINS;
-  for (long long e = threadIdx.x; e < updates * chains * dim; e += blockDim.x) {
-    const long long t = e / (chains * dim), within = e % (chains * dim);
-    e_all[t * COV_CHAINS * dim + within] = centred[(t * rows + first) * dim + within];
-  }
+  __shared__ float w[COV_DEFER_MAX];
+  if (threadIdx.x < COV_DEFER_MAX) w[threadIdx.x] = weights.w[threadIdx.x];
+  const int width = (int)(chains * dim), n_dim = (int)dim, tri = (int)triangle; /* < 2^31: dim <= COV_TABLE_DIM */
+  for (int t = 0; t < updates; ++t)
+    for (int e = threadIdx.x; e < width; e += blockDim.x)
+      e_all[t * COV_CHAINS * n_dim + e] = centred[((long long)t * rows + first) * dim + e];
   __syncthreads();
-  for (long long e = threadIdx.x; e < chains * triangle; e += blockDim.x) {
-    const long long r = e / triangle, p = e % triangle;
-    const int i = pairs[2 * p], j = pairs[2 * p + 1];
-    float *out = m2 + (first + r) * triangle + p;
-    float value = *out;
-    for (int t = 0; t < updates; ++t) {
-      const float *x = e_all + ((long long)t * COV_CHAINS + r) * dim;
-      value = __fadd_rn(value, __fmul_rn(__fmul_rn(weights.w[t], x[i]), x[j]));
+  float *block_m2 = m2 + first * triangle;
+  for (int r = 0; r < (int)chains; ++r)
+    for (int p = threadIdx.x; p < tri; p += blockDim.x) {
+      const int i = pairs[2 * p], j = pairs[2 * p + 1];
+      float *out = block_m2 + (long long)r * tri + p;
+      float value = *out;
+      const float *x = e_all + r * n_dim;
+      for (int t = 0; t < updates; ++t, x += COV_CHAINS * n_dim)
+        value = __fadd_rn(value, __fmul_rn(__fmul_rn(w[t], x[i]), x[j]));
+      *out = value;
     }
-    *out = value;
-  }
 }
 
 __global__ void running_moments_kernel(const float *x, float *mean, float *m2, long long rows, float n) {
