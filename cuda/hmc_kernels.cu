@@ -346,6 +346,20 @@ __global__ void hmc_dense_drift_kernel(const hmc_batch_t b, float *q_work, const
  * from L^-1 transposed, the tile's positions, the centre and the momenta in shared memory; each
  * chain's three sums (|u'|^2, |u|^2, u' . r') then over its entries in order by one thread.
  * Shared memory: dense_chees_shared(dim) bytes. */
+/* A chain's ChEES terms from its per-coordinate u'^2, u^2 and u' r' (entry i at i * stride of each),
+ * summed in increasing i: chees[2 chain] = |u'|^2 - |u|^2, chees[2 chain + 1] = u' . r'. */
+__device__ __forceinline__ void chees_chain_sums(const hmc_batch_t &b, long long chain, const double *after,
+                                                 const double *before, const double *along, int dim, int stride) {
+  double norm1 = 0.0, norm0 = 0.0, dot = 0.0;
+  for (int i = 0; i < dim; ++i) {
+    norm1 += after[i * stride];
+    norm0 += before[i * stride];
+    dot += along[i * stride];
+  }
+  b.chees[2 * chain] = (float)(norm1 - norm0);
+  b.chees[2 * chain + 1] = (float)dot;
+}
+
 constexpr int DENSE_TILE = 32, DENSE_THREADS = 256, DENSE_OUTPUTS = 16;
 
 __global__ void __launch_bounds__(DENSE_THREADS) hmc_dense_chees_kernel(const hmc_batch_t b, const float *q_work,
@@ -382,14 +396,7 @@ __global__ void __launch_bounds__(DENSE_THREADS) hmc_dense_chees_kernel(const hm
   __syncthreads();
   if (threadIdx.x < chains) {
     const int c = threadIdx.x;
-    double norm1 = 0.0, norm0 = 0.0, dot = 0.0;
-    for (int i = 0; i < dim; ++i) {
-      norm1 += after[c * dim + i];
-      norm0 += before[c * dim + i];
-      dot += along[c * dim + i];
-    }
-    b.chees[2 * (first + c)] = (float)(norm1 - norm0);
-    b.chees[2 * (first + c) + 1] = (float)dot;
+    chees_chain_sums(b, first + c, after + c * dim, before + c * dim, along + c * dim, dim, 1);
   }
 }
 
@@ -670,16 +677,7 @@ __global__ void __launch_bounds__(32 * WIDE_MAX_WARPS) hmc_dense_chees_wide_kern
       X0[at] = u0[m] * u0[m];
     }
   __syncthreads();
-  if (threadIdx.x < chains) {
-    double norm1 = 0.0, norm0 = 0.0, dot = 0.0;
-    for (int i = 0; i < dim; ++i) {
-      norm1 += X1[i * S + c];
-      norm0 += X0[i * S + c];
-      dot += X2[i * S + c];
-    }
-    b.chees[2 * (first + c)] = (float)(norm1 - norm0);
-    b.chees[2 * (first + c) + 1] = (float)dot;
-  }
+  if (threadIdx.x < chains) chees_chain_sums(b, first + c, X1 + c, X0 + c, X2 + c, dim, S);
 }
 
 /* COV_CHAINS chains a block, one lower-triangle entry (i, j) a thread, consecutive entries in
