@@ -42,7 +42,7 @@ struct cuda_impl {
   int cov_defer_off;            /* backend_cuda_covariance_defer(b, 0): every update at once */
   float *cov_m2;
   int64_t cov_rows, cov_dim;
-  int cov_pending, cov_capacity;
+  int cov_pending;
   float cov_weight[COV_DEFER_MAX];
   void *cov_centred;
   size_t cov_centred_bytes, cov_refused_bytes; /* a size cudaMalloc refused: not asked again */
@@ -361,7 +361,6 @@ int cuda_covariance_add(backend_t *b, const float *q, const float *mean, float *
   impl->cov_m2 = m2;
   impl->cov_rows = rows;
   impl->cov_dim = dim;
-  impl->cov_capacity = capacity;
   float *slot = static_cast<float *>(impl->cov_centred) + (size_t)impl->cov_pending * (size_t)(rows * dim);
   DS_TRY(launch_covariance_centre(q, mean, slot, rows, dim, impl->stream));
   impl->cov_weight[impl->cov_pending++] = (float)(n / (n - 1.0));

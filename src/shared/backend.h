@@ -234,7 +234,10 @@ struct backend {
   /* Dense metric windows: each chain's running covariance m2 [rows, dim (dim + 1) / 2] (the
    * lower triangle row by row, (i, j <= i) at i (i + 1) / 2 + j) takes the chain's state q after
    * the transition added it to the running mean `mean` [rows, dim] as sample n: with
-   * e = q - mean, m2_ij += (n / (n - 1)) e_i e_j in float (Welford's update; nothing for n = 1). */
+   * e = q - mean, m2_ij += (n / (n - 1)) e_i e_j in float (Welford's update; nothing for n = 1).
+   * A backend may defer the additions (the CUDA backend folds several at once, with the same
+   * bits): m2 is then current for every later entry of this backend that reads or writes it
+   * (download, upload, fill, column_sums), not for direct access to its memory. */
   int (*covariance_add)(backend_t *b, const float *q, const float *mean, float *m2, int64_t rows, int64_t dim,
                         double n);
   /* Running moments of one value per row (Welford, float, as the transition's: n counts this
