@@ -9,7 +9,7 @@
 #include <mpi.h>
 #include <stdint.h>
 
-#define CKPT_FORMAT_VERSION 4
+#define CKPT_FORMAT_VERSION 5
 #define CKPT_CONFIG_MAX 16384
 /* The fingerprints of the files a run reads (run_context.h), one line each. */
 #define CKPT_INPUTS_MAX 32768

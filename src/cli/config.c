@@ -65,7 +65,7 @@ static const option_spec_t option_table[] = {
     {"steps", NUM(OPT_INT, steps), FOR_HMC, "L", "leapfrog steps per iteration, or auto (default): adapted in warmup by ChEES (10 when warmup does not adapt)"},
     {"step-size", NUM(OPT_DOUBLE, step_size), FOR_BOTH, "EPS",
      "SVGD step; HMC leapfrog step (the initial one when warmup adapts it) (default 0.1)"},
-    {"target-accept", NUM(OPT_DOUBLE, target_accept), FOR_HMC, "A", "acceptance rate warmup aims at (default 0.8)"},
+    {"target-accept", NUM(OPT_DOUBLE, target_accept), FOR_HMC, "A", "acceptance rate warmup aims at, or auto (default): 0.8, raised where divergences persist late in warmup"},
     {"adapt", CHOICE(adapt, adapt_words), FOR_HMC, "MODE", "pooled (default: one step size and metric for all chains), per-chain or none"},
     {"metric", CHOICE(metric, metric_words), FOR_HMC, "M", "auto (default: dense where the warmup shows strong correlation, else diag), diag, dense or unit"},
     {"jitter", NUM(OPT_DOUBLE, jitter), FOR_HMC, "J", "step size jitter: times 1 + J * U(-1, 1) (default 0.3 with a fixed --steps, 0 with auto)"},
@@ -131,7 +131,7 @@ static void config_defaults(config_t *cfg, algorithm_t algorithm) {
   cfg->particles = 100;
   cfg->warmup = 1000;
   cfg->draws = 1000;
-  cfg->target_accept = 0.8;
+  cfg->target_accept = 0.0; /* auto */
   cfg->adapt = CONFIG_ADAPT_POOLED;
   cfg->jitter = -1.0; /* resolved by config_validate */
   cfg->metric = CONFIG_METRIC_AUTO;
@@ -201,9 +201,16 @@ static int config_set(config_t *cfg, const option_spec_t *spec, const char *valu
       return DS_OK;
     }
     case OPT_DOUBLE: {
+      /* 0 is how the field holds --target-accept auto (and writes it back as auto). */
+      if (strcmp(spec->name, "target-accept") == 0 && strcmp(value, "auto") == 0) {
+        *(double *)field = 0.0;
+        return DS_OK;
+      }
       double parsed = strtod(value, &end);
       if (errno != 0 || end == value || *end != '\0' || !isfinite(parsed))
         return ds_fail(DS_ERR_INPUT, "%s: expected a finite number, got '%s'", where, value);
+      if (strcmp(spec->name, "target-accept") == 0 && parsed == 0.0)
+        return ds_fail(DS_ERR_INPUT, "%s: expected auto or a number in (0, 1), got '%s'", where, value);
       *(double *)field = parsed;
       return DS_OK;
     }
@@ -373,8 +380,8 @@ static int config_validate(config_t *cfg) {
   if (hmc && (cfg->steps < 0 || cfg->steps > 1000000))
     return ds_fail(DS_ERR_INPUT, "--steps: expected auto or an integer in [1, 1000000], got %lld", (long long)cfg->steps);
   if (!(cfg->step_size > 0)) return ds_fail(DS_ERR_INPUT, "--step-size: expected a positive number, got %g", cfg->step_size);
-  if (hmc && !(cfg->target_accept > 0 && cfg->target_accept < 1))
-    return ds_fail(DS_ERR_INPUT, "--target-accept: expected a number in (0, 1), got %g", cfg->target_accept);
+  if (hmc && cfg->target_accept != 0.0 && !(cfg->target_accept > 0 && cfg->target_accept < 1))
+    return ds_fail(DS_ERR_INPUT, "--target-accept: expected auto or a number in (0, 1), got %g", cfg->target_accept);
   if (cfg->batch_size < 0)
     return ds_fail(DS_ERR_INPUT, "--batch-size: expected a positive number of data rows, got %lld",
                    (long long)cfg->batch_size);
@@ -609,7 +616,12 @@ static void format_value(const config_t *cfg, const option_spec_t *o, char *out,
     case OPT_STRING: snprintf(out, size, "%s", field); break;
     case OPT_INT: snprintf(out, size, "%lld", (long long)*(const int64_t *)field); break;
     case OPT_UINT: snprintf(out, size, "%llu", (unsigned long long)*(const uint64_t *)field); break;
-    case OPT_DOUBLE: snprintf(out, size, "%.17g", *(const double *)field); break;
+    case OPT_DOUBLE:
+      if (strcmp(o->name, "target-accept") == 0 && *(const double *)field == 0.0)
+        snprintf(out, size, "auto");
+      else
+        snprintf(out, size, "%.17g", *(const double *)field);
+      break;
     case OPT_FLAG: snprintf(out, size, "%s", *(const int *)field ? "true" : "false"); break;
     case OPT_CHOICE: snprintf(out, size, "%s", o->choices[*(const int *)field]); break;
   }

@@ -34,7 +34,7 @@ typedef struct config {
   int64_t draws;       /* HMC draws kept */
   int64_t iters;       /* SVGD iterations */
   int64_t steps;       /* HMC leapfrog steps L */
-  double target_accept; /* HMC: dual averaging's delta */
+  double target_accept; /* HMC: dual averaging's delta; 0: auto (adapt.h) */
   config_adapt_t adapt;   /* HMC */
   config_metric_t metric; /* HMC */
   double jitter;       /* HMC: step size scaled by 1 + jitter * U(-1, 1) each iteration */

@@ -20,7 +20,7 @@ enum { SC_DA_COUNTER = 0, SC_WINDOW_COUNTER, SC_WINDOW_SIZE, SC_NEXT_WINDOW, SC_
  * SC_POOLED_DA hold, are part of the checkpoint format: a checkpoint of another layout must not
  * be read as this one. A change of either needs a new CKPT_FORMAT_VERSION (io/ckpt.h), with its
  * layout stated here. */
-#if CKPT_FORMAT_VERSION == 3 || CKPT_FORMAT_VERSION == 4
+#if CKPT_FORMAT_VERSION == 5
 _Static_assert(SC_DA_COUNTER == 0 && SC_WINDOW_COUNTER == 1 && SC_WINDOW_SIZE == 2 && SC_NEXT_WINDOW == 3 &&
                    SC_WINDOW_SAMPLES == 4 && SC_SEARCHES == 5 && SC_TAIL_SAMPLES == 6 && SC_SEARCH_START == 7 &&
                    SC_STEP_REF == 8 && SC_CHEES_LOG_T == 9 && SC_CHEES_SQ == 10 && SC_CHEES_AVG_LOG_T == 11 &&
@@ -37,16 +37,21 @@ enum { ADAPT_MAX_ARRAYS = 4, POOLED_SEARCH_EVERY = 25 };
 /* The checkpoint's global "adapt_dense": [DENSE_IN_USE] 1 when the last window chose the dense
  * metric, [DENSE_CONDITION] its correlation's condition number (NaN: not computed),
  * [DENSE_DROPPED] the iteration after which auto dropped the dense metric (0: it did not) and
- * [DENSE_DROP_RATE] that window's divergence rate, [DENSE_WINDOW_DIVERGENT] and
- * [DENSE_WINDOW_ITERATIONS] the current window's divergent transitions (all chains) and
- * iterations, then L [dim, dim] from DENSE_FACTOR. */
-enum { DENSE_IN_USE = 0, DENSE_CONDITION = 1, DENSE_DROPPED = 2, DENSE_DROP_RATE = 3, DENSE_WINDOW_DIVERGENT = 4,
-       DENSE_WINDOW_ITERATIONS = 5, DENSE_FACTOR = 6 };
+ * [DENSE_DROP_RATE] that window's divergence rate, then L [dim, dim] from DENSE_FACTOR. */
+enum { DENSE_IN_USE = 0, DENSE_CONDITION = 1, DENSE_DROPPED = 2, DENSE_DROP_RATE = 3, DENSE_FACTOR = 4 };
 /* --metric auto drops the dense metric for the rest of warmup when, in its second half, a window
  * run with it diverged on more than this fraction of all transitions: a posterior whose curvature
  * varies (a funnel's, a Gaussian process's hyperparameters) has no one dense metric that fits it,
  * and the diagonal serves it better. */
 #define ADAPT_DENSE_DROP_DIVERGENT 0.005
+/* The checkpoint's global "adapt_accept": [ACC_TARGET] the acceptance rate dual averaging aims
+ * at now, [ACC_WINDOW_DIVERGENT] and [ACC_WINDOW_ITERATIONS] the current window's divergent
+ * transitions (all chains) and iterations, [ACC_RAISES] how often auto raised the target,
+ * [ACC_RAISED_AT] the iteration after which it last did and [ACC_RAISE_RATE] that window's
+ * divergence rate. */
+enum { ACC_TARGET = 0, ACC_WINDOW_DIVERGENT, ACC_WINDOW_ITERATIONS, ACC_RAISES, ACC_RAISED_AT, ACC_RAISE_RATE,
+       ACC_COUNT };
+_Static_assert(ACC_COUNT == 6 && DENSE_FACTOR == 4, "adapt_accept, adapt_dense: a new layout needs a new CKPT_FORMAT_VERSION");
 
 struct adapt {
   adapt_settings_t s;
@@ -54,6 +59,7 @@ struct adapt {
   backend_t *backend;
   int64_t init_buffer, term_buffer, base_window; /* the window schedule */
   double scalars[SC_COUNT];     /* pooled: the one dual-averaging state is SC_POOLED_DA.. */
+  double accept[ACC_COUNT];     /* the target acceptance and the windows' divergences */
   /* Backend arrays: per-chain dual averaging [rows, DUAL_FIELDS], the window's running
    * moments [rows, dim]. */
   double *dual;
@@ -62,7 +68,8 @@ struct adapt {
   int n_arrays;
   float *metric_row;            /* pooled: [dim] */
   /* The dense metric: whether the windows keep each chain's running covariance, window_cov
-   * [rows, dim (dim + 1) / 2] (backend); the factor (backend [dim, dim]) and its host state. */
+   * [rows, dim (dim + 1) / 2] (backend); the factor (backend [2, dim, dim]: L, L^T) and its host
+   * state. */
   int track_cov;
   float *window_cov, *factor, *factor_inv, *factor_row;
   double *dense;                /* [DENSE_FACTOR + dim dim] */
@@ -77,7 +84,7 @@ struct adapt {
 static dual_average_step_t dual_settings(const adapt_t *a) {
   dual_average_step_t step;
   memset(&step, 0, sizeof step);
-  step.target_accept = a->s.target_accept;
+  step.target_accept = a->accept[ACC_TARGET];
   step.gamma = 0.05;
   step.kappa = 0.75;
   step.t0 = 10.0;
@@ -118,6 +125,7 @@ int adapt_create(adapt_t **out, comm_ctx_t *comm, backend_t *backend, const adap
     a->term_buffer = (int64_t)(0.1 * (double)warmup);
     a->base_window = warmup - (a->init_buffer + a->term_buffer);
   }
+  a->accept[ACC_TARGET] = settings->target_accept > 0.0 ? settings->target_accept : ADAPT_ACCEPT_AUTO_START;
   a->scalars[SC_WINDOW_SIZE] = (double)a->base_window;
   a->scalars[SC_NEXT_WINDOW] = (double)(a->init_buffer + a->base_window - 1);
   a->scalars[SC_SEARCH_START] = settings->initial_step;
@@ -152,7 +160,7 @@ int adapt_create(adapt_t **out, comm_ctx_t *comm, backend_t *backend, const adap
   if (status == DS_OK && a->track_cov) {
     status = add_array(a, "adapt_window_cov", CKPT_FLOAT32, triangle, (void **)&a->window_cov);
     if (status == DS_OK) status = backend->fill(backend, a->window_cov, 0.0f, rows * triangle);
-    if (status == DS_OK) status = backend->alloc(backend, (void **)&a->factor, (size_t)(dim * dim) * sizeof(float));
+    if (status == DS_OK) status = backend->alloc(backend, (void **)&a->factor, (size_t)(2 * dim * dim) * sizeof(float));
     if (status == DS_OK) status = backend->alloc(backend, (void **)&a->factor_inv, (size_t)(dim * dim) * sizeof(float));
     a->dense = calloc((size_t)(DENSE_FACTOR + dim * dim), sizeof *a->dense);
     a->factor_row = malloc((size_t)(dim * dim) * sizeof *a->factor_row);
@@ -425,8 +433,12 @@ int adapt_metric_factor(adapt_t *a, const float **factor, const float **factor_i
     const int64_t dim = a->s.dim;
     double *inverse = a->inverse;
     dense_lower_inverse(a->dense + DENSE_FACTOR, dim, inverse);
-    for (int64_t e = 0; e < dim * dim; ++e) a->factor_row[e] = (float)a->dense[DENSE_FACTOR + e];
+    const double *L = a->dense + DENSE_FACTOR;
+    for (int64_t e = 0; e < dim * dim; ++e) a->factor_row[e] = (float)L[e];
     DS_TRY(a->backend->upload(a->backend, a->factor, a->factor_row, (size_t)(dim * dim) * sizeof(float)));
+    for (int64_t i = 0; i < dim; ++i)
+      for (int64_t k = 0; k < dim; ++k) a->factor_row[i * dim + k] = (float)L[k * dim + i];
+    DS_TRY(a->backend->upload(a->backend, a->factor + dim * dim, a->factor_row, (size_t)(dim * dim) * sizeof(float)));
     for (int64_t e = 0; e < dim * dim; ++e) a->factor_row[e] = (float)inverse[e];
     DS_TRY(a->backend->upload(a->backend, a->factor_inv, a->factor_row, (size_t)(dim * dim) * sizeof(float)));
     a->factor_sent = 1;
@@ -445,6 +457,33 @@ const char *adapt_metric_used(const adapt_t *a, double *condition, int64_t *drop
   return "diag";
 }
 
+/* --target-accept auto: at a window's end in warmup's second half, a window that diverged on more
+ * than ADAPT_ACCEPT_DIVERGENT of its transitions halves 1 - target, and halves it once more for
+ * each further factor of 4 in the rate (1.5%: 0.8 -> 0.9; 2.5%: 0.8 -> 0.95), up to
+ * ADAPT_ACCEPT_AUTO_MAX. Divergences that persist late in warmup mark curvature the step does
+ * not resolve (a Gaussian process's hyperparameters, a funnel's neck); a smaller step there
+ * costs gradients but keeps the chains from skipping the region, where a higher target
+ * everywhere costs posteriors that never diverge (adapt.h). The rule reads exact totals over all
+ * chains, so it is the same on any rank count. */
+static void raise_target(adapt_t *a, int64_t iteration, double rate) {
+  double *acc = a->accept;
+  if (!(rate > ADAPT_ACCEPT_DIVERGENT) || acc[ACC_TARGET] >= ADAPT_ACCEPT_AUTO_MAX) return;
+  double miss = 1.0 - acc[ACC_TARGET];
+  miss *= 0.5;
+  for (double bound = 4.0 * ADAPT_ACCEPT_DIVERGENT; rate > bound; bound *= 4.0) miss *= 0.5;
+  acc[ACC_TARGET] = fmin(ADAPT_ACCEPT_AUTO_MAX, 1.0 - miss);
+  acc[ACC_RAISES] += 1.0;
+  acc[ACC_RAISED_AT] = (double)(iteration + 1);
+  acc[ACC_RAISE_RATE] = rate;
+}
+
+double adapt_target_accept(const adapt_t *a, int *raises, int64_t *raised_at, double *raise_rate) {
+  *raises = a ? (int)a->accept[ACC_RAISES] : 0;
+  *raised_at = a ? (int64_t)a->accept[ACC_RAISED_AT] : 0;
+  *raise_rate = a ? a->accept[ACC_RAISE_RATE] : 0.0;
+  return a ? a->accept[ACC_TARGET] : NAN;
+}
+
 int adapt_after_iteration(adapt_t *a, int64_t iteration, const hmc_stats_t *stats, const hmc_batch_t *batch,
                           float *step_nominal, float *inv_metric, int *search) {
   *search = 0;
@@ -460,10 +499,8 @@ int adapt_after_iteration(adapt_t *a, int64_t iteration, const hmc_stats_t *stat
     const int64_t window_counter = (int64_t)a->scalars[SC_WINDOW_COUNTER];
     if (in_window(a, window_counter)) {
       a->scalars[SC_WINDOW_SAMPLES] += 1.0;
-      if (a->track_cov) {
-        a->dense[DENSE_WINDOW_DIVERGENT] += (double)stats->divergent;
-        a->dense[DENSE_WINDOW_ITERATIONS] += 1.0;
-      }
+      a->accept[ACC_WINDOW_DIVERGENT] += (double)stats->divergent;
+      a->accept[ACC_WINDOW_ITERATIONS] += 1.0;
       if (a->track_cov)
         DS_TRY(comm_agree(a->comm, b->covariance_add(b, batch->q, a->window_mean, a->window_cov, rows, dim,
                                                      a->scalars[SC_WINDOW_SAMPLES])));
@@ -471,17 +508,20 @@ int adapt_after_iteration(adapt_t *a, int64_t iteration, const hmc_stats_t *stat
     if (window_ends(a, window_counter)) {
       next_window(a);
       const double n = a->scalars[SC_WINDOW_SAMPLES];
+      double *acc = a->accept;
+      const double rate = acc[ACC_WINDOW_ITERATIONS] > 0.0
+                              ? acc[ACC_WINDOW_DIVERGENT] / (acc[ACC_WINDOW_ITERATIONS] * (double)a->s.chains_total)
+                              : 0.0;
+      acc[ACC_WINDOW_DIVERGENT] = acc[ACC_WINDOW_ITERATIONS] = 0.0;
+      const int late = 2 * iteration >= a->s.warmup;
+      if (a->s.target_accept == 0.0 && late) raise_target(a, iteration, rate);
       if (pooled && a->track_cov) {
         double *d = a->dense;
-        const double rate = d[DENSE_WINDOW_ITERATIONS] > 0.0
-                                ? d[DENSE_WINDOW_DIVERGENT] / (d[DENSE_WINDOW_ITERATIONS] * (double)a->s.chains_total)
-                                : 0.0;
-        if (a->s.metric == ADAPT_METRIC_AUTO && d[DENSE_IN_USE] != 0.0 && d[DENSE_DROPPED] == 0.0 &&
-            2 * iteration >= a->s.warmup && rate > ADAPT_DENSE_DROP_DIVERGENT) {
+        if (a->s.metric == ADAPT_METRIC_AUTO && d[DENSE_IN_USE] != 0.0 && d[DENSE_DROPPED] == 0.0 && late &&
+            rate > ADAPT_DENSE_DROP_DIVERGENT) {
           d[DENSE_DROPPED] = (double)(iteration + 1);
           d[DENSE_DROP_RATE] = rate;
         }
-        d[DENSE_WINDOW_DIVERGENT] = d[DENSE_WINDOW_ITERATIONS] = 0.0;
         DS_TRY(pooled_dense_metric(a, n));
       }
       if (pooled)
@@ -566,6 +606,7 @@ float adapt_search_start(const adapt_t *a) { return (float)a->scalars[SC_SEARCH_
 int adapt_checkpoint_items(adapt_t *a, adapt_array_t *arrays, int *n_arrays, ckpt_global_t *globals, int *n_globals) {
   *n_globals = 0;
   globals[(*n_globals)++] = (ckpt_global_t){"adapt_scalars", SC_COUNT, a->scalars};
+  globals[(*n_globals)++] = (ckpt_global_t){"adapt_accept", ACC_COUNT, a->accept};
   if (a->s.chees) globals[(*n_globals)++] = (ckpt_global_t){"adapt_chees_center", a->s.dim, a->center_host};
   if (a->track_cov) globals[(*n_globals)++] = (ckpt_global_t){"adapt_dense", DENSE_FACTOR + a->s.dim * a->s.dim, a->dense};
   for (int i = 0; i < a->n_arrays; ++i) arrays[i] = a->arrays[i];

@@ -37,11 +37,19 @@ typedef enum { ADAPT_METRIC_DIAG = 0, ADAPT_METRIC_DENSE = 1, ADAPT_METRIC_AUTO 
 #define ADAPT_DENSE_AUTO_DIM 100
 #define ADAPT_DENSE_AUTO_FLOATS ((int64_t)1 << 27)
 
+/* --target-accept auto (target_accept 0) starts at ADAPT_ACCEPT_AUTO_START and raises it where
+ * divergences persist: at a window's end in warmup's second half, a window whose transitions
+ * (all chains) diverged more often than ADAPT_ACCEPT_DIVERGENT halves 1 - target, once more per
+ * further factor of 4 in that rate, up to ADAPT_ACCEPT_AUTO_MAX. A given target never changes. */
+#define ADAPT_ACCEPT_AUTO_START 0.8
+#define ADAPT_ACCEPT_DIVERGENT 0.005
+#define ADAPT_ACCEPT_AUTO_MAX 0.95
+
 typedef struct adapt_settings {
   adapt_mode_t mode;
   int diag_metric;        /* adapt the metric (else the step size only) */
   int64_t warmup;
-  double target_accept;   /* delta */
+  double target_accept;   /* delta; 0: auto (below) */
   double initial_step;
   int64_t rows, dim, chains_total;
   int chees;              /* adapt the trajectory length (ChEES) */
@@ -80,6 +88,10 @@ int adapt_metric_factor(adapt_t *a, const float **factor, const float **factor_i
  * of its correlation matrix (NaN when not computed), and where auto dropped the dense metric for
  * its divergences (the iteration after which, 0 when it did not; that window's divergence rate). */
 const char *adapt_metric_used(const adapt_t *a, double *condition, int64_t *dropped, double *drop_rate);
+
+/* The target acceptance dual averaging aims at now; how often auto raised it, the iteration after
+ * which it last did (0: never) and that window's divergence rate. */
+double adapt_target_accept(const adapt_t *a, int *raises, int64_t *raised_at, double *raise_rate);
 
 /* Whether the next adapt_after_iteration ends a metric window. */
 int adapt_window_ends_next(const adapt_t *a);

@@ -848,8 +848,8 @@ static int output_moments(run_ctx_t *run, hmc_output_t *output, hmc_chains_t *ch
 
 /* The metric the sampling used, as attributes: metric_used (unit, diag or dense) and, where
  * --metric auto weighed it, metric_condition (the condition number of the last window's pooled
- * correlation matrix, against ADAPT_DENSE_CONDITION, and where auto dropped the dense metric).
- * Collective. */
+ * correlation matrix, against ADAPT_DENSE_CONDITION, and where auto dropped the dense metric);
+ * and target_accept. Collective. */
 static int output_metric(run_ctx_t *run, hmc_output_t *output, const adapt_t *adapt) {
   double condition = NAN, drop_rate = 0.0;
   int64_t dropped = 0;
@@ -862,6 +862,25 @@ static int output_metric(run_ctx_t *run, hmc_output_t *output, const adapt_t *ad
       snprintf(text + length, sizeof text - (size_t)length, "; dense dropped after warmup iteration %lld (%.2g%% "
                "divergent transitions in its window)", (long long)dropped, 100.0 * drop_rate);
     status = comm_agree(run->comm, h5out_set_attr(output->file, "metric_condition", text));
+  }
+  /* target_accept: the acceptance rate the step was adapted to, and under auto whether and
+   * where it was raised. */
+  int raises = 0;
+  int64_t raised_at = 0;
+  double raise_rate = 0.0;
+  const double target = adapt_target_accept(adapt, &raises, &raised_at, &raise_rate);
+  if (status == DS_OK && adapt && !isnan(target)) {
+    char text[200];
+    int length = snprintf(text, sizeof text, "%.4g", target);
+    if (run->cfg->target_accept == 0.0) {
+      if (raises > 0)
+        snprintf(text + length, sizeof text - (size_t)length, " (auto: raised from %g %d time%s, last after warmup "
+                 "iteration %lld, %.3g%% divergent transitions in its window)", ADAPT_ACCEPT_AUTO_START, raises,
+                 raises == 1 ? "" : "s", (long long)raised_at, 100.0 * raise_rate);
+      else
+        snprintf(text + length, sizeof text - (size_t)length, " (auto)");
+    }
+    status = comm_agree(run->comm, h5out_set_attr(output->file, "target_accept", text));
   }
   return status;
 }
