@@ -276,7 +276,8 @@ int cuda_hmc_transition(backend_t *b, const dsampler_target *t, hmc_batch_t *bat
   const size_t bytes = 3 * elems * sizeof(float) + 2 * n * sizeof(float) + n * sizeof(double) + 64;
   DS_TRY(ensure_device(&impl->hmc_work, &impl->hmc_work_bytes, bytes, "HMC work arrays"));
   double *h0 = static_cast<double *>(impl->hmc_work); /* first: 8-byte aligned */
-  float *q_work = reinterpret_cast<float *>(h0 + n);
+  /* q_work 16-byte aligned (the wide dense kernels read float4s); the 64 bytes spare cover it. */
+  float *q_work = reinterpret_cast<float *>(h0 + n + (n & 1));
   float *p_work = q_work + elems, *grad_work = p_work + elems;
   float *logp_work = grad_work + elems, *uniform = logp_work + n;
   DS_TRY(hmc_launch_begin(batch, q_work, p_work, grad_work, uniform, h0, impl->stream));

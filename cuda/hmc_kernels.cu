@@ -497,16 +497,17 @@ __host__ __device__ inline int wide_slabs(int dim) { return wide_groups(dim) >= 
 __host__ __device__ inline int wide_padded(int dim) { return WIDE_GROUP * wide_groups(dim); }
 __host__ __device__ inline int wide_tile(int dim) { return WIDE_SLAB * wide_slabs(dim); }
 
-/* A thread's walk over the (chain, coordinate) cells of a tile in row-major order, e = thread,
- * thread + blockDim.x, ...: one division at the start, none per cell. */
+/* A thread's walk over the (chain, coordinate) cells of a tile in row-major order, from cell
+ * `start` in steps of `step` cells: one division at the start, none per cell. */
 struct tile_cursor {
   int c, k, step_c, step_k, dim;
-  __device__ __forceinline__ tile_cursor(int dim_) : dim(dim_) {
-    c = (int)threadIdx.x / dim;
-    k = (int)threadIdx.x % dim;
-    step_c = (int)blockDim.x / dim;
-    step_k = (int)blockDim.x % dim;
+  __device__ __forceinline__ tile_cursor(int dim_, int start, int step) : dim(dim_) {
+    c = start / dim;
+    k = start % dim;
+    step_c = step / dim;
+    step_k = step % dim;
   }
+  __device__ __forceinline__ explicit tile_cursor(int dim_) : tile_cursor(dim_, (int)threadIdx.x, (int)blockDim.x) {}
   __device__ __forceinline__ void next() {
     c += step_c;
     k += step_k;
@@ -517,11 +518,66 @@ struct tile_cursor {
   }
 };
 
-/* The transposed tile T[k][c] (stride tile + 1) of src's rows first.. (zeros past the chains). */
-__device__ __forceinline__ void wide_load(float *T, int stride, const float *src, long long first, int chains,
-                                          int tile, int dim) {
-  for (tile_cursor at(dim); at.c < tile; at.next())
-    T[at.k * stride + at.c] = at.c < chains ? src[(first + at.c) * dim + at.k] : 0.0f;
+/* A tile's cells are one contiguous run of global memory (its chains' rows): cell e of the tile
+ * is src[e], chain e / dim, coordinate e % dim. A thread takes V consecutive cells at a time (V
+ * = 4, one float4, when dim is a multiple of 4, so that the 4 share a chain), WIDE_STAGE such
+ * groups loaded before any is handed on, so that that many loads are in flight per thread (a
+ * loop of load then use waits for each). Cells at or past `cells` (past the tile's chains) read
+ * as 0; visit(c, k, x, e) is called for the groups below `limit`. */
+constexpr int WIDE_STAGE = 4;
+
+template <int V>
+struct cells_t {
+  float v[V];
+};
+
+template <int V>
+__device__ __forceinline__ cells_t<V> load_cells(const float *src, int e) {
+  cells_t<V> out;
+  if constexpr (V == 4) {
+    const float4 x = *reinterpret_cast<const float4 *>(src + e);
+    out.v[0] = x.x, out.v[1] = x.y, out.v[2] = x.z, out.v[3] = x.w;
+  } else {
+#pragma unroll
+    for (int j = 0; j < V; ++j) out.v[j] = src[e + j];
+  }
+  return out;
+}
+
+template <int V>
+__device__ __forceinline__ void store_cells(float *dst, int e, const cells_t<V> &x) {
+  if constexpr (V == 4) {
+    *reinterpret_cast<float4 *>(dst + e) = make_float4(x.v[0], x.v[1], x.v[2], x.v[3]);
+  } else {
+#pragma unroll
+    for (int j = 0; j < V; ++j) dst[e + j] = x.v[j];
+  }
+}
+
+template <int V, typename Visit>
+__device__ __forceinline__ void tile_cells(const float *src, int dim, int cells, int limit, Visit visit) {
+  const int step = V * (int)blockDim.x;
+  tile_cursor at(dim, V * (int)threadIdx.x, step);
+  for (int e0 = V * (int)threadIdx.x; e0 < limit; e0 += WIDE_STAGE * step) {
+    cells_t<V> x[WIDE_STAGE];
+    int c[WIDE_STAGE], k[WIDE_STAGE];
+#pragma unroll
+    for (int u = 0; u < WIDE_STAGE; ++u) {
+      const int e = e0 + u * step;
+      c[u] = at.c;
+      k[u] = at.k;
+      if (e < cells) {
+        x[u] = load_cells<V>(src, e);
+      } else {
+#pragma unroll
+        for (int j = 0; j < V; ++j) x[u].v[j] = 0.0f;
+      }
+      at.next();
+    }
+#pragma unroll
+    for (int u = 0; u < WIDE_STAGE; ++u)
+      if (e0 + u * step < limit) visit(c[u], k[u], x[u], e0 + u * step);
+  }
 }
 
 /* One term for the warp's outputs m in [lo, hi]: acc[j][m] = fmaf(row[m], T_col[c + 32 j], acc). */
@@ -556,61 +612,76 @@ __device__ __forceinline__ void wide_zero(float (&acc)[WIDE_CHAINS][WIDE_GROUP])
     for (int m = 0; m < WIDE_GROUP; ++m) acc[j][m] = 0.0f;
 }
 
-/* Shared memory: L and L^T [dim][padded], the tile [dim][tile + 1], floats. */
+/* Shared memory: L and L^T [dim][padded], the tile [dim][tile + 1], the tile's steps [tile],
+ * floats. */
 __host__ __device__ inline size_t wide_step_shared(int dim) {
-  return (size_t)(2 * dim * wide_padded(dim) + dim * (wide_tile(dim) + 1)) * sizeof(float);
+  return (size_t)(2 * dim * wide_padded(dim) + dim * (wide_tile(dim) + 1) + wide_tile(dim)) * sizeof(float);
 }
 
+/* Persistent: a block loads L and L^T once and takes tiles blockIdx.x, + gridDim.x, ... */
+template <int V>
 __global__ void __launch_bounds__(32 * WIDE_MAX_WARPS) hmc_dense_wide_kernel(const hmc_batch_t b, float scale,
                                                                             int drift, float *q_work,
                                                                             float *p_work, const float *grad_work) {
   extern __shared__ float shared[];
   const int dim = (int)b.dim, padded = wide_padded(dim), groups = wide_groups(dim), tile = wide_tile(dim);
   const int stride = tile + 1;
-  float *L = shared, *LT = L + dim * padded, *T = LT + dim * padded;
+  float *L = shared, *LT = L + dim * padded, *T = LT + dim * padded, *eps = T + dim * stride;
+  /* L and L^T (backend.h: metric_factor holds both), rows padded with zeros, read coalesced. */
+  const float *factor_t = b.metric_factor + dim * dim;
   for (int e = threadIdx.x; e < dim * padded; e += blockDim.x) {
     const int i = e / padded, k = e % padded;
-    L[e] = k < dim ? b.metric_factor[i * dim + k] : 0.0f;  /* L[i][k] */
-    LT[e] = k < dim ? b.metric_factor[k * dim + i] : 0.0f; /* LT[i][k] = L[k][i] */
+    L[e] = k < dim ? b.metric_factor[i * dim + k] : 0.0f; /* L[i][k] */
+    LT[e] = k < dim ? factor_t[i * dim + k] : 0.0f;      /* LT[i][k] = L[k][i] */
   }
-  const long long first = (long long)blockIdx.x * tile;
-  const int chains = b.n_chains - first < tile ? (int)(b.n_chains - first) : tile;
-  wide_load(T, stride, grad_work, first, chains, tile, dim);
-  __syncthreads();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int k0 = WIDE_GROUP * (warp % groups), c = WIDE_SLAB * (warp / groups) + lane;
   const int block_end = k0 + WIDE_GROUP < dim ? k0 + WIDE_GROUP : dim;
-  float acc[WIDE_CHAINS][WIDE_GROUP];
-  wide_zero(acc);
-  /* The kick: output k0 + m takes the terms i >= k0 + m. */
-  for (int i = k0; i < block_end; ++i) wide_term(acc, L + i * padded + k0, T + i * stride, c, 0, i - k0);
-  for (int i = block_end; i < dim; ++i) wide_term(acc, L + i * padded + k0, T + i * stride, c, 0, WIDE_GROUP - 1);
-  __syncthreads();
-  wide_store(T, stride, c, k0, dim, acc);
-  __syncthreads();
-  for (tile_cursor at(dim); at.c < tile; at.next()) {
-    const int cc = at.c, k = at.k;
-    float r = 0.0f;
-    if (cc < chains) {
-      const long long at = (first + cc) * dim + k;
-      const float kick = __fmul_rn(scale, b.step_size[first + cc]);
-      r = __fadd_rn(p_work[at], __fmul_rn(kick, T[k * stride + cc]));
-      p_work[at] = r;
-    }
-    T[k * stride + cc] = r;
-  }
-  if (!drift) return;
-  __syncthreads();
-  /* The drift: output k0 + m takes the terms k <= k0 + m, L_ik = LT[k][i]. */
-  wide_zero(acc);
-  for (int k = 0; k < k0; ++k) wide_term(acc, LT + k * padded + k0, T + k * stride, c, 0, WIDE_GROUP - 1);
-  for (int k = k0; k < block_end; ++k) wide_term(acc, LT + k * padded + k0, T + k * stride, c, k - k0, WIDE_GROUP - 1);
-  __syncthreads();
-  wide_store(T, stride, c, k0, dim, acc);
-  __syncthreads();
-  for (tile_cursor at(dim); at.c < chains; at.next()) {
-    const long long cell = (first + at.c) * dim + at.k;
-    q_work[cell] = __fadd_rn(q_work[cell], __fmul_rn(b.step_size[first + at.c], T[at.k * stride + at.c]));
+  const long long tiles = (b.n_chains + tile - 1) / tile;
+  for (long long t = blockIdx.x; t < tiles; t += gridDim.x) {
+    const long long first = t * tile;
+    const int chains = b.n_chains - first < tile ? (int)(b.n_chains - first) : tile, cells = chains * dim;
+    float *p_tile = p_work + first * dim, *q_tile = q_work + first * dim;
+    __syncthreads(); /* the last tile's T and eps are read */
+    for (int cc = threadIdx.x; cc < chains; cc += blockDim.x) eps[cc] = b.step_size[first + cc];
+    tile_cells<V>(grad_work + first * dim, dim, cells, tile * dim, [&](int cc, int k, const cells_t<V> &g, int) {
+#pragma unroll
+      for (int j = 0; j < V; ++j) T[(k + j) * stride + cc] = g.v[j];
+    });
+    __syncthreads();
+    float acc[WIDE_CHAINS][WIDE_GROUP];
+    wide_zero(acc);
+    /* The kick: output k0 + m takes the terms i >= k0 + m. */
+    for (int i = k0; i < block_end; ++i) wide_term(acc, L + i * padded + k0, T + i * stride, c, 0, i - k0);
+    for (int i = block_end; i < dim; ++i) wide_term(acc, L + i * padded + k0, T + i * stride, c, 0, WIDE_GROUP - 1);
+    __syncthreads();
+    wide_store(T, stride, c, k0, dim, acc);
+    __syncthreads();
+    /* r += kick sum through the tile: its cells past the chains become 0. */
+    tile_cells<V>(p_tile, dim, cells, tile * dim, [&](int cc, int k, const cells_t<V> &p, int e) {
+      cells_t<V> r;
+#pragma unroll
+      for (int j = 0; j < V; ++j)
+        r.v[j] = e < cells ? __fadd_rn(p.v[j], __fmul_rn(__fmul_rn(scale, eps[cc]), T[(k + j) * stride + cc])) : 0.0f;
+      if (e < cells) store_cells<V>(p_tile, e, r);
+#pragma unroll
+      for (int j = 0; j < V; ++j) T[(k + j) * stride + cc] = r.v[j];
+    });
+    if (!drift) continue;
+    __syncthreads();
+    /* The drift: output k0 + m takes the terms k <= k0 + m, L_ik = LT[k][i]. */
+    wide_zero(acc);
+    for (int k = 0; k < k0; ++k) wide_term(acc, LT + k * padded + k0, T + k * stride, c, 0, WIDE_GROUP - 1);
+    for (int k = k0; k < block_end; ++k) wide_term(acc, LT + k * padded + k0, T + k * stride, c, k - k0, WIDE_GROUP - 1);
+    __syncthreads();
+    wide_store(T, stride, c, k0, dim, acc);
+    __syncthreads();
+    tile_cells<V>(q_tile, dim, cells, cells, [&](int cc, int k, const cells_t<V> &q, int e) {
+      cells_t<V> out;
+#pragma unroll
+      for (int j = 0; j < V; ++j) out.v[j] = __fadd_rn(q.v[j], __fmul_rn(eps[cc], T[(k + j) * stride + cc]));
+      store_cells<V>(q_tile, e, out);
+    });
   }
 }
 
@@ -1113,19 +1184,40 @@ static int allow_shared(const void *kernel, size_t shared, size_t *opted) {
   return DS_OK;
 }
 
+/* The persistent wide kernel: as many blocks as the device holds at once, at most a tile each. */
+template <int V>
+static int launch_dense_wide(const hmc_batch_t *batch, float scale, int drift, float *q_work, float *p_work,
+                             const float *grad_work, cudaStream_t stream) {
+  static size_t opted = 0;
+  static int resident_dim = -1, resident = 0;
+  const int dim = (int)batch->dim, threads = 32 * wide_groups(dim) * wide_slabs(dim);
+  const size_t shared = wide_step_shared(dim);
+  DS_TRY(allow_shared((const void *)hmc_dense_wide_kernel<V>, shared, &opted));
+  if (resident_dim != dim) {
+    int device = 0, sms = 0, per_sm = 0;
+    CUDA_CHECK(cudaGetDevice(&device));
+    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, hmc_dense_wide_kernel<V>, threads, shared));
+    resident = (per_sm > 0 ? per_sm : 1) * (sms > 0 ? sms : 1);
+    resident_dim = dim;
+  }
+  const long long tiles = (batch->n_chains + wide_tile(dim) - 1) / wide_tile(dim);
+  const long long blocks = tiles < resident ? tiles : resident;
+  hmc_dense_wide_kernel<V><<<(unsigned)blocks, threads, shared, stream>>>(*batch, scale, drift, q_work, p_work,
+                                                                          grad_work);
+  CUDA_CHECK_LAUNCH("hmc_dense_wide_kernel");
+  return DS_OK;
+}
+
 static int launch_dense_step(const hmc_batch_t *batch, float scale, int drift, float *q_work, float *p_work,
                              const float *grad_work, cudaStream_t stream) {
   const long long count = batch->n_chains * batch->dim;
   const int dim = (int)batch->dim;
   if (dense_wide(dim, wide_step_shared(dim))) {
-    static size_t opted = 0;
-    const size_t shared = wide_step_shared(dim);
-    DS_TRY(allow_shared((const void *)hmc_dense_wide_kernel, shared, &opted));
-    const long long blocks = (batch->n_chains + wide_tile(dim) - 1) / wide_tile(dim);
-    hmc_dense_wide_kernel<<<(unsigned)blocks, 32 * wide_groups(dim) * wide_slabs(dim), shared, stream>>>(
-        *batch, scale, drift, q_work, p_work, grad_work);
-    CUDA_CHECK_LAUNCH("hmc_dense_wide_kernel");
-    return DS_OK;
+    const bool aligned = ((reinterpret_cast<uintptr_t>(q_work) | reinterpret_cast<uintptr_t>(p_work) |
+                           reinterpret_cast<uintptr_t>(grad_work)) & 15) == 0;
+    if (dim % 4 == 0 && aligned) return launch_dense_wide<4>(batch, scale, drift, q_work, p_work, grad_work, stream);
+    return launch_dense_wide<1>(batch, scale, drift, q_work, p_work, grad_work, stream);
   }
   if (dense_tiled(dim)) {
     static size_t opted = 0;

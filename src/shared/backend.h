@@ -81,7 +81,8 @@ typedef struct hmc_batch {
   const float *inv_metric; /* [n_chains, dim] diagonal of M^-1, or [dim] when shared_metric */
   int shared_metric;       /* 1: one metric for every chain (unit or pooled adaptation) */
   /* A dense metric when not NULL, shared by every chain: M^-1 = L L^T with L = metric_factor
-   * [dim, dim] row-major, lower triangular (inv_metric is then unused). The momentum is kept
+   * [dim, dim] row-major, lower triangular, followed by L^T [dim, dim] (the same numbers, for
+   * kernels that read L by columns; inv_metric is then unused). The momentum is kept
    * whitened, r = L^T p: r = z is drawn, the kinetic energy is |r|^2 / 2, a kick adds
    * kick (L^T grad) to r and a drift eps (L r) to q, each product summed with fmaf over the
    * triangle's entries in increasing index; ChEES whitens with u = L^-1 (x - m), u_i = sum_{k <= i}

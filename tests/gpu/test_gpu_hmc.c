@@ -77,6 +77,12 @@ static hmc_batch_t batch_of(chain_arrays_t *a, int64_t n, int64_t dim, int64_t c
 }
 
 /* With dense set, a dense metric: L lower triangular, diagonal 0.5..1.5, below it +-0.1. */
+/* backend.h's metric_factor: L [dim, dim] followed by L^T; fills the second half from the first. */
+static void transpose_after(float *factor, int64_t dim) {
+  for (int64_t i = 0; i < dim; ++i)
+    for (int64_t k = 0; k < dim; ++k) factor[dim * dim + i * dim + k] = factor[k * dim + i];
+}
+
 static void test_hmc_case_metric(const char *label, int64_t n, int64_t dim, int wrap, int iterations, int dense);
 static void test_hmc_case(const char *label, int64_t n, int64_t dim, int wrap, int iterations) {
   test_hmc_case_metric(label, n, dim, wrap, iterations, 0);
@@ -126,13 +132,14 @@ static void test_hmc_case_metric(const char *label, int64_t n, int64_t dim, int 
   GPU_TRY(gpu->upload(gpu, dev.chees_center, center, (size_t)dim * sizeof(float)));
   float *factor = NULL, *factor_dev = NULL, *factor_inv = NULL, *factor_inv_dev = NULL;
   if (dense) {
-    factor = test_malloc((size_t)(dim * dim) * sizeof(float));
+    factor = test_malloc((size_t)(2 * dim * dim) * sizeof(float)); /* L, then L^T (backend.h) */
     for (int64_t i = 0; i < dim; ++i)
       for (int64_t j = 0; j < dim; ++j)
         factor[i * dim + j] = j > i ? 0.0f : j == i ? (float)(0.5 + test_rng_uniform(&state))
                                                     : (float)(0.2 * (test_rng_uniform(&state) - 0.5));
-    GPU_TRY(gpu->alloc(gpu, (void **)&factor_dev, (size_t)(dim * dim) * sizeof(float)));
-    GPU_TRY(gpu->upload(gpu, factor_dev, factor, (size_t)(dim * dim) * sizeof(float)));
+    transpose_after(factor, dim);
+    GPU_TRY(gpu->alloc(gpu, (void **)&factor_dev, (size_t)(2 * dim * dim) * sizeof(float)));
+    GPU_TRY(gpu->upload(gpu, factor_dev, factor, (size_t)(2 * dim * dim) * sizeof(float)));
     /* L^-1 by solving L X = I column by column, in double. */
     factor_inv = test_malloc((size_t)(dim * dim) * sizeof(float));
     double *column = test_malloc((size_t)dim * sizeof(double));
@@ -297,7 +304,7 @@ static void test_dense_families(int64_t n, int64_t dim) {
   const int64_t nd = n * dim;
   float *q0 = test_malloc((size_t)nd * sizeof(float)), *grad0 = test_malloc((size_t)nd * sizeof(float));
   float *logp0 = test_malloc((size_t)n * sizeof(float)), *step = test_malloc((size_t)n * sizeof(float));
-  float *center = test_malloc((size_t)dim * sizeof(float)), *factor = test_malloc((size_t)(dim * dim) * sizeof(float));
+  float *center = test_malloc((size_t)dim * sizeof(float)), *factor = test_malloc((size_t)(2 * dim * dim) * sizeof(float));
   float *factor_inv = test_malloc((size_t)(dim * dim) * sizeof(float));
   uint64_t state = 77 + (uint64_t)dim;
   test_fill_normal(q0, nd, 1.0, state);
@@ -309,11 +316,12 @@ static void test_dense_families(int64_t n, int64_t dim) {
                                                   : (float)(0.2 * (test_rng_uniform(&state) - 0.5));
       factor_inv[i * dim + j] = j > i ? 0.0f : (float)(test_rng_uniform(&state) - 0.5); /* any lower triangle */
     }
+  transpose_after(factor, dim);
   GPU_TRY(cpu->logp_grad(cpu, &target, q0, n, logp0, grad0));
   float *factor_dev = NULL, *factor_inv_dev = NULL;
-  GPU_TRY(gpu->alloc(gpu, (void **)&factor_dev, (size_t)(dim * dim) * sizeof(float)));
+  GPU_TRY(gpu->alloc(gpu, (void **)&factor_dev, (size_t)(2 * dim * dim) * sizeof(float)));
   GPU_TRY(gpu->alloc(gpu, (void **)&factor_inv_dev, (size_t)(dim * dim) * sizeof(float)));
-  GPU_TRY(gpu->upload(gpu, factor_dev, factor, (size_t)(dim * dim) * sizeof(float)));
+  GPU_TRY(gpu->upload(gpu, factor_dev, factor, (size_t)(2 * dim * dim) * sizeof(float)));
   GPU_TRY(gpu->upload(gpu, factor_inv_dev, factor_inv, (size_t)(dim * dim) * sizeof(float)));
   /* Per family: q, grad, moment means (nd each), logp, energy, accept_prob, chees (2n), accepted. */
   const size_t out_bytes = (size_t)(3 * nd + 5 * n) * sizeof(float) + (size_t)n;
