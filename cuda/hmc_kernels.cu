@@ -319,6 +319,14 @@ __global__ void hmc_kick_drift_kernel(const hmc_batch_t b, int step, float *q_wo
   }
 }
 
+/* Chain `chain`'s L and L^-1: the shared ones, or its own (backend.h's factor_per_chain). */
+__device__ __forceinline__ const float *chain_factor(const hmc_batch_t &b, long long chain) {
+  return b.factor_per_chain ? b.metric_factor + chain * 2 * b.dim * b.dim : b.metric_factor;
+}
+__device__ __forceinline__ const float *chain_factor_inv(const hmc_batch_t &b, long long chain) {
+  return b.factor_per_chain ? b.metric_factor_inv + chain * b.dim * b.dim : b.metric_factor_inv;
+}
+
 /* The dense metric (backend.h's metric_factor): a kick r += kick (L^T g) and a drift
  * q += eps (L r), one (chain, coordinate) a thread, as backend_cpu.c's dense_kick_drift. */
 __global__ void hmc_dense_kick_kernel(const hmc_batch_t b, float scale, float *p_work, const float *grad_work) {
@@ -327,7 +335,7 @@ __global__ void hmc_dense_kick_kernel(const hmc_batch_t b, float scale, float *p
        e += (long long)gridDim.x * blockDim.x) {
     const long long chain = e / b.dim, k = e % b.dim;
     const float kick = __fmul_rn(scale, b.step_size[chain]);
-    p_work[e] = __fadd_rn(p_work[e], __fmul_rn(kick, dense_lt_dot(b.metric_factor, b.dim, grad_work + chain * b.dim, k)));
+    p_work[e] = __fadd_rn(p_work[e], __fmul_rn(kick, dense_lt_dot(chain_factor(b, chain), b.dim, grad_work + chain * b.dim, k)));
   }
 }
 
@@ -337,7 +345,7 @@ __global__ void hmc_dense_drift_kernel(const hmc_batch_t b, float *q_work, const
        e += (long long)gridDim.x * blockDim.x) {
     const long long chain = e / b.dim, i = e % b.dim;
     const float eps = b.step_size[chain];
-    q_work[e] = __fadd_rn(q_work[e], __fmul_rn(eps, dense_l_dot(b.metric_factor, b.dim, p_work + chain * b.dim, i)));
+    q_work[e] = __fadd_rn(q_work[e], __fmul_rn(eps, dense_l_dot(chain_factor(b, chain), b.dim, p_work + chain * b.dim, i)));
   }
 }
 
@@ -406,8 +414,9 @@ __global__ void hmc_dense_chees_plain_kernel(const hmc_batch_t b, const float *q
   if (chain >= b.n_chains) return;
   const long long row = chain * b.dim;
   double along = 0.0;
-  const double after = dense_whiten(b.metric_factor_inv, b.dim, q_work + row, b.chees_center, p_work + row, &along);
-  const double before = dense_whiten(b.metric_factor_inv, b.dim, b.q + row, b.chees_center, NULL, NULL);
+  const float *inverse = chain_factor_inv(b, chain);
+  const double after = dense_whiten(inverse, b.dim, q_work + row, b.chees_center, p_work + row, &along);
+  const double before = dense_whiten(inverse, b.dim, b.q + row, b.chees_center, NULL, NULL);
   b.chees[2 * chain] = (float)(after - before);
   b.chees[2 * chain + 1] = (float)along;
 }
@@ -1165,13 +1174,18 @@ static size_t device_shared_limit() {
   return (size_t)limit;
 }
 
-static bool dense_wide(long long dim, size_t shared) {
+/* The wide and tiled families share one L among all chains; per-chain factors take the
+ * element kernels. */
+static bool dense_wide(const hmc_batch_t *batch, size_t shared) {
+  const long long dim = batch->dim;
+  if (batch->factor_per_chain) return false;
   if (hmc_dense_family_setting != 0 && hmc_dense_family_setting != HMC_DENSE_WIDE) return false;
   return wide_groups((int)dim) * wide_slabs((int)dim) <= WIDE_MAX_WARPS && shared <= device_shared_limit();
 }
 
-static bool dense_tiled(long long dim) {
-  if (hmc_dense_family_setting == HMC_DENSE_ELEMENT) return false;
+static bool dense_tiled(const hmc_batch_t *batch) {
+  const long long dim = batch->dim;
+  if (batch->factor_per_chain || hmc_dense_family_setting == HMC_DENSE_ELEMENT) return false;
   return dense_step_tiled(dim);
 }
 
@@ -1213,13 +1227,13 @@ static int launch_dense_step(const hmc_batch_t *batch, float scale, int drift, f
                              const float *grad_work, cudaStream_t stream) {
   const long long count = batch->n_chains * batch->dim;
   const int dim = (int)batch->dim;
-  if (dense_wide(dim, wide_step_shared(dim))) {
+  if (dense_wide(batch, wide_step_shared(dim))) {
     const bool aligned = ((reinterpret_cast<uintptr_t>(q_work) | reinterpret_cast<uintptr_t>(p_work) |
                            reinterpret_cast<uintptr_t>(grad_work)) & 15) == 0;
     if (dim % 4 == 0 && aligned) return launch_dense_wide<4>(batch, scale, drift, q_work, p_work, grad_work, stream);
     return launch_dense_wide<1>(batch, scale, drift, q_work, p_work, grad_work, stream);
   }
-  if (dense_tiled(dim)) {
+  if (dense_tiled(batch)) {
     static size_t opted = 0;
     const size_t shared = dense_step_shared(batch->dim);
     DS_TRY(allow_shared((const void *)hmc_dense_step_kernel, shared, &opted));
@@ -1241,14 +1255,14 @@ static int launch_dense_step(const hmc_batch_t *batch, float scale, int drift, f
 static int launch_dense_chees(const hmc_batch_t *batch, const float *q_work, const float *p_work,
                               cudaStream_t stream) {
   const int dim = (int)batch->dim;
-  if (dense_wide(dim, wide_chees_shared(dim))) {
+  if (dense_wide(batch, wide_chees_shared(dim))) {
     static size_t opted = 0;
     const size_t shared = wide_chees_shared(dim);
     DS_TRY(allow_shared((const void *)hmc_dense_chees_wide_kernel, shared, &opted));
     const long long blocks = (batch->n_chains + WIDE_CHEES_CHAINS - 1) / WIDE_CHEES_CHAINS;
     hmc_dense_chees_wide_kernel<<<(unsigned)blocks, 32 * wide_groups(dim), shared, stream>>>(*batch, q_work, p_work);
     CUDA_CHECK_LAUNCH("hmc_dense_chees_wide_kernel");
-  } else if (dense_tiled(dim)) {
+  } else if (dense_tiled(batch)) {
     static size_t opted = 0;
     const size_t shared = dense_chees_shared(batch->dim);
     DS_TRY(allow_shared((const void *)hmc_dense_chees_kernel, shared, &opted));

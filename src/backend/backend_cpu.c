@@ -499,7 +499,11 @@ static int hmc_block(const dsampler_target *t, hmc_batch_t *batch, int64_t c0, i
                      float *q, float *p, float *grad, float *logp, float *uniform, double *h0, double *wide,
                      float *scratch) {
   const int64_t dim = batch->dim;
-  const float *L = batch->metric_factor;
+  const float *factors = batch->metric_factor;
+  /* Chain c's factor: the one shared, or its own (backend.h's factor_per_chain). */
+  const int64_t factor_stride = batch->factor_per_chain ? 2 * dim * dim : 0;
+  const int64_t inverse_stride = batch->factor_per_chain ? dim * dim : 0;
+  const float *L = factors;
   for (int64_t c = 0; c < count; ++c) {
     const int64_t chain = c0 + c;
     const float *inv_metric = L ? NULL : batch->inv_metric + (batch->shared_metric ? 0 : chain * dim);
@@ -522,7 +526,7 @@ static int hmc_block(const dsampler_target *t, hmc_batch_t *batch, int64_t c0, i
       /* The first half kick; later kicks are whole, the last is halved below. */
       const float kick = step == 0 ? 0.5f * eps : eps;
       if (L) {
-        dense_kick_drift(L, dim, kick, eps, g_c, p_c, q_c, scratch);
+        dense_kick_drift(factors + (c0 + c) * factor_stride, dim, kick, eps, g_c, p_c, q_c, scratch);
         continue;
       }
       for (int64_t k = 0; k < dim; ++k) p_c[k] += kick * g_c[k];
@@ -536,7 +540,8 @@ static int hmc_block(const dsampler_target *t, hmc_batch_t *batch, int64_t c0, i
     const float *inv_metric = L ? NULL : batch->inv_metric + (batch->shared_metric ? 0 : chain * dim);
     float *p_c = p + c * dim;
     if (L) {
-      for (int64_t k = 0; k < dim; ++k) scratch[k] = dense_lt_dot(L, dim, grad + c * dim, k);
+      const float *L_c = factors + chain * factor_stride;
+      for (int64_t k = 0; k < dim; ++k) scratch[k] = dense_lt_dot(L_c, dim, grad + c * dim, k);
       for (int64_t k = 0; k < dim; ++k) p_c[k] += 0.5f * eps * scratch[k];
     } else {
       for (int64_t k = 0; k < dim; ++k) p_c[k] += 0.5f * eps * grad[c * dim + k];
@@ -550,7 +555,7 @@ static int hmc_block(const dsampler_target *t, hmc_batch_t *batch, int64_t c0, i
     batch->accept_prob[chain] = divergent ? 0.0f : (float)fmin(1.0, exp(h0[c] - h1));
     batch->energy[chain] = (float)(accept ? h1 : h0[c]);
     if (batch->chees_center && L) {
-      const float *m = batch->chees_center, *Linv = batch->metric_factor_inv;
+      const float *m = batch->chees_center, *Linv = batch->metric_factor_inv + chain * inverse_stride;
       double along = 0.0;
       const double after = dense_whiten(Linv, dim, q + c * dim, m, p_c, &along);
       const double before = dense_whiten(Linv, dim, batch->q + chain * dim, m, NULL, NULL);

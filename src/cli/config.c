@@ -372,8 +372,6 @@ static int config_validate(config_t *cfg) {
                    "number of chains", (long long)cfg->chains_per_start, (long long)cfg->chains);
   if (!hmc && cfg->particles <= 0)
     return ds_fail(DS_ERR_INPUT, "--particles: expected a positive integer, got %lld", (long long)cfg->particles);
-  if (hmc && cfg->metric == CONFIG_METRIC_DENSE && cfg->adapt == CONFIG_ADAPT_PER_CHAIN)
-    return ds_fail(DS_ERR_INPUT, "--metric dense: adapted pooled over all chains only; not with --adapt per-chain");
   if (hmc && cfg->warmup < 0) return ds_fail(DS_ERR_INPUT, "--warmup: expected >= 0, got %lld", (long long)cfg->warmup);
   if (hmc && cfg->draws < 0) return ds_fail(DS_ERR_INPUT, "--draws: expected >= 0, got %lld", (long long)cfg->draws);
   if (!hmc && cfg->iters < 0) return ds_fail(DS_ERR_INPUT, "--iters: expected >= 0, got %lld", (long long)cfg->iters);

@@ -33,7 +33,7 @@ _Static_assert(DUAL_MU == 0 && DUAL_S_BAR == 1 && DUAL_X_BAR == 2 && DUAL_LOG_EP
 #endif
 /* Pooled adaptation searches every chain's step again every POOLED_SEARCH_EVERY iterations
  * before the tail of warmup (as well as at each new metric). */
-enum { ADAPT_MAX_ARRAYS = 4, POOLED_SEARCH_EVERY = 25 };
+enum { ADAPT_MAX_ARRAYS = 5, POOLED_SEARCH_EVERY = 25 };
 /* The checkpoint's global "adapt_dense": [DENSE_IN_USE] 1 when the last window chose the dense
  * metric, [DENSE_CONDITION] its correlation's condition number (NaN: not computed),
  * [DENSE_DROPPED] the iteration after which auto dropped the dense metric (0: it did not) and
@@ -75,6 +75,12 @@ struct adapt {
   double *dense;                /* [DENSE_FACTOR + dim dim] */
   double *inverse;              /* [dim dim]: L^-1, made from dense's L */
   int factor_sent;              /* factor holds dense's L (after a resume: not yet) */
+  /* Per-chain adaptation with --metric dense: each chain's L in double, [rows, dim dim] (the
+   * host mirror of the checkpoint array "adapt_chain_factor"; the factor and factor_inv
+   * backend arrays are then [rows, 2 dim dim] and [rows, dim dim]). */
+  int per_chain_dense;
+  double *chain_factor;
+  void *chain_factor_copy;
   float *chees_center, *chees;  /* ChEES: [dim] and [rows] on the backend, remade each iteration */
   double *center_host;          /* [dim] */
   float *center_row;            /* [dim]: center_host in float, for the backend */
@@ -154,16 +160,26 @@ int adapt_create(adapt_t **out, comm_ctx_t *comm, backend_t *backend, const adap
   /* The dense metric: forced, or auto within its limits (adapt.h). */
   const int64_t triangle = dense_triangle(dim);
   const int pooled_windows = settings->mode == ADAPT_POOLED && a->s.diag_metric;
-  a->track_cov = pooled_windows && (settings->metric == ADAPT_METRIC_DENSE ||
-                                    (settings->metric == ADAPT_METRIC_AUTO && dim <= ADAPT_DENSE_AUTO_DIM &&
-                                     settings->chains_total <= ADAPT_DENSE_AUTO_FLOATS / triangle));
+  a->per_chain_dense = settings->mode == ADAPT_PER_CHAIN && a->s.diag_metric && settings->metric == ADAPT_METRIC_DENSE;
+  a->track_cov = a->per_chain_dense ||
+                 (pooled_windows && (settings->metric == ADAPT_METRIC_DENSE ||
+                                     (settings->metric == ADAPT_METRIC_AUTO && dim <= ADAPT_DENSE_AUTO_DIM &&
+                                      settings->chains_total <= ADAPT_DENSE_AUTO_FLOATS / triangle)));
+  /* The factors the backend reads: one, or one a chain. */
+  const int64_t factors = a->per_chain_dense ? (rows > 0 ? rows : 1) : 1;
   if (status == DS_OK && a->track_cov) {
     status = add_array(a, "adapt_window_cov", CKPT_FLOAT32, triangle, (void **)&a->window_cov);
     if (status == DS_OK) status = backend->fill(backend, a->window_cov, 0.0f, rows * triangle);
-    if (status == DS_OK) status = backend->alloc(backend, (void **)&a->factor, (size_t)(2 * dim * dim) * sizeof(float));
-    if (status == DS_OK) status = backend->alloc(backend, (void **)&a->factor_inv, (size_t)(dim * dim) * sizeof(float));
+    if (status == DS_OK && a->per_chain_dense) {
+      status = add_array(a, "adapt_chain_factor", CKPT_FLOAT64, dim * dim, &a->chain_factor_copy);
+      a->chain_factor = a->arrays[a->n_arrays - 1].array.local;
+    }
+    if (status == DS_OK)
+      status = backend->alloc(backend, (void **)&a->factor, (size_t)(factors * 2 * dim * dim) * sizeof(float));
+    if (status == DS_OK)
+      status = backend->alloc(backend, (void **)&a->factor_inv, (size_t)(factors * dim * dim) * sizeof(float));
     a->dense = calloc((size_t)(DENSE_FACTOR + dim * dim), sizeof *a->dense);
-    a->factor_row = malloc((size_t)(dim * dim) * sizeof *a->factor_row);
+    a->factor_row = malloc((size_t)(factors * 2 * dim * dim) * sizeof *a->factor_row);
     a->inverse = malloc((size_t)(dim * dim) * sizeof *a->inverse);
     if (status == DS_OK && !(a->dense && a->factor_row && a->inverse))
       status = DS_FAIL_ALLOC("the dense metric", (size_t)(dim * dim) * sizeof(double));
@@ -425,27 +441,85 @@ static int pooled_dense_metric(adapt_t *a, double n_chain) {
   return comm_agree(a->comm, b->fill(b, a->window_cov, 0.0f, rows * triangle));
 }
 
+/* Each chain's float L, L^T and L^-1 from its double L, into out [2 dim dim] and inverse [dim dim]. */
+static void factor_floats(const double *L, int64_t dim, double *work, float *out, float *inverse) {
+  dense_lower_inverse(L, dim, work);
+  for (int64_t e = 0; e < dim * dim; ++e) out[e] = (float)L[e];
+  for (int64_t i = 0; i < dim; ++i)
+    for (int64_t k = 0; k < dim; ++k) out[dim * dim + i * dim + k] = (float)L[k * dim + i];
+  for (int64_t e = 0; e < dim * dim; ++e) inverse[e] = (float)work[e];
+}
+
 int adapt_metric_factor(adapt_t *a, const float **factor, const float **factor_inv) {
   *factor = *factor_inv = NULL;
   if (!a || !a->track_cov || a->dense[DENSE_IN_USE] == 0.0) return DS_OK;
   if (!a->factor_sent) {
-    /* L and L^-1 in float; L^-1 from the double L, the same on every rank. */
-    const int64_t dim = a->s.dim;
-    double *inverse = a->inverse;
-    dense_lower_inverse(a->dense + DENSE_FACTOR, dim, inverse);
-    const double *L = a->dense + DENSE_FACTOR;
-    for (int64_t e = 0; e < dim * dim; ++e) a->factor_row[e] = (float)L[e];
-    DS_TRY(a->backend->upload(a->backend, a->factor, a->factor_row, (size_t)(dim * dim) * sizeof(float)));
-    for (int64_t i = 0; i < dim; ++i)
-      for (int64_t k = 0; k < dim; ++k) a->factor_row[i * dim + k] = (float)L[k * dim + i];
-    DS_TRY(a->backend->upload(a->backend, a->factor + dim * dim, a->factor_row, (size_t)(dim * dim) * sizeof(float)));
-    for (int64_t e = 0; e < dim * dim; ++e) a->factor_row[e] = (float)inverse[e];
-    DS_TRY(a->backend->upload(a->backend, a->factor_inv, a->factor_row, (size_t)(dim * dim) * sizeof(float)));
+    /* L, L^T and L^-1 in float, from the double L: the same on every rank. */
+    const int64_t dim = a->s.dim, n = a->per_chain_dense ? a->s.rows : 1;
+    const size_t square = (size_t)(dim * dim);
+    float *inverse = malloc((size_t)n * square * sizeof *inverse);
+    if (!inverse) return DS_FAIL_ALLOC("the dense metric's inverse", (size_t)n * square * sizeof(float));
+    for (int64_t c = 0; c < n; ++c)
+      factor_floats(a->per_chain_dense ? a->chain_factor + (size_t)c * square : a->dense + DENSE_FACTOR, dim,
+                    a->inverse, a->factor_row + (size_t)c * 2 * square, inverse + (size_t)c * square);
+    int status = a->backend->upload(a->backend, a->factor, a->factor_row, (size_t)n * 2 * square * sizeof(float));
+    if (status == DS_OK) status = a->backend->upload(a->backend, a->factor_inv, inverse, (size_t)n * square * sizeof(float));
+    free(inverse);
+    DS_TRY(status);
     a->factor_sent = 1;
   }
   *factor = a->factor;
   *factor_inv = a->factor_inv;
   return DS_OK;
+}
+
+int adapt_factor_per_chain(const adapt_t *a) { return a && a->per_chain_dense; }
+
+void adapt_factors_changed(adapt_t *a) {
+  if (a) a->factor_sent = 0;
+}
+
+/* Per-chain adaptation's dense metric at a window's end: each chain's own covariance over the
+ * window (n samples), regularised as the pooled one but with the chain's own typical variance,
+ * factored in double. A chain whose covariance does not factor keeps its diagonal (L =
+ * diag(sd)). The running covariances come to the host for it: the one place the host works per
+ * chain, at a few window ends, for the chain counts per-chain adaptation serves. */
+static int per_chain_dense_metric(adapt_t *a, double n) {
+  backend_t *b = a->backend;
+  const int64_t dim = a->s.dim, rows = a->s.rows, triangle = dense_triangle(dim);
+  const size_t square = (size_t)(dim * dim);
+  float *m2 = malloc((size_t)(rows * triangle + dim) * sizeof *m2);
+  double *cov = malloc(square * sizeof *cov);
+  int status = m2 && cov ? DS_OK : DS_FAIL_ALLOC("the chains' covariances", (size_t)(rows * triangle) * sizeof(float));
+  if (status == DS_OK && rows > 0) status = b->download(b, m2, a->window_cov, (size_t)(rows * triangle) * sizeof(float));
+  float *diagonal = m2 ? m2 + rows * triangle : NULL;
+  for (int64_t c = 0; status == DS_OK && c < rows; ++c) {
+    const float *row = m2 + c * triangle;
+    for (int64_t i = 0; i < dim; ++i)
+      for (int64_t j = 0; j <= i; ++j) {
+        const double value = n > 1 ? (double)row[i * (i + 1) / 2 + j] / (n - 1.0) : (i == j);
+        cov[i * dim + j] = cov[j * dim + i] = value;
+      }
+    for (int64_t k = 0; k < dim; ++k) diagonal[k] = (float)cov[k * dim + k];
+    const double scale = dual_variance_scale(diagonal, dim, 1.0);
+    for (int64_t i = 0; i < dim; ++i)
+      for (int64_t j = 0; j < dim; ++j)
+        cov[i * dim + j] = (n / (n + 5.0)) * cov[i * dim + j] + (i == j ? 1e-3 * scale * (5.0 / (n + 5.0)) : 0.0);
+    double *L = a->chain_factor + (size_t)c * square;
+    if (dense_cholesky(cov, dim, L) != 0) {
+      memset(L, 0, square * sizeof *L);
+      for (int64_t k = 0; k < dim; ++k) L[k * dim + k] = sqrt(fmax(cov[k * dim + k], 1e-300));
+    }
+  }
+  free(m2);
+  free(cov);
+  if (status == DS_OK && rows > 0) status = b->upload(b, a->chain_factor_copy, a->chain_factor, (size_t)rows * square * sizeof(double));
+  if (status == DS_OK) {
+    a->dense[DENSE_IN_USE] = 1.0;
+    a->factor_sent = 0;
+    status = b->fill(b, a->window_cov, 0.0f, rows * triangle);
+  }
+  return comm_agree(a->comm, status);
 }
 
 const char *adapt_metric_used(const adapt_t *a, double *condition, int64_t *dropped, double *drop_rate) {
@@ -524,6 +598,7 @@ int adapt_after_iteration(adapt_t *a, int64_t iteration, const hmc_stats_t *stat
         }
         DS_TRY(pooled_dense_metric(a, n));
       }
+      if (a->per_chain_dense) DS_TRY(per_chain_dense_metric(a, n));
       if (pooled)
         DS_TRY(pooled_metric(a, n, inv_metric));
       else

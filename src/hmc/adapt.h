@@ -84,6 +84,11 @@ int adapt_after_iteration(adapt_t *a, int64_t iteration, const hmc_stats_t *stat
  * metric_factor_inv) when the last window chose it, else NULL (the diagonal inv_metric serves).
  * Uploads them first after a new metric or a resume. */
 int adapt_metric_factor(adapt_t *a, const float **factor, const float **factor_inv);
+/* Whether those factors are one a chain (per-chain adaptation with --metric dense: backend.h's
+ * factor_per_chain), and the note that the chains' states were moved (a restart from healthy
+ * chains): the next adapt_metric_factor sends every chain's factor again. */
+int adapt_factor_per_chain(const adapt_t *a);
+void adapt_factors_changed(adapt_t *a);
 /* The metric the last window chose ("dense", "diag"; "unit" before any), the condition number
  * of its correlation matrix (NaN when not computed), and where auto dropped the dense metric for
  * its divergences (the iteration after which, 0 when it did not; that window's divergence rate). */

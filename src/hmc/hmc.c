@@ -256,6 +256,7 @@ static int search_initial_steps(run_ctx_t *run, hmc_chains_t *chains, adapt_t *a
   /* A probe is an iteration as the run makes them (its leapfrog steps and jitter): the step must
    * hold over the whole trajectory, not one leapfrog step as in Stan's NUTS. */
   DS_TRY(comm_agree(run->comm, adapt_metric_factor(adapt, &chains->batch.metric_factor, &chains->batch.metric_factor_inv)));
+  chains->batch.factor_per_chain = adapt_factor_per_chain(adapt);
   hmc_batch_t probe = chains->batch;
   probe.probe = 1;
   probe.n_leapfrog = adapt_probe_steps(adapt, hmc_fixed_steps(run->cfg));
@@ -429,7 +430,7 @@ static void restart_apply(run_ctx_t *run, hmc_chains_t *chains, restart_plan_t *
 }
 
 /* Backend -> host mirrors, the exchange, the copy, host -> backend. Collective. */
-static int restart_from_donors(run_ctx_t *run, hmc_chains_t *chains, restart_plan_t *plan) {
+static int restart_from_donors(run_ctx_t *run, hmc_chains_t *chains, adapt_t *adapt, restart_plan_t *plan) {
   comm_ctx_t *comm = run->comm;
   const int64_t rows = chains->batch.n_chains;
   const size_t row_bytes = state_row_bytes(chains);
@@ -448,6 +449,7 @@ static int restart_from_donors(run_ctx_t *run, hmc_chains_t *chains, restart_pla
   if (status == DS_OK) {
     restart_apply(run, chains, plan, recv);
     status = comm_agree(comm, chains_sync(chains, run->backend, rows, 0));
+    adapt_factors_changed(adapt); /* per-chain dense factors moved with their chains */
   }
   free(send);
   free(recv);
@@ -484,7 +486,7 @@ static int restart_stuck_chains(run_ctx_t *run, hmc_chains_t *chains, adapt_t *a
   status = restart_plan_make(run, mine, 0, &plan);
   free(mine);
   const int restart = status == DS_OK && plan.n_stuck > 0 && plan.n_healthy > 0;
-  if (restart) status = restart_from_donors(run, chains, &plan);
+  if (restart) status = restart_from_donors(run, chains, adapt, &plan);
   if (restart && status == DS_OK) report_restarted(run, &plan);
   restart_plan_free(&plan);
   return status;
@@ -522,7 +524,7 @@ static void report_minor_modes(run_ctx_t *run, const restart_plan_t *plan, int64
 }
 
 /* The check after warmup iteration `iteration`; the lp moments then start again. Collective. */
-static int restart_minor_modes(run_ctx_t *run, hmc_chains_t *chains, int64_t iteration) {
+static int restart_minor_modes(run_ctx_t *run, hmc_chains_t *chains, adapt_t *adapt, int64_t iteration) {
   backend_t *b = run->backend;
   const int64_t total = config_items(run->cfg), rows = chains->batch.n_chains;
   const double n = chains->totals.lp_samples;
@@ -557,7 +559,7 @@ static int restart_minor_modes(run_ctx_t *run, hmc_chains_t *chains, int64_t ite
       restart_plan_t plan;
       status = restart_plan_make(run, flags + run->item_begin, (uint32_t)(1 + chains->totals.minor_checks), &plan);
       const int restart = status == DS_OK && plan.n_stuck > 0 && plan.n_healthy > 0;
-      if (restart) status = restart_from_donors(run, chains, &plan);
+      if (restart) status = restart_from_donors(run, chains, adapt, &plan);
       if (restart && status == DS_OK) report_minor_modes(run, &plan, iteration, all, median, spread);
       restart_plan_free(&plan);
     }
@@ -962,6 +964,7 @@ static int iterate(run_ctx_t *run, hmc_chains_t *chains, adapt_t *adapt, hmc_out
     }
     batch->n_leapfrog = adapt_leapfrog_steps(adapt, it, cfg->warmup, hmc_fixed_steps(cfg));
     DS_TRY(comm_agree(run->comm, adapt_metric_factor(adapt, &batch->metric_factor, &batch->metric_factor_inv)));
+    batch->factor_per_chain = adapt_factor_per_chain(adapt);
     if (in_warmup && adapt_chees(adapt)) DS_TRY(adapt_chees_prepare(adapt, batch, batch->q, it));
     hmc_stats_t stats;
     int stop = 0;
@@ -986,7 +989,7 @@ static int iterate(run_ctx_t *run, hmc_chains_t *chains, adapt_t *adapt, hmc_out
        * (a chain wandering in a flat region has huge ones) do not reach it. */
       if (minor_modes_followed(run, adapt) &&
           ((it + 1) % MINOR_MODE_CHECK_EVERY == 0 || adapt_window_ends_next(adapt) || it + 1 == cfg->warmup))
-        DS_TRY(restart_minor_modes(run, chains, it));
+        DS_TRY(restart_minor_modes(run, chains, adapt, it));
       DS_TRY(comm_agree(run->comm, adapt_after_iteration(adapt, it, &stats, batch, chains->step_nominal,
                                                          chains->inv_metric, &search)));
       if (search) DS_TRY(search_initial_steps(run, chains, adapt, it + 1));

@@ -89,6 +89,9 @@ typedef struct hmc_batch {
    * metric_factor_inv_ik (x_k - m_k) in double, k increasing: D = |u'|^2 - |u|^2, B = u' . r'. */
   const float *metric_factor;
   const float *metric_factor_inv; /* L^-1 [dim, dim], lower triangular, with metric_factor */
+  /* 1: each chain its own dense metric (per-chain adaptation): metric_factor is [n_chains, 2,
+   * dim, dim] (each chain's L then L^T) and metric_factor_inv [n_chains, dim, dim]. */
+  int factor_per_chain;
   /* [n_chains] out: the sample statistics computed by the transition (hmc_stats.h's OUTPUT
    * rows: accept_prob, step_size, diverging, energy, ...). */
   HMC_SAMPLE_STATS(HMC_STAT_BATCH_MEMBER)

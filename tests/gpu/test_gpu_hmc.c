@@ -138,8 +138,6 @@ static void test_hmc_case_metric(const char *label, int64_t n, int64_t dim, int 
         factor[i * dim + j] = j > i ? 0.0f : j == i ? (float)(0.5 + test_rng_uniform(&state))
                                                     : (float)(0.2 * (test_rng_uniform(&state) - 0.5));
     transpose_after(factor, dim);
-    GPU_TRY(gpu->alloc(gpu, (void **)&factor_dev, (size_t)(2 * dim * dim) * sizeof(float)));
-    GPU_TRY(gpu->upload(gpu, factor_dev, factor, (size_t)(2 * dim * dim) * sizeof(float)));
     /* L^-1 by solving L X = I column by column, in double. */
     factor_inv = test_malloc((size_t)(dim * dim) * sizeof(float));
     double *column = test_malloc((size_t)dim * sizeof(double));
@@ -152,8 +150,26 @@ static void test_hmc_case_metric(const char *label, int64_t n, int64_t dim, int 
       for (int64_t i = 0; i < dim; ++i) factor_inv[i * dim + j] = (float)column[i];
     }
     free(column);
-    GPU_TRY(gpu->alloc(gpu, (void **)&factor_inv_dev, (size_t)(dim * dim) * sizeof(float)));
-    GPU_TRY(gpu->upload(gpu, factor_inv_dev, factor_inv, (size_t)(dim * dim) * sizeof(float)));
+    if (dense == 2) {
+      /* One factor a chain (backend.h's factor_per_chain): chain c's L = a_c L, L^-1 / a_c. */
+      const int64_t square = dim * dim;
+      float *all = test_malloc((size_t)(n * 2 * square) * sizeof(float));
+      float *all_inv = test_malloc((size_t)(n * square) * sizeof(float));
+      for (int64_t c = 0; c < n; ++c) {
+        const float a = (float)(0.6 + 0.8 * test_rng_uniform(&state));
+        for (int64_t e = 0; e < 2 * square; ++e) all[c * 2 * square + e] = a * factor[e];
+        for (int64_t e = 0; e < square; ++e) all_inv[c * square + e] = factor_inv[e] / a;
+      }
+      free(factor);
+      free(factor_inv);
+      factor = all;
+      factor_inv = all_inv;
+    }
+    const int64_t copies = dense == 2 ? n : 1;
+    GPU_TRY(gpu->alloc(gpu, (void **)&factor_dev, (size_t)(copies * 2 * dim * dim) * sizeof(float)));
+    GPU_TRY(gpu->upload(gpu, factor_dev, factor, (size_t)(copies * 2 * dim * dim) * sizeof(float)));
+    GPU_TRY(gpu->alloc(gpu, (void **)&factor_inv_dev, (size_t)(copies * dim * dim) * sizeof(float)));
+    GPU_TRY(gpu->upload(gpu, factor_inv_dev, factor_inv, (size_t)(copies * dim * dim) * sizeof(float)));
   }
 
   float *q_gpu = test_malloc((size_t)nd * sizeof(float)), *energy_gpu = test_malloc((size_t)n * sizeof(float));
@@ -174,6 +190,7 @@ static void test_hmc_case_metric(const char *label, int64_t n, int64_t dim, int 
     batch_gpu.metric_factor = factor_dev;
     batch_cpu.metric_factor_inv = factor_inv;
     batch_gpu.metric_factor_inv = factor_inv_dev;
+    batch_cpu.factor_per_chain = batch_gpu.factor_per_chain = dense == 2;
     /* ChEES terms on odd iterations (and their moments on the first of them: both variants). */
     const int chees = it % 2 == 1;
     if (chees) {
@@ -527,6 +544,8 @@ int main(void) {
   test_hmc_case_metric("dense metric, odd dim, host-staged gradient", 2000, 37, 1, 3, 1);
   test_hmc_case_metric("dense metric, dim 100 (shared memory past 48 KiB)", 1000, 100, 0, 3, 1);
   test_hmc_case_metric("dense metric, dim 150 (past the tiled kernels)", 500, 150, 0, 3, 1);
+  test_hmc_case_metric("dense metric, one factor a chain", 1000, 24, 0, 4, 2);
+  test_hmc_case_metric("dense metric, one factor a chain, odd dim", 501, 37, 0, 3, 2);
   test_dense_families(3001, 24);
   test_dense_families(1000, 37);
   test_dense_families(2000, 64);

@@ -45,6 +45,10 @@ def main():
         # The dense metric (chosen by --metric auto on a correlated target), with the minor-mode checks.
         "hmc_dense": (["hmc", "--target", "corr-gaussian", "--target-args", "rho=0.9", "--dim", 12, "--chains", 1024,
                        "--warmup", 300, "--draws", 200, "--seed", 8], DATASETS + ["sample_stats/step_size"]),
+        # Each chain its own dense metric (--adapt per-chain --metric dense: the element kernels).
+        "hmc_dense_per_chain": (["hmc", "--target", "corr-gaussian", "--target-args", "rho=0.9", "--dim", 12,
+                                 "--chains", 1024, "--warmup", 300, "--draws", 200, "--adapt", "per-chain", "--metric",
+                                 "dense", "--seed", 8], DATASETS + ["sample_stats/step_size"]),
         "svgd": (["svgd", "--dim", 64, "--particles", 3000, "--iters", 10, "--step-size", 0.05, "--seed", 5], DATASETS),
         # Past 128 coordinates phi takes the distances the median kept: on 2 ranks each keeps its
         # rows' band and computes the rest, on 1 the band holds every pair (odd n, then even).
@@ -62,14 +66,14 @@ def main():
         t.check(f"transport {first}" in out1 and "transport mpi" in out2,
                 f"{name}: 1 rank on {first}, 2 ranks on one GPU over MPI")
         t.check(same(one, two, names), f"{name}: 1 rank (NCCL) and 2 ranks (MPI) bitwise equal")
-        if name == "hmc_dense":
+        if name.startswith("hmc_dense"):
             # AR(1) covariance rho^|i-j|: every sd 1, lag-one correlation 0.9.
             x = t.read(one, "posterior/x").astype(np.float64).reshape(-1, 12)
             sds, lag1 = x.std(axis=0), np.mean([np.corrcoef(x[:, k], x[:, k + 1])[0, 1] for k in range(11)])
             used = t.attr(one, "metric_used")
             t.check(used == "dense" and np.all(np.abs(x.mean(axis=0)) < 0.05) and np.all(np.abs(sds - 1) < 0.05)
                     and abs(lag1 - 0.9) < 0.01,
-                    f"hmc_dense on the GPU: metric {used}, means within 0.05 of 0, sds within 5% of 1 "
+                    f"{name} on the GPU: metric {used}, means within 0.05 of 0, sds within 5% of 1 "
                     f"({sds.min():.3f}..{sds.max():.3f}), lag-one correlation {lag1:.4f} (0.9)")
 
     # One HMC iteration, GPU against CPU, from the same start.

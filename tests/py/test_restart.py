@@ -1,6 +1,6 @@
 """Restart equivalence: a run of T iterations equals a run stopped by a signal part-way and
 resumed, bitwise, for HMC and SVGD (sgd, adagrad and adam), resumed on the same and on a different
-rank count (in warmup: with the dense metric, ChEES, and a target acceptance auto raised); SVGD with the IMQ kernel, a KSD series and snapshots; SVGD on minibatches of a dataset (--batch-size) too; a scheduled-checkpoint run
+rank count (in warmup: with the dense metric pooled and per chain, ChEES, and a target acceptance auto raised); SVGD with the IMQ kernel, a KSD series and snapshots; SVGD on minibatches of a dataset (--batch-size) too; a scheduled-checkpoint run
 resumed with more draws equals a longer run."""
 import glob
 import os
@@ -94,6 +94,12 @@ def main():
     dense = ["hmc", "--target", "corr-gaussian", "--target-args", "rho=0.9", "--dim", 16, "--chains", 8192, "--warmup",
              600, "--draws", 100, "--seed", 6, "--save-warmup", "--checkpoint-every", 120, "--backend", "cpu"]
     case("hmc_dense_warmup", "hmc", dense, "--draws", 2, 3, signal.SIGTERM)
+    # --adapt per-chain --metric dense, stopped inside a window after the first: every chain's
+    # own factor resumes too.
+    pc_dense = ["hmc", "--target", "corr-gaussian", "--target-args", "rho=0.9", "--dim", 16, "--chains", 2048,
+                "--warmup", 600, "--draws", 100, "--adapt", "per-chain", "--metric", "dense", "--seed", 6,
+                "--save-warmup", "--checkpoint-every", 120, "--backend", "cpu"]
+    case("hmc_per_chain_dense_warmup", "hmc", pc_dense, "--draws", 3, 2, signal.SIGTERM)
     # --target-accept auto (the default) raised in warmup (after iteration 550 here), stopped in
     # the window after: the raised target and the window's divergence count resume too.
     raised = ["hmc", "--target", "funnel", "--dim", 20, "--chains", 1024, "--warmup", 1000, "--draws", 600, "--seed",
