@@ -402,6 +402,19 @@ static int pooled_metric(adapt_t *a, double n_chain, float *inv_metric) {
   return b->fill(b, a->window_m2, 0.0f, rows * dim);
 }
 
+/* Stan's dense_e regularisation of a window covariance cov [dim, dim] from n samples, in place,
+ * toward the window's typical variance times I (dual_variance_scale of its diagonal; diagonal:
+ * [dim] floats of work), n/(n+5) cov + 1e-3 s 5/(n+5) I; then its Cholesky factor into L.
+ * Returns dense_cholesky's status. */
+static int regularised_factor(double *cov, int64_t dim, double n, float *diagonal, double *L) {
+  for (int64_t k = 0; k < dim; ++k) diagonal[k] = (float)cov[k * dim + k];
+  const double scale = dual_variance_scale(diagonal, dim, 1.0);
+  for (int64_t i = 0; i < dim; ++i)
+    for (int64_t j = 0; j < dim; ++j)
+      cov[i * dim + j] = (n / (n + 5.0)) * cov[i * dim + j] + (i == j ? 1e-3 * scale * (5.0 / (n + 5.0)) : 0.0);
+  return dense_cholesky(cov, dim, L);
+}
+
 /* The dense metric at a window's end, from the chains' running covariances (n samples each):
  * pooled exactly as the diagonal (the mean of the chains' own covariances), regularised as it
  * (Stan's dense_e shrinkage toward the window's typical variance times I), factored. Auto keeps
@@ -423,12 +436,7 @@ static int pooled_dense_metric(adapt_t *a, double n_chain) {
   if (status == DS_OK && dim <= ADAPT_DENSE_AUTO_DIM) condition = dense_correlation_condition(cov, dim, work);
   int dense = a->s.metric == ADAPT_METRIC_DENSE || (!(condition <= ADAPT_DENSE_CONDITION) && a->dense[DENSE_DROPPED] == 0.0);
   if (status == DS_OK && dense) {
-    for (int64_t k = 0; k < dim; ++k) a->metric_row[k] = (float)cov[k * dim + k];
-    const double scale = dual_variance_scale(a->metric_row, dim, 1.0);
-    for (int64_t i = 0; i < dim; ++i)
-      for (int64_t j = 0; j < dim; ++j)
-        cov[i * dim + j] = (n / (n + 5.0)) * cov[i * dim + j] + (i == j ? 1e-3 * scale * (5.0 / (n + 5.0)) : 0.0);
-    dense = dense_cholesky(cov, dim, L) == 0;
+    dense = regularised_factor(cov, dim, n, a->metric_row, L) == 0;
   }
   if (status == DS_OK) {
     a->dense[DENSE_IN_USE] = dense;
@@ -500,13 +508,8 @@ static int per_chain_dense_metric(adapt_t *a, double n) {
         const double value = n > 1 ? (double)row[i * (i + 1) / 2 + j] / (n - 1.0) : (i == j);
         cov[i * dim + j] = cov[j * dim + i] = value;
       }
-    for (int64_t k = 0; k < dim; ++k) diagonal[k] = (float)cov[k * dim + k];
-    const double scale = dual_variance_scale(diagonal, dim, 1.0);
-    for (int64_t i = 0; i < dim; ++i)
-      for (int64_t j = 0; j < dim; ++j)
-        cov[i * dim + j] = (n / (n + 5.0)) * cov[i * dim + j] + (i == j ? 1e-3 * scale * (5.0 / (n + 5.0)) : 0.0);
     double *L = a->chain_factor + (size_t)c * square;
-    if (dense_cholesky(cov, dim, L) != 0) {
+    if (regularised_factor(cov, dim, n, diagonal, L) != 0) {
       memset(L, 0, square * sizeof *L);
       for (int64_t k = 0; k < dim; ++k) L[k * dim + k] = sqrt(fmax(cov[k * dim + k], 1e-300));
     }

@@ -256,7 +256,6 @@ static int search_initial_steps(run_ctx_t *run, hmc_chains_t *chains, adapt_t *a
   /* A probe is an iteration as the run makes them (its leapfrog steps and jitter): the step must
    * hold over the whole trajectory, not one leapfrog step as in Stan's NUTS. */
   DS_TRY(comm_agree(run->comm, adapt_metric_factor(adapt, &chains->batch.metric_factor, &chains->batch.metric_factor_inv)));
-  chains->batch.factor_per_chain = adapt_factor_per_chain(adapt);
   hmc_batch_t probe = chains->batch;
   probe.probe = 1;
   probe.n_leapfrog = adapt_probe_steps(adapt, hmc_fixed_steps(run->cfg));
@@ -964,7 +963,6 @@ static int iterate(run_ctx_t *run, hmc_chains_t *chains, adapt_t *adapt, hmc_out
     }
     batch->n_leapfrog = adapt_leapfrog_steps(adapt, it, cfg->warmup, hmc_fixed_steps(cfg));
     DS_TRY(comm_agree(run->comm, adapt_metric_factor(adapt, &batch->metric_factor, &batch->metric_factor_inv)));
-    batch->factor_per_chain = adapt_factor_per_chain(adapt);
     if (in_warmup && adapt_chees(adapt)) DS_TRY(adapt_chees_prepare(adapt, batch, batch->q, it));
     hmc_stats_t stats;
     int stop = 0;
@@ -1093,6 +1091,7 @@ int hmc_run(run_ctx_t *run) {
   const int64_t draws_left = phase_draws[1] - (run->resume_path ? run->resume_meta->draws_written : 0);
   int status = check_output_space(run, output_chains, draws_left, warmup_left);
   if (status == DS_OK && settings.mode != ADAPT_NONE) status = adapt_create(&adapt, run->comm, b, &settings);
+  batch->factor_per_chain = adapt_factor_per_chain(adapt);
   if (status == DS_OK) status = chains_alloc(&chains, b, adapt, rows, dim, wide_logp(run));
   int64_t capacity[2] = {1, 1};
   for (int p = 0; p < 2 && status == DS_OK; ++p)
