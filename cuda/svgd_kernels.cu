@@ -40,13 +40,14 @@
 #include "exactsum_core.h"
 #include "mma_f16.cuh"
 #include "mma_tf32.cuh"
+#include "wgmma_f16.cuh"
 #include "svgd_kernel_math.h"
 #include "svgd_kernels.h"
 #include "targets_builtin_cuda.h"
 
 namespace {
 
-svgd_cuda_tuning_t svgd_tuning = {0, 0};
+svgd_cuda_tuning_t svgd_tuning = {0, 0, 0, 0};
 
 /* ---------------------------------------------------------------- pair histogram */
 
@@ -372,6 +373,15 @@ __device__ __forceinline__ float pair_weight(const pair_weight_t &w, float dist)
   const float q = w.c2 + dist / w.h;
   const float k = svgd_imq_power(q, w.beta);
   return w.mode == PHI_WEIGHT_IMQ_VALUE ? k : w.coef * (k / q);
+}
+
+/* pair_weight for a mode known at compile time: no branch on the mode per pair. */
+template <int MODE>
+__device__ __forceinline__ float pair_weight_of(const pair_weight_t &w, float dist) {
+  if (MODE == PHI_WEIGHT_RBF) return exp2f(__fmul_rn(dist, w.exp2_scale));
+  const float q = w.c2 + dist / w.h;
+  const float k = svgd_imq_power(q, w.beta);
+  return MODE == PHI_WEIGHT_IMQ_VALUE ? k : w.coef * (k / q);
 }
 
 struct phi_args {
@@ -1126,16 +1136,17 @@ __global__ void svgd_flash_max_abs_kernel(const float *src, long long count, uin
   if (threadIdx.x % 32 == 0 && m) atomicMax(max_bits, m);
 }
 
-/* hi, lo [padded rows][dp / 2 words] of src [n][dim] times 2^sy, positions flash_slot: zeros
+/* hi, lo [padded rows][dp / 2 words] of src [n][dim] times 2^sy, positions flash_slot (or in
+ * coordinate order where natural, for the wgmma tiles): zeros
  * past dim and past n (a padding row's weight is 0, and 0 times a stale NaN would not be). */
 __global__ void svgd_flash_split_kernel(const float *src, long long n, long long padded_rows, int dim, int dp,
-                                        const flash_scales *scales, uint32_t *hi, uint32_t *lo) {
+                                        bool natural, const flash_scales *scales, uint32_t *hi, uint32_t *lo) {
   const float scale = pow2_exact(f16_scale_exponent(float_exponent_of_bits(scales->y_max), FLASH_Y_SCALE_LIMIT));
   const int words = dp / 2;
   for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < padded_rows * words;
        e += (long long)gridDim.x * blockDim.x) {
     const long long j = e / words;
-    const int k = (int)flash_slot(2 * (e - j * words));
+    const int k = natural ? (int)(2 * (e - j * words)) : (int)flash_slot(2 * (e - j * words));
     const bool row = j < n;
     const float a = row && k < dim ? __fmul_rn(src[j * dim + k], scale) : 0.0f;
     const float b = row && k + 1 < dim ? __fmul_rn(src[j * dim + k + 1], scale) : 0.0f;
@@ -1162,15 +1173,16 @@ __global__ void svgd_flash_v_max_kernel(const float *score, const float *centred
   if (m) atomicMax(&v_max[k], m);
 }
 
-/* v times 2^sv_k, split: hi, lo [dp][padded rows / 2 words], columns at positions flash_slot. */
+/* v times 2^sv_k, split: hi, lo [dp][padded rows / 2 words], columns at positions flash_slot
+ * (in order where natural). */
 __global__ void svgd_flash_v_split_kernel(const float *score, const float *centred, long long n, long long padded_rows,
-                                          int dim, int dp, int mode, float h, const flash_scales *scales, uint32_t *hi,
-                                          uint32_t *lo) {
+                                          int dim, int dp, int mode, float h, bool natural, const flash_scales *scales,
+                                          uint32_t *hi, uint32_t *lo) {
   const long long words = padded_rows / 2;
   for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < (long long)dp * words;
        e += (long long)gridDim.x * blockDim.x) {
     const int k = (int)(e / words);
-    const long long j = flash_slot(2 * (e - k * words));
+    const long long j = natural ? 2 * (e - k * words) : flash_slot(2 * (e - k * words));
     float a = 0.0f, b = 0.0f;
     if (k < dim) {
       const float scale = pow2_exact(f16_scale_exponent(float_exponent_of_bits(scales->v_max[k]), FLASH_V_SCALE_LIMIT));
@@ -1378,6 +1390,201 @@ __global__ void __launch_bounds__(FLASH_THREADS, FLASH_PHI_MIN_BLOCKS) svgd_flas
         }
       }
   }
+}
+
+/* phi on Hopper's warpgroup products (svgd_wgmma_phi_kernel, 64 padded coordinates, sm_90a):
+ * the formula of svgd_flash_phi_kernel with 64-column tiles as whole m64n64k16 products. A
+ * block is two warpgroups of 64 rows (a warp's 16 rows and their A fragments as there, y split
+ * in coordinate order); each column tile's [y hi | y lo] and v (hi | lo, [coordinate][column])
+ * are staged in shared memory with the 128-byte swizzle (wgmma_f16.cuh), double buffered. Per
+ * tile: dot = 2^-2sy times one chain from zero of lo_i hi_j, hi_i lo_j, then hi_i hi_j, each over
+ * the k16 steps ascending (phi needs no symmetric D: the median's kernels keep their own
+ * formula); the mode of K a template argument; D, K, sum_j K, the rows' running scales, and K 2^sr split into
+ * the A fragments of K v, as there; K v's tile part from zero (lo hi, then hi lo, then hi hi,
+ * column steps ascending), added to the row's sums in float32. Each row's result depends on
+ * its own data and the columns alone, in the same order on any number of ranks. */
+constexpr int WGMMA_PHI_BN = 64;
+
+struct wgmma_phi_stage { /* each array 8192 bytes, on 1024 */
+  uint32_t y_hi[2048], y_lo[2048], v_hi[2048], v_lo[2048];
+  float squares[WGMMA_PHI_BN];
+  uint32_t pad[256 - WGMMA_PHI_BN];
+};
+static_assert(sizeof(wgmma_phi_stage) % 1024 == 0, "stages on 1024 bytes");
+constexpr size_t WGMMA_PHI_SMEM = 2 * sizeof(wgmma_phi_stage) + 1024;
+
+template <int MODE, int WARPGROUPS>
+__global__ void __launch_bounds__(128 * WARPGROUPS, 1) svgd_wgmma_phi_kernel(const flash_phi_args a) {
+#ifdef DSAMPLER_WGMMA_DEVICE
+  constexpr int WGMMA_PHI_THREADS = 128 * WARPGROUPS, BM = 64 * WARPGROUPS;
+  constexpr int KSTEPS = 4, WORDS = 32;
+  extern __shared__ float4 wgmma_shared_raw[];
+  wgmma_phi_stage *stages = reinterpret_cast<wgmma_phi_stage *>(
+      (reinterpret_cast<uintptr_t>(wgmma_shared_raw) + 1023) & ~static_cast<uintptr_t>(1023));
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / 4, t = lane % 4;
+  const long long r0 = a.row_begin + (long long)blockIdx.x * BM + 16 * warp; /* the warp's rows */
+  const int split = blockIdx.y;
+  const long long tiles = (a.n + WGMMA_PHI_BN - 1) / WGMMA_PHI_BN;
+  const long long tile_begin = tiles * split / a.splits, tile_end = tiles * (split + 1) / a.splits;
+  const float inv_scale2 = flash_inv_scale2(a.scales);
+
+  /* 16-byte chunks into the swizzled tiles; columns past n read the padding rows. */
+  auto stage = [&](long long tile, int buffer) {
+    wgmma_phi_stage &s = stages[buffer];
+    for (int f = tid; f < 512; f += WGMMA_PHI_THREADS) {
+      const int r = f / 8, q = f % 8, dst = wgmma_swizzle128(r, 16 * q) / 4;
+      const size_t y_at = (size_t)(tile * WGMMA_PHI_BN + r) * WORDS + 4 * q;
+      const size_t v_at = (size_t)r * a.v_words + (size_t)tile * (WGMMA_PHI_BN / 2) + 4 * q;
+      cp_async_f32x4(reinterpret_cast<float *>(&s.y_hi[dst]), reinterpret_cast<const float *>(a.y_hi + y_at), true);
+      cp_async_f32x4(reinterpret_cast<float *>(&s.y_lo[dst]), reinterpret_cast<const float *>(a.y_lo + y_at), true);
+      cp_async_f32x4(reinterpret_cast<float *>(&s.v_hi[dst]), reinterpret_cast<const float *>(a.v_hi + v_at), true);
+      cp_async_f32x4(reinterpret_cast<float *>(&s.v_lo[dst]), reinterpret_cast<const float *>(a.v_lo + v_at), true);
+    }
+    if (tid < WGMMA_PHI_BN) {
+      const long long column = tile * WGMMA_PHI_BN + tid;
+      cp_async_f32(&s.squares[tid], a.squares + (column < a.n ? column : 0), column < a.n);
+    }
+  };
+
+  /* The rows' A fragments, y in coordinate order: a[0] holds coordinates 2t, 2t + 1. */
+  uint32_t a_hi[KSTEPS][4], a_lo[KSTEPS][4];
+  {
+    const long long top = r0 + g, bottom = r0 + g + 8;
+    const bool top_valid = top < a.row_end, bottom_valid = bottom < a.row_end;
+#pragma unroll
+    for (int ks = 0; ks < KSTEPS; ++ks)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int w = 8 * ks + 4 * half + t;
+        a_hi[ks][2 * half] = top_valid ? a.y_hi[top * WORDS + w] : 0u;
+        a_hi[ks][2 * half + 1] = bottom_valid ? a.y_hi[bottom * WORDS + w] : 0u;
+        a_lo[ks][2 * half] = top_valid ? a.y_lo[top * WORDS + w] : 0u;
+        a_lo[ks][2 * half + 1] = bottom_valid ? a.y_lo[bottom * WORDS + w] : 0u;
+      }
+  }
+  const float row_square[2] = {r0 + g < a.row_end ? a.squares[r0 + g] : 0.0f,
+                               r0 + g + 8 < a.row_end ? a.squares[r0 + g + 8] : 0.0f};
+  /* acc[4 c + e]: sum_j K 2^sr v 2^sv of row g + 8 (e / 2), coordinate 8 c + 2 t + e % 2. */
+  float acc[32], dots[32], part[32];
+#pragma unroll
+  for (int i = 0; i < 32; ++i) acc[i] = dots[i] = part[i] = 0.0f;
+  float sum_k[2] = {0.0f, 0.0f};
+  int row_exp[2] = {-1000, -1000};
+  float row_scale[2] = {pow2_exact(flash_row_shift(-1000)), pow2_exact(flash_row_shift(-1000))};
+
+  if (tile_begin < tile_end) stage(tile_begin, 0);
+  cp_async_wait_all();
+  wgmma_fence_shared();
+  __syncthreads();
+  for (long long tile = tile_begin; tile < tile_end; ++tile) {
+    const int buffer = (int)((tile - tile_begin) & 1);
+    if (tile + 1 < tile_end) stage(tile + 1, buffer ^ 1);
+    const wgmma_phi_stage &s = stages[buffer];
+    const long long c0 = tile * WGMMA_PHI_BN;
+    const bool masked = c0 + WGMMA_PHI_BN > a.n || (c0 < r0 + 16 && r0 < c0 + WGMMA_PHI_BN);
+    const uint64_t y_hi_desc = wgmma_desc128(s.y_hi), y_lo_desc = wgmma_desc128(s.y_lo);
+    const uint64_t v_hi_desc = wgmma_desc128(s.v_hi), v_lo_desc = wgmma_desc128(s.v_lo);
+
+    wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < KSTEPS; ++ks) wgmma_m64n64k16(dots, a_lo[ks], wgmma_desc_step(y_hi_desc, ks), ks > 0);
+#pragma unroll
+    for (int ks = 0; ks < KSTEPS; ++ks) wgmma_m64n64k16(dots, a_hi[ks], wgmma_desc_step(y_lo_desc, ks), 1);
+#pragma unroll
+    for (int ks = 0; ks < KSTEPS; ++ks) wgmma_m64n64k16(dots, a_hi[ks], wgmma_desc_step(y_hi_desc, ks), 1);
+    wgmma_commit();
+    wgmma_wait();
+    wgmma_fence_operands(dots);
+
+    float k[32];
+    float most[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int cl = 8 * i + 2 * t + (e & 1), h = e >> 1;
+        const float dot = __fmul_rn(dots[4 * i + e], inv_scale2);
+        float kv = pair_weight_of<MODE>(a.weight, svgd_gemm_distance(row_square[h], s.squares[cl], dot));
+        if (masked && (c0 + cl >= a.n || c0 + cl == r0 + g + 8 * h)) kv = 0.0f;
+        k[4 * i + e] = kv;
+        sum_k[h] = __fadd_rn(sum_k[h], kv);
+        most[h] = fmaxf(most[h], kv);
+      }
+    bool grows = false;
+    int exps[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      most[h] = fmaxf(most[h], __shfl_xor_sync(0xffffffffu, most[h], 1));
+      most[h] = fmaxf(most[h], __shfl_xor_sync(0xffffffffu, most[h], 2));
+      exps[h] = most[h] > 0.0f ? float_exponent_of_bits(__float_as_uint(most[h])) : -1000;
+      grows |= exps[h] > row_exp[h];
+    }
+    if (__any_sync(0xffffffffu, grows)) {
+      float ratio[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int e_new = exps[h] > row_exp[h] ? exps[h] : row_exp[h];
+        const int drop = flash_row_shift(e_new) - flash_row_shift(row_exp[h]); /* <= 0 */
+        ratio[h] = drop < -126 ? 0.0f : pow2_exact(drop);
+        row_exp[h] = e_new;
+        row_scale[h] = pow2_exact(flash_row_shift(e_new));
+      }
+#pragma unroll
+      for (int i = 0; i < 32; ++i) acc[i] = __fmul_rn(acc[i], ratio[(i >> 1) & 1]);
+    }
+    /* K v's A fragments, k16 step q = C tiles 2q and 2q + 1. */
+    uint32_t p_hi[4][4], p_lo[4][4];
+#pragma unroll
+    for (int q = 0; q < 4; ++q)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const int at = 8 * q + 2 * r; /* r: (tile 2q, row g), (2q, g + 8), (2q + 1, g), (2q + 1, g + 8) */
+        const float scale = row_scale[r & 1];
+        f16_split2(__fmul_rn(k[at], scale), __fmul_rn(k[at + 1], scale), &p_hi[q][r], &p_lo[q][r]);
+      }
+    wgmma_fence();
+#pragma unroll
+    for (int q = 0; q < 4; ++q) wgmma_m64n64k16(part, p_lo[q], wgmma_desc_step(v_hi_desc, q), q > 0);
+#pragma unroll
+    for (int q = 0; q < 4; ++q) wgmma_m64n64k16(part, p_hi[q], wgmma_desc_step(v_lo_desc, q), 1);
+#pragma unroll
+    for (int q = 0; q < 4; ++q) wgmma_m64n64k16(part, p_hi[q], wgmma_desc_step(v_hi_desc, q), 1);
+    wgmma_commit();
+    wgmma_wait();
+    wgmma_fence_operands(part);
+#pragma unroll
+    for (int i = 0; i < 32; ++i) acc[i] = __fadd_rn(acc[i], part[i]);
+    cp_async_wait_all();
+    wgmma_fence_shared();
+    __syncthreads();
+  }
+
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    sum_k[h] = __fadd_rn(sum_k[h], __shfl_xor_sync(0xffffffffu, sum_k[h], 1));
+    sum_k[h] = __fadd_rn(sum_k[h], __shfl_xor_sync(0xffffffffu, sum_k[h], 2));
+  }
+  const long long rows = a.row_end - a.row_begin;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const long long row = r0 + g + 8 * h;
+    if (row >= a.row_end) continue;
+    const long long local = (long long)split * rows + (row - a.row_begin);
+    if (t == 0) a.partial_k[local] = sum_k[h];
+    float *out = a.partial_sums + local * a.dim;
+    const float unscale_row = pow2_exact(-flash_row_shift(row_exp[h]));
+#pragma unroll
+    for (int c = 0; c < 8; ++c)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int kk = 8 * c + 2 * t + e;
+        if (kk < a.dim) {
+          const int v_shift = f16_scale_exponent(float_exponent_of_bits(a.scales->v_max[kk]), FLASH_V_SCALE_LIMIT);
+          out[kk] = __fmul_rn(__fmul_rn(acc[4 * c + 2 * h + e], pow2_exact(-v_shift)), unscale_row);
+        }
+      }
+  }
+#endif
 }
 
 struct flash_hist_args {
@@ -1840,7 +2047,8 @@ flash_inputs flash_layout(float *scratch, long long n, long long dim, bool with_
 }
 
 /* y, |y|^2, the largest |y| and y split, from x. */
-int flash_prepare_rows(const float *x, long long n, int dim, const flash_inputs &in, cudaStream_t stream) {
+int flash_prepare_rows(const float *x, long long n, int dim, const flash_inputs &in, cudaStream_t stream,
+                       bool natural = false) {
   DS_TRY(launch_centred_rows(x, n, dim, in.centred, in.squares, stream));
   CUDA_CHECK(cudaMemsetAsync(in.scales, 0, sizeof(flash_scales), stream));
   svgd_flash_max_abs_kernel<<<grid_for(n * dim, 256) < 1024 ? grid_for(n * dim, 256) : 1024, 256, 0, stream>>>(
@@ -1848,7 +2056,7 @@ int flash_prepare_rows(const float *x, long long n, int dim, const flash_inputs 
   CUDA_CHECK_LAUNCH("svgd_flash_max_abs_kernel");
   const int dp = flash_padded_dim(dim);
   const long long padded = flash_padded_rows(n);
-  svgd_flash_split_kernel<<<grid_for(padded * dp / 2, 256), 256, 0, stream>>>(in.centred, n, padded, dim, dp,
+  svgd_flash_split_kernel<<<grid_for(padded * dp / 2, 256), 256, 0, stream>>>(in.centred, n, padded, dim, dp, natural,
                                                                               in.scales, in.y_hi, in.y_lo);
   CUDA_CHECK_LAUNCH("svgd_flash_split_kernel");
   return DS_OK;
@@ -1915,9 +2123,27 @@ int launch_flash_phi_kernel(const flash_phi_args &a, long long row_blocks, cudaS
   return DS_OK;
 }
 
+/* Whether phi takes the warpgroup products: 64 padded coordinates, a build with sm_90a's code and
+ * a device of compute capability 9.0 (svgd_cuda_tuning_t.phi_family may choose). */
+bool flash_phi_wgmma(long long dim) {
+  if (flash_padded_dim(dim) != 64 || svgd_tuning.phi_family == 1) return false;
+#ifdef DSAMPLER_HAVE_WGMMA
+  int device = 0, major = 0, minor = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess)
+    return false;
+  return major == 9 && minor == 0;
+#else
+  return false;
+#endif
+}
+
 /* One phi pass on the tensor cores: the columns' v (mode), their largest magnitudes and their
- * split, then the pair kernel into partial_sums, partial_k. */
-int flash_phi_pass(const phi_args &p, const flash_inputs &in, int v_mode, long long row_blocks, cudaStream_t stream) {
+ * split, then the pair kernel into partial_sums, partial_k. wgmma: the warpgroup kernel, y and
+ * v split in coordinate and column order. */
+int flash_phi_pass(const phi_args &p, const flash_inputs &in, int v_mode, long long row_blocks, bool wgmma,
+                   cudaStream_t stream) {
   const int dp = flash_padded_dim(p.dim);
   const long long padded = flash_padded_rows(p.n);
   CUDA_CHECK(cudaMemsetAsync(in.scales->v_max, 0, sizeof in.scales->v_max, stream));
@@ -1926,7 +2152,7 @@ int flash_phi_pass(const phi_args &p, const flash_inputs &in, int v_mode, long l
                             stream>>>(p.score, in.centred, p.n, p.dim, v_mode, p.h, in.scales->v_max);
   CUDA_CHECK_LAUNCH("svgd_flash_v_max_kernel");
   svgd_flash_v_split_kernel<<<grid_for(padded * dp / 2, 256), 256, 0, stream>>>(
-      p.score, in.centred, p.n, padded, p.dim, dp, v_mode, p.h, in.scales, in.v_hi, in.v_lo);
+      p.score, in.centred, p.n, padded, p.dim, dp, v_mode, p.h, wgmma, in.scales, in.v_hi, in.v_lo);
   CUDA_CHECK_LAUNCH("svgd_flash_v_split_kernel");
   flash_phi_args a;
   a.y_hi = in.y_hi;
@@ -1944,6 +2170,20 @@ int flash_phi_pass(const phi_args &p, const flash_inputs &in, int v_mode, long l
   a.weight = p.weight;
   a.partial_sums = p.partial_sums;
   a.partial_k = p.partial_k;
+  if (wgmma) {
+    const int groups = svgd_tuning.phi_warpgroups == 2 ? 2 : 3;
+    auto kernel = groups == 2 ? (a.weight.mode == PHI_WEIGHT_RBF          ? svgd_wgmma_phi_kernel<PHI_WEIGHT_RBF, 2>
+                                 : a.weight.mode == PHI_WEIGHT_IMQ_VALUE ? svgd_wgmma_phi_kernel<PHI_WEIGHT_IMQ_VALUE, 2>
+                                                                          : svgd_wgmma_phi_kernel<PHI_WEIGHT_IMQ_WEIGHT, 2>)
+                              : (a.weight.mode == PHI_WEIGHT_RBF          ? svgd_wgmma_phi_kernel<PHI_WEIGHT_RBF, 3>
+                                 : a.weight.mode == PHI_WEIGHT_IMQ_VALUE ? svgd_wgmma_phi_kernel<PHI_WEIGHT_IMQ_VALUE, 3>
+                                                                          : svgd_wgmma_phi_kernel<PHI_WEIGHT_IMQ_WEIGHT, 3>);
+    const long long blocks = (a.row_end - a.row_begin + 64 * groups - 1) / (64 * groups);
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)WGMMA_PHI_SMEM));
+    kernel<<<dim3((unsigned)blocks, (unsigned)a.splits), 128 * groups, WGMMA_PHI_SMEM, stream>>>(a);
+    CUDA_CHECK_LAUNCH("svgd_wgmma_phi_kernel");
+    return DS_OK;
+  }
   switch (dp) {
     case 16: return launch_flash_phi_kernel<16>(a, row_blocks, stream);
     case 32: return launch_flash_phi_kernel<32>(a, row_blocks, stream);
@@ -2172,21 +2412,22 @@ extern "C" int svgd_launch_phi(const float *x_all, const float *score_all, int64
     /* Centred rows stand for x from here on (phi depends on differences only), in the
      * distances, in v and in the finish. */
     const flash_inputs in = flash_layout(scratch + 2 * set_floats, n, dim, true);
-    DS_TRY(flash_prepare_rows(x_all, n, (int)dim, in, stream));
+    const bool wgmma = flash_phi_wgmma(dim);
+    DS_TRY(flash_prepare_rows(x_all, n, (int)dim, in, stream, wgmma));
     a.x = in.centred;
     if (kernel->kind == SVGD_KERNEL_RBF) {
-      DS_TRY(flash_phi_pass(a, in, FLASH_V_RBF, row_blocks, stream));
+      DS_TRY(flash_phi_pass(a, in, FLASH_V_RBF, row_blocks, wgmma, stream));
       svgd_phi_finish_kernel<<<grid_for(rows * dim, 256), 256, 0, stream>>>(a, phi);
       CUDA_CHECK_LAUNCH("svgd_phi_finish_kernel");
       return DS_OK;
     }
     phi_args weight = a;
     a.weight.mode = PHI_WEIGHT_IMQ_VALUE;
-    DS_TRY(flash_phi_pass(a, in, FLASH_V_SCORE, row_blocks, stream));
+    DS_TRY(flash_phi_pass(a, in, FLASH_V_SCORE, row_blocks, wgmma, stream));
     weight.weight.mode = PHI_WEIGHT_IMQ_WEIGHT;
     weight.partial_sums = scratch + set_floats;
     weight.partial_k = weight.partial_sums + (size_t)a.splits * (size_t)rows * (size_t)dim;
-    DS_TRY(flash_phi_pass(weight, in, FLASH_V_CENTRED, row_blocks, stream));
+    DS_TRY(flash_phi_pass(weight, in, FLASH_V_CENTRED, row_blocks, wgmma, stream));
     svgd_phi_finish_imq_kernel<<<grid_for(rows * dim, 256), 256, 0, stream>>>(a, weight, svgd_kernel_diagonal(kernel),
                                                                              phi);
     CUDA_CHECK_LAUNCH("svgd_phi_finish_imq_kernel");

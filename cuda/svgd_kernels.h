@@ -19,10 +19,16 @@ extern "C" {
  * hist_chunk: coordinates staged per step of the histogram kernel (16 or 32; 0, the default:
  * 16 for direct differences, 32 for the GEMM identity, the faster of each on the H200).
  * wide_slab: columns per kernel slab of phi for dim > 128 (a multiple of 128; 0, the default:
- * sized by memory). Results do not depend on it (tested). */
+ * sized by memory). Results do not depend on it (tested).
+ * phi_family: phi's kernels from 33 to 64 coordinates (0, the default: Hopper's warpgroup
+ * products where the build and the device have them; 1: mma.sync tiles; 2: the warpgroup
+ * products, the same as 0 where they apply). The two agree within phi's tolerance, not bit for
+ * bit. phi_warpgroups: the warpgroup kernel's rows a block, 64 each (2 or 3; 0, the default: 3). */
 typedef struct svgd_cuda_tuning {
   int hist_chunk;
   int wide_slab;
+  int phi_family;
+  int phi_warpgroups;
 } svgd_cuda_tuning_t;
 void svgd_cuda_set_tuning(svgd_cuda_tuning_t tuning);
 svgd_cuda_tuning_t svgd_cuda_get_tuning(void);

@@ -432,6 +432,18 @@ static int run_svgd_dim(int64_t dim, const char *sizes, const char *gpu_name) {
     tuning.hist_chunk = atoi(chunk);
     svgd_cuda_set_tuning(tuning);
   }
+  const char *family = getenv("DSAMPLER_BENCH_PHI_FAMILY"); /* 1: mma.sync, 2: wgmma (svgd_kernels.h) */
+  if (family) {
+    svgd_cuda_tuning_t tuning = svgd_cuda_get_tuning();
+    tuning.phi_family = atoi(family);
+    svgd_cuda_set_tuning(tuning);
+  }
+  const char *groups = getenv("DSAMPLER_BENCH_PHI_WARPGROUPS"); /* 2 or 3 */
+  if (groups) {
+    svgd_cuda_tuning_t tuning = svgd_cuda_get_tuning();
+    tuning.phi_warpgroups = atoi(groups);
+    svgd_cuda_set_tuning(tuning);
+  }
   char args[64];
   snprintf(args, sizeof args, "dim=%lld", (long long)dim);
   dsampler_target target;
@@ -522,10 +534,10 @@ static int run(int mode) {
 
   /* Variants first (svgd_kernels.h, hmc_kernels.h); the table uses the fastest of each. */
   printf("variants at N=65536 (median of 5): histogram chunk -> pass 1 ms, pass 2 ms\n");
-  svgd_cuda_tuning_t best = {16, 0};
+  svgd_cuda_tuning_t best = {16, 0, 0, 0};
   float best_pass = 1e30f;
   for (int chunk = 16; chunk <= 32; chunk += 16) {
-    svgd_cuda_tuning_t tuning = {chunk, 0};
+    svgd_cuda_tuning_t tuning = {chunk, 0, 0, 0};
     svgd_cuda_set_tuning(tuning);
     svgd_row_t row = bench_svgd(generator, &target, 65536, 5);
     printf("  chunk %2d -> %8.3f %8.3f\n", chunk, row.pass1_ms, row.pass2_ms);

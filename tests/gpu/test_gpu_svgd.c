@@ -661,6 +661,32 @@ static void test_imq_phi_case(int64_t n, int64_t dim, int64_t rows) {
   free(x); free(s); free(phi_cpu); free(phi_gpu);
 }
 
+/* phi's rows split as 3 ranks would hold them give bitwise the rows of the full launch (the
+ * column order is fixed by global indices), for the kernel family set now. */
+static void test_phi_rows_split(int64_t n, int64_t dim, const svgd_kernel_t *kernel) {
+  const int64_t count = n * dim;
+  float *x = test_malloc((size_t)count * sizeof *x), *s = test_malloc((size_t)count * sizeof *s);
+  float *full = test_malloc((size_t)count * sizeof *full), *parts = test_malloc((size_t)count * sizeof *parts);
+  test_fill_normal(x, count, 1.0, 9100 + (uint64_t)n + (uint64_t)dim);
+  test_fill_normal(s, count, 1.0, 9200 + (uint64_t)n + (uint64_t)dim);
+  float *x_dev = device_copy(x, count), *s_dev = device_copy(s, count), *phi_dev = NULL;
+  GPU_TRY(gpu->alloc(gpu, (void **)&phi_dev, (size_t)count * sizeof(float)));
+  GPU_TRY(gpu->svgd_phi(gpu, x_dev, s_dev, n, dim, 0, n, kernel, phi_dev));
+  GPU_TRY(gpu->download(gpu, full, phi_dev, (size_t)count * sizeof(float)));
+  for (int r = 0; r < 3; ++r) {
+    const int64_t begin = n * r / 3, end = n * (r + 1) / 3;
+    GPU_TRY(gpu->svgd_phi(gpu, x_dev, s_dev, n, dim, begin, end, kernel, phi_dev));
+    GPU_TRY(gpu->download(gpu, parts + begin * dim, phi_dev, (size_t)((end - begin) * dim) * sizeof(float)));
+  }
+  const int same = memcmp(full, parts, (size_t)count * sizeof(float)) == 0;
+  GPU_EXPECT(same, "phi n=%lld d=%lld kernel %d: rows in 3 shares differ from the full launch", (long long)n,
+             (long long)dim, (int)kernel->kind);
+  printf("  n=%-5lld d=%-4lld %s: rows in 3 shares bitwise equal to the full launch: %s\n", (long long)n, (long long)dim,
+         kernel->kind == SVGD_KERNEL_RBF ? "rbf" : "imq", same ? "yes" : "NO");
+  gpu->release(gpu, x_dev); gpu->release(gpu, s_dev); gpu->release(gpu, phi_dev);
+  free(x); free(s); free(full); free(parts);
+}
+
 int main(void) {
   if (comm_cuda_device_count() == 0) {
     printf("no CUDA device: skipped\n");
@@ -708,6 +734,29 @@ int main(void) {
     test_phi_accuracy(1500, 1024, 0.0f, 1e30f);
     test_phi_accuracy(1500, 1024, 0.0f, 1e-30f);
     test_phi_accuracy(16384, 64, 0.0f, 1.0f);
+  }
+  /* From 33 to 64 coordinates phi has two kernel families (svgd_cuda_tuning_t.phi_family): the
+   * mma.sync tiles and, on sm_90a, the warpgroup products (the default there). Both are held to
+   * the same bounds. */
+  for (int family = 1; family <= 2; ++family) {
+    svgd_cuda_tuning_t phis = svgd_cuda_get_tuning();
+    phis.phi_family = family;
+    svgd_cuda_set_tuning(phis);
+    printf("phi kernel family %d (%s) from 33 to 64 coordinates:\n", family, family == 1 ? "mma.sync" : "wgmma where built");
+    test_phi_accuracy(2048, 64, 0.0f, 1.0f);
+    test_phi_accuracy(2001, 64, 0.0f, 1.0f);
+    test_phi_accuracy(2001, 33, 0.0f, 1.0f);
+    test_phi_accuracy(2048, 48, 0.0f, 1.0f);
+    test_phi_accuracy(2001, 64, 1000.0f, 1.0f);
+    test_phi_accuracy(2048, 64, 0.0f, 1e30f);
+    test_phi_accuracy(2048, 64, 0.0f, 1e-30f);
+    test_phi_accuracy(9001, 64, 0.0f, 1.0f);
+    test_phi_rows_split(3001, 64, &(svgd_kernel_t){SVGD_KERNEL_RBF, 9.0f, 0.0f, 0.0f});
+    test_phi_rows_split(3001, 40, &(svgd_kernel_t){SVGD_KERNEL_IMQ, 20.0f, 1.0f, -0.5f});
+    test_imq_phi_case(3000, 64, 3000);
+    test_phi_case(4096, 64, 4096, 1, 0.0f);
+    phis.phi_family = 0;
+    svgd_cuda_set_tuning(phis);
   }
   test_phi_kept(1000, 200, 0.0f);  /* even n */
   test_phi_kept(1537, 300, 20.0f); /* odd n, a cloud far from the origin */
