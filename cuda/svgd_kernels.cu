@@ -1419,8 +1419,10 @@ __global__ void __launch_bounds__(128 * WARPGROUPS, 1) svgd_wgmma_phi_kernel(con
   constexpr int WGMMA_PHI_THREADS = 128 * WARPGROUPS, BM = 64 * WARPGROUPS;
   constexpr int KSTEPS = 4, WORDS = 32;
   extern __shared__ float4 wgmma_shared_raw[];
-  wgmma_phi_stage *stages = reinterpret_cast<wgmma_phi_stage *>(
-      (reinterpret_cast<uintptr_t>(wgmma_shared_raw) + 1023) & ~static_cast<uintptr_t>(1023));
+  /* On 1024 bytes, by an offset into the shared array (so the compiler keeps shared loads). */
+  const uint32_t misalign = (uint32_t)__cvta_generic_to_shared(wgmma_shared_raw) & 1023u;
+  wgmma_phi_stage *stages =
+      reinterpret_cast<wgmma_phi_stage *>(reinterpret_cast<char *>(wgmma_shared_raw) + ((1024u - misalign) & 1023u));
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / 4, t = lane % 4;
   const long long r0 = a.row_begin + (long long)blockIdx.x * BM + 16 * warp; /* the warp's rows */
   const int split = blockIdx.y;
@@ -1482,6 +1484,9 @@ __global__ void __launch_bounds__(128 * WARPGROUPS, 1) svgd_wgmma_phi_kernel(con
     const wgmma_phi_stage &s = stages[buffer];
     const long long c0 = tile * WGMMA_PHI_BN;
     const bool masked = c0 + WGMMA_PHI_BN > a.n || (c0 < r0 + 16 && r0 < c0 + WGMMA_PHI_BN);
+    /* In a masked tile: the columns that exist, and the rows' own columns (local indices). */
+    const int columns = (int)(a.n - c0 < WGMMA_PHI_BN ? a.n - c0 : WGMMA_PHI_BN);
+    const int own_column = masked ? (int)(r0 + g - c0) : -1000;
     const uint64_t y_hi_desc = wgmma_desc128(s.y_hi), y_lo_desc = wgmma_desc128(s.y_lo);
     const uint64_t v_hi_desc = wgmma_desc128(s.v_hi), v_lo_desc = wgmma_desc128(s.v_lo);
 
@@ -1497,18 +1502,29 @@ __global__ void __launch_bounds__(128 * WARPGROUPS, 1) svgd_wgmma_phi_kernel(con
     wgmma_fence_operands(dots);
 
     float k[32];
-    float most[2] = {0.0f, 0.0f};
 #pragma unroll
     for (int i = 0; i < 8; ++i)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int cl = 8 * i + 2 * t + (e & 1), h = e >> 1;
         const float dot = __fmul_rn(dots[4 * i + e], inv_scale2);
-        float kv = pair_weight_of<MODE>(a.weight, svgd_gemm_distance(row_square[h], s.squares[cl], dot));
-        if (masked && (c0 + cl >= a.n || c0 + cl == r0 + g + 8 * h)) kv = 0.0f;
-        k[4 * i + e] = kv;
-        sum_k[h] = __fadd_rn(sum_k[h], kv);
-        most[h] = fmaxf(most[h], kv);
+        k[4 * i + e] = pair_weight_of<MODE>(a.weight, svgd_gemm_distance(row_square[h], s.squares[cl], dot));
+      }
+    if (masked) /* the diagonal and columns past n weigh 0 */
+#pragma unroll
+      for (int i = 0; i < 8; ++i)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int cl = 8 * i + 2 * t + (e & 1);
+          if (cl >= columns || cl == own_column + 8 * (e >> 1)) k[4 * i + e] = 0.0f;
+        }
+    float most[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        sum_k[e >> 1] = __fadd_rn(sum_k[e >> 1], k[4 * i + e]);
+        most[e >> 1] = fmaxf(most[e >> 1], k[4 * i + e]);
       }
     bool grows = false;
     int exps[2];
