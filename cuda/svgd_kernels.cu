@@ -47,7 +47,7 @@
 
 namespace {
 
-svgd_cuda_tuning_t svgd_tuning = {0, 0, 0, 0};
+svgd_cuda_tuning_t svgd_tuning = {0, 0, 0, 0, 0, 0};
 
 /* ---------------------------------------------------------------- pair histogram */
 
@@ -1411,7 +1411,12 @@ struct wgmma_phi_stage { /* each array 8192 bytes, on 1024 */
   uint32_t pad[256 - WGMMA_PHI_BN];
 };
 static_assert(sizeof(wgmma_phi_stage) % 1024 == 0, "stages on 1024 bytes");
-constexpr size_t WGMMA_PHI_SMEM = 2 * sizeof(wgmma_phi_stage) + 1024;
+/* Stages in flight: tile j + WGMMA_PREFETCH is loaded while tile j is computed, into the stage
+ * tile j + WGMMA_PREFETCH - WGMMA_STAGES left, so a warpgroup may run up to
+ * WGMMA_STAGES - WGMMA_PREFETCH tiles ahead of the slowest (no block-wide barrier a tile). */
+constexpr int WGMMA_STAGES = 4, WGMMA_PREFETCH = 2;
+static_assert(WGMMA_PREFETCH >= 1 && WGMMA_PREFETCH < WGMMA_STAGES, "a stage free while others load");
+constexpr size_t WGMMA_PHI_SMEM = WGMMA_STAGES * sizeof(wgmma_phi_stage) + 1024;
 
 template <int MODE, int WARPGROUPS>
 __global__ void __launch_bounds__(128 * WARPGROUPS, 1) svgd_wgmma_phi_kernel(const flash_phi_args a) {
@@ -1474,13 +1479,29 @@ __global__ void __launch_bounds__(128 * WARPGROUPS, 1) svgd_wgmma_phi_kernel(con
   int row_exp[2] = {-1000, -1000};
   float row_scale[2] = {pow2_exact(flash_row_shift(-1000)), pow2_exact(flash_row_shift(-1000))};
 
-  if (tile_begin < tile_end) stage(tile_begin, 0);
-  cp_async_wait_all();
-  wgmma_fence_shared();
+  __shared__ uint64_t full[WGMMA_STAGES], empty[WGMMA_STAGES];
+  if (tid < WGMMA_STAGES) {
+    mbar_init(&full[tid], WGMMA_PHI_THREADS);
+    mbar_init(&empty[tid], WGMMA_PHI_THREADS);
+  }
   __syncthreads();
+  for (long long tile = tile_begin; tile < tile_begin + WGMMA_PREFETCH && tile < tile_end; ++tile) {
+    const int local = (int)(tile - tile_begin);
+    stage(tile, local);
+    mbar_arrive_copies(&full[local]);
+  }
   for (long long tile = tile_begin; tile < tile_end; ++tile) {
-    const int buffer = (int)((tile - tile_begin) & 1);
-    if (tile + 1 < tile_end) stage(tile + 1, buffer ^ 1);
+    const long long local = tile - tile_begin;
+    const int buffer = (int)(local % WGMMA_STAGES);
+    if (tile + WGMMA_PREFETCH < tile_end) {
+      const long long ahead = local + WGMMA_PREFETCH;
+      const int ahead_buffer = (int)(ahead % WGMMA_STAGES);
+      if (ahead >= WGMMA_STAGES) mbar_wait(&empty[ahead_buffer], (uint32_t)((ahead / WGMMA_STAGES - 1) & 1));
+      stage(tile + WGMMA_PREFETCH, ahead_buffer);
+      mbar_arrive_copies(&full[ahead_buffer]);
+    }
+    mbar_wait(&full[buffer], (uint32_t)((local / WGMMA_STAGES) & 1));
+    wgmma_fence_shared();
     const wgmma_phi_stage &s = stages[buffer];
     const long long c0 = tile * WGMMA_PHI_BN;
     const bool masked = c0 + WGMMA_PHI_BN > a.n || (c0 < r0 + 16 && r0 < c0 + WGMMA_PHI_BN);
@@ -1568,12 +1589,11 @@ __global__ void __launch_bounds__(128 * WARPGROUPS, 1) svgd_wgmma_phi_kernel(con
     wgmma_commit();
     wgmma_wait();
     wgmma_fence_operands(part);
+    mbar_arrive(&empty[buffer]);
 #pragma unroll
     for (int i = 0; i < 32; ++i) acc[i] = __fadd_rn(acc[i], part[i]);
-    cp_async_wait_all();
-    wgmma_fence_shared();
-    __syncthreads();
   }
+  cp_async_wait_all();
 
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -1761,6 +1781,206 @@ __global__ void __launch_bounds__(FLASH_THREADS, PASS == SVGD_MEDIAN_PASS_WINDOW
       if (outside_s[1]) atomicAdd(&a.hist[SVGD_WINDOW_ABOVE], 2ull * outside_s[1]);
     }
   }
+}
+
+/* The median's passes on Hopper's warpgroup products (svgd_wgmma_histogram_kernel, 64 padded
+ * coordinates, sm_90a): svgd_flash_histogram_kernel's walk and counts with row tiles of 64 per
+ * warpgroup, each item's 64 columns staged with the 128-byte swizzle, y split in coordinate
+ * order. The distances are flash_dot_tiles' formula: hh, lh and hl three chains from zero over
+ * the k16 steps ascending, dot = (hh + (lh + hl)) 2^-2sy, so D stays symmetric bitwise. */
+struct wgmma_hist_stage { /* each array 8192 bytes, on 1024 */
+  uint32_t y_hi[2048], y_lo[2048];
+  float squares[WGMMA_PHI_BN];
+  uint32_t pad[256 - WGMMA_PHI_BN];
+};
+static_assert(sizeof(wgmma_hist_stage) % 1024 == 0, "stages on 1024 bytes");
+
+template <int PASS>
+constexpr size_t wgmma_hist_smem_bytes() {
+  return 1024 + WGMMA_STAGES * sizeof(wgmma_hist_stage) + sizeof(uint32_t) * flash_hist_words<PASS>();
+}
+
+template <int PASS, int WARPGROUPS>
+__global__ void __launch_bounds__(128 * WARPGROUPS, 1) svgd_wgmma_histogram_kernel(const flash_hist_args a) {
+#ifdef DSAMPLER_WGMMA_DEVICE
+  constexpr int THREADS = 128 * WARPGROUPS, BM = 64 * WARPGROUPS, BN = WGMMA_PHI_BN;
+  constexpr int KSTEPS = 4, WORDS = 32, H_WORDS = flash_hist_words<PASS>();
+  extern __shared__ float4 wgmma_shared_raw[];
+  const uint32_t misalign = (uint32_t)__cvta_generic_to_shared(wgmma_shared_raw) & 1023u;
+  wgmma_hist_stage *stages =
+      reinterpret_cast<wgmma_hist_stage *>(reinterpret_cast<char *>(wgmma_shared_raw) + ((1024u - misalign) & 1023u));
+  uint32_t *hist_s = reinterpret_cast<uint32_t *>(stages + WGMMA_STAGES);
+  __shared__ unsigned long long outside_s[2];
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / 4, t = lane % 4;
+  for (int w = tid; w < H_WORDS / 4; w += THREADS) reinterpret_cast<uint4 *>(hist_s)[w] = make_uint4(0u, 0u, 0u, 0u);
+  if (tid < 2) outside_s[tid] = 0ull;
+  const float inv_scale2 = flash_inv_scale2(a.scales);
+
+  const long long item_begin = a.total_tiles * blockIdx.x / gridDim.x;
+  const long long item_end = a.total_tiles * (blockIdx.x + 1) / gridDim.x;
+  auto first_column = [&](long long item) {
+    const int row_tile = (int)(item / a.col_tiles), col_tile = (int)(item - (long long)row_tile * a.col_tiles);
+    return a.row_begin + row_tile * BM + 1 + col_tile * BN;
+  };
+  auto stage = [&](long long item, int buffer) {
+    wgmma_hist_stage &s = stages[buffer];
+    const int c0 = first_column(item);
+    for (int f = tid; f < 512; f += THREADS) {
+      const int r = f / 8, q = f % 8, dst = wgmma_swizzle128(r, 16 * q) / 4;
+      const size_t at = (size_t)((c0 + r) % a.n) * WORDS + 4 * q;
+      cp_async_f32x4(reinterpret_cast<float *>(&s.y_hi[dst]), reinterpret_cast<const float *>(a.y_hi + at), true);
+      cp_async_f32x4(reinterpret_cast<float *>(&s.y_lo[dst]), reinterpret_cast<const float *>(a.y_lo + at), true);
+    }
+    if (tid < BN) cp_async_f32(&s.squares[tid], a.squares + (c0 + tid) % a.n, true);
+  };
+
+  uint32_t a_hi[KSTEPS][4], a_lo[KSTEPS][4];
+  float row_square[2] = {0.0f, 0.0f};
+  int spans[2] = {0, 0};
+  int loaded_row_tile = -1;
+  unsigned long long below = 0ull, above = 0ull;
+  float hh[16], lh[16], hl[16];
+#pragma unroll
+  for (int i = 0; i < 16; ++i) hh[i] = lh[i] = hl[i] = 0.0f;
+  __shared__ uint64_t full[WGMMA_STAGES], empty[WGMMA_STAGES];
+  if (tid < WGMMA_STAGES) {
+    mbar_init(&full[tid], THREADS);
+    mbar_init(&empty[tid], THREADS);
+  }
+  __syncthreads(); /* the barriers, and the cleared counts */
+  for (long long item = item_begin; item < item_begin + WGMMA_PREFETCH && item < item_end; ++item) {
+    const int local = (int)(item - item_begin);
+    stage(item, local);
+    mbar_arrive_copies(&full[local]);
+  }
+  for (long long item = item_begin; item < item_end; ++item) {
+    const long long local = item - item_begin;
+    const int buffer = (int)(local % WGMMA_STAGES);
+    if (item + WGMMA_PREFETCH < item_end) {
+      const long long ahead = local + WGMMA_PREFETCH;
+      const int ahead_buffer = (int)(ahead % WGMMA_STAGES);
+      if (ahead >= WGMMA_STAGES) mbar_wait(&empty[ahead_buffer], (uint32_t)((ahead / WGMMA_STAGES - 1) & 1));
+      stage(item + WGMMA_PREFETCH, ahead_buffer);
+      mbar_arrive_copies(&full[ahead_buffer]);
+    }
+    const int row_tile = (int)(item / a.col_tiles);
+    const int r0 = a.row_begin + row_tile * BM + 16 * warp;
+    if (row_tile != loaded_row_tile) {
+      loaded_row_tile = row_tile;
+      const int top = r0 + g, bottom = r0 + g + 8;
+#pragma unroll
+      for (int ks = 0; ks < KSTEPS; ++ks)
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const int w = 8 * ks + 4 * half + t;
+          a_hi[ks][2 * half] = top < a.row_end ? a.y_hi[(size_t)top * WORDS + w] : 0u;
+          a_hi[ks][2 * half + 1] = bottom < a.row_end ? a.y_hi[(size_t)bottom * WORDS + w] : 0u;
+          a_lo[ks][2 * half] = top < a.row_end ? a.y_lo[(size_t)top * WORDS + w] : 0u;
+          a_lo[ks][2 * half + 1] = bottom < a.row_end ? a.y_lo[(size_t)bottom * WORDS + w] : 0u;
+        }
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int i = r0 + g + 8 * h;
+        row_square[h] = i < a.row_end ? a.squares[i] : 0.0f;
+        spans[h] = i >= a.row_end ? 0 : (a.n % 2 == 0 && i >= a.half) ? a.half - 1 : a.half;
+      }
+    }
+    mbar_wait(&full[buffer], (uint32_t)((local / WGMMA_STAGES) & 1));
+    wgmma_fence_shared();
+    const wgmma_hist_stage &s = stages[buffer];
+    const int c0 = first_column(item);
+    /* The whole warpgroup takes the products, 32 columns at a time; a warp whose pairs all lie
+     * outside its band counts nothing. Offsets of the warp's pairs lie in
+     * [c0 + c_half - r0 - 15, c0 + c_half + 31 - r0]. */
+    const int min_span = min(__shfl_sync(0xffffffffu, spans[0], 0), __shfl_sync(0xffffffffu, spans[1], 28));
+    unsigned below_item = 0u, above_item = 0u;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const uint64_t hi_desc = wgmma_desc128(s.y_hi + 1024 * half), lo_desc = wgmma_desc128(s.y_lo + 1024 * half);
+      wgmma_fence();
+#pragma unroll
+      for (int ks = 0; ks < KSTEPS; ++ks) wgmma_m64n32k16(lh, a_lo[ks], wgmma_desc_step(hi_desc, ks), ks > 0);
+#pragma unroll
+      for (int ks = 0; ks < KSTEPS; ++ks) wgmma_m64n32k16(hl, a_hi[ks], wgmma_desc_step(lo_desc, ks), ks > 0);
+#pragma unroll
+      for (int ks = 0; ks < KSTEPS; ++ks) wgmma_m64n32k16(hh, a_hi[ks], wgmma_desc_step(hi_desc, ks), ks > 0);
+      wgmma_commit();
+      wgmma_wait();
+      wgmma_fence_operands(lh);
+      wgmma_fence_operands(hl);
+      wgmma_fence_operands(hh);
+      const int n0 = 32 * half, lowest = c0 + n0 - r0 - 15, highest = c0 + n0 + 31 - r0;
+      if (highest < 1 || lowest > a.half) continue; /* warp-uniform */
+      /* Wholly inside every row's band: no offset checks. */
+      const bool inside = lowest >= 1 && highest <= min_span && r0 + 16 <= a.row_end;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        uint32_t bins[4];
+        bool counted[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int at = 4 * i + e, h = e >> 1, cl = n0 + 8 * i + 2 * t + (e & 1);
+          const float dot = __fmul_rn(__fadd_rn(hh[at], __fadd_rn(lh[at], hl[at])), inv_scale2);
+          const uint32_t bits = __float_as_uint(svgd_gemm_distance(row_square[h], s.squares[cl], dot));
+          bool in_band = true;
+          if (!inside) {
+            const int offset = c0 + cl - (r0 + g + 8 * h);
+            in_band = offset >= 1 && offset <= spans[h];
+          }
+          if (PASS == SVGD_MEDIAN_PASS_HIGH) {
+            counted[e] = in_band;
+            bins[e] = bits >> 16;
+          } else if (PASS == SVGD_MEDIAN_PASS_LOW) {
+            counted[e] = in_band && (bits >> 16) == a.select_bits;
+            bins[e] = bits & 0xFFFFu;
+          } else {
+            const uint32_t window_offset = bits - a.select_bits; /* wraps for keys below the window */
+            counted[e] = in_band && window_offset < SVGD_WINDOW_FINE_BINS;
+            bins[e] = SVGD_WINDOW_FINE + window_offset;
+            const bool outside = in_band && window_offset >= SVGD_WINDOW_FINE_BINS;
+            below_item += outside && bits < a.select_bits;
+            above_item += outside && bits >= a.select_bits;
+          }
+        }
+        uint32_t olds[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          olds[e] = counted[e] ? atomicAdd(&hist_s[bins[e] >> 1], 1u << ((bins[e] & 1u) << 4)) : 0u;
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          if (counted[e] && ((olds[e] >> ((bins[e] & 1u) << 4)) & 0xFFFFu) == 0xFFFFu)
+            hist_settle_wrap(a.hist, bins[e], olds[e]);
+      }
+    }
+    mbar_arrive(&empty[buffer]);
+    below += below_item;
+    above += above_item;
+  }
+  cp_async_wait_all();
+  __syncthreads(); /* every count in */
+
+  for (int w = tid; w < H_WORDS; w += THREADS) {
+    const uint32_t counts = hist_s[w];
+    if (counts & 0xFFFFu) atomicAdd(&a.hist[2 * w], 2ull * (counts & 0xFFFFu));
+    if (counts >> 16) atomicAdd(&a.hist[2 * w + 1], 2ull * (counts >> 16));
+  }
+  if (PASS == SVGD_MEDIAN_PASS_WINDOW) {
+#pragma unroll
+    for (int lane_offset = 16; lane_offset > 0; lane_offset >>= 1) {
+      below += __shfl_down_sync(0xFFFFFFFFu, below, lane_offset);
+      above += __shfl_down_sync(0xFFFFFFFFu, above, lane_offset);
+    }
+    if (lane == 0) {
+      atomicAdd(&outside_s[0], below);
+      atomicAdd(&outside_s[1], above);
+    }
+    __syncthreads();
+    if (tid == 0) {
+      if (outside_s[0]) atomicAdd(&a.hist[SVGD_WINDOW_BELOW], 2ull * outside_s[0]);
+      if (outside_s[1]) atomicAdd(&a.hist[SVGD_WINDOW_ABOVE], 2ull * outside_s[1]);
+    }
+  }
+#endif
 }
 
 /* D [rows][n] of rows row_begin .. as the two kernels above take them (flash_dot_tiles on the
@@ -2018,6 +2238,30 @@ int launch_centred_rows(const float *x, long long n, int dim, float *y, float *s
 constexpr int FLASH_MIN_DIM = 4;
 bool flash_dims_apply(long long dim) { return dim >= FLASH_MIN_DIM && dim <= FLASH_MAX_DIM; }
 
+/* Whether the build has sm_90a's code and the device is of compute capability 9.0; phi takes the
+ * warpgroup products there at 64 padded coordinates (svgd_cuda_tuning_t.phi_family may choose). */
+bool wgmma_device() {
+#ifdef DSAMPLER_HAVE_WGMMA
+  int device = 0, major = 0, minor = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess)
+    return false;
+  return major == 9 && minor == 0;
+#else
+  return false;
+#endif
+}
+
+bool flash_phi_wgmma(long long dim) {
+  return flash_padded_dim(dim) == 64 && svgd_tuning.phi_family != 1 && wgmma_device();
+}
+
+/* The same for the median's passes (svgd_cuda_tuning_t.median_family). */
+bool flash_median_wgmma(long long dim) {
+  return flash_padded_dim(dim) == 64 && svgd_tuning.median_family != 1 && wgmma_device();
+}
+
 /* Column splits of the flash phi: a function of n alone (never of the local rows), so sums run
  * in the same order on any number of ranks; small n gets more blocks to fill the device. */
 int flash_splits(long long n) {
@@ -2102,11 +2346,33 @@ int launch_flash_histogram_pass(const flash_hist_args &a, int pass, long long bl
   return launch_flash_histogram_kernel<DP, SVGD_MEDIAN_PASS_WINDOW>(a, blocks, stream);
 }
 
+template <int PASS, int WARPGROUPS>
+int launch_wgmma_histogram_kernel(const flash_hist_args &a, long long blocks, cudaStream_t stream) {
+  const size_t smem = wgmma_hist_smem_bytes<PASS>();
+  auto kernel = svgd_wgmma_histogram_kernel<PASS, WARPGROUPS>;
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+  int per_sm = 1;
+  CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 128 * WARPGROUPS, smem));
+  if (per_sm > 1) blocks *= per_sm;
+  if (blocks > a.total_tiles) blocks = a.total_tiles;
+  kernel<<<(unsigned)blocks, 128 * WARPGROUPS, smem, stream>>>(a);
+  CUDA_CHECK_LAUNCH("svgd_wgmma_histogram_kernel");
+  return DS_OK;
+}
+
+template <int WARPGROUPS>
+int launch_wgmma_histogram_pass(const flash_hist_args &a, int pass, long long blocks, cudaStream_t stream) {
+  if (pass == SVGD_MEDIAN_PASS_HIGH) return launch_wgmma_histogram_kernel<SVGD_MEDIAN_PASS_HIGH, WARPGROUPS>(a, blocks, stream);
+  if (pass == SVGD_MEDIAN_PASS_LOW) return launch_wgmma_histogram_kernel<SVGD_MEDIAN_PASS_LOW, WARPGROUPS>(a, blocks, stream);
+  return launch_wgmma_histogram_kernel<SVGD_MEDIAN_PASS_WINDOW, WARPGROUPS>(a, blocks, stream);
+}
+
 int launch_flash_histogram(const float *x_all, long long n, int dim, long long row_begin, long long row_end, int pass,
                            uint32_t select_bits, unsigned long long *hist, float *scratch, int sm_count,
                            cudaStream_t stream) {
   const flash_inputs in = flash_layout(scratch, n, dim, false);
-  DS_TRY(flash_prepare_rows(x_all, n, dim, in, stream));
+  const bool wgmma = flash_median_wgmma(dim);
+  DS_TRY(flash_prepare_rows(x_all, n, dim, in, stream, wgmma));
   flash_hist_args a;
   a.y_hi = in.y_hi;
   a.y_lo = in.y_lo;
@@ -2122,6 +2388,14 @@ int launch_flash_histogram(const float *x_all, long long n, int dim, long long r
   a.select_bits = select_bits;
   a.hist = hist;
   long long blocks = sm_count > 0 ? sm_count : 1;
+  if (wgmma) {
+    const int groups = svgd_tuning.median_warpgroups == 3 ? 3 : 2, bm = 64 * groups;
+    a.col_tiles = (int)((bm - 1 + a.half + WGMMA_PHI_BN - 1) / WGMMA_PHI_BN);
+    a.total_tiles = (row_end - row_begin + bm - 1) / bm * (long long)a.col_tiles;
+    if (blocks > a.total_tiles) blocks = a.total_tiles;
+    return groups == 3 ? launch_wgmma_histogram_pass<3>(a, pass, blocks, stream)
+                       : launch_wgmma_histogram_pass<2>(a, pass, blocks, stream);
+  }
   if (blocks > a.total_tiles) blocks = a.total_tiles;
   switch (flash_padded_dim(dim)) {
     case 16: return launch_flash_histogram_pass<16>(a, pass, blocks, stream);
@@ -2139,21 +2413,6 @@ int launch_flash_phi_kernel(const flash_phi_args &a, long long row_blocks, cudaS
   return DS_OK;
 }
 
-/* Whether phi takes the warpgroup products: 64 padded coordinates, a build with sm_90a's code and
- * a device of compute capability 9.0 (svgd_cuda_tuning_t.phi_family may choose). */
-bool flash_phi_wgmma(long long dim) {
-  if (flash_padded_dim(dim) != 64 || svgd_tuning.phi_family == 1) return false;
-#ifdef DSAMPLER_HAVE_WGMMA
-  int device = 0, major = 0, minor = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess)
-    return false;
-  return major == 9 && minor == 0;
-#else
-  return false;
-#endif
-}
 
 /* One phi pass on the tensor cores: the columns' v (mode), their largest magnitudes and their
  * split, then the pair kernel into partial_sums, partial_k. wgmma: the warpgroup kernel, y and

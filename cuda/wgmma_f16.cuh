@@ -10,7 +10,8 @@
  * B is K-major in shared memory with the 128-byte swizzle: row r of N (64 fp16 = 128 bytes of
  * K) at byte 128 r, its 16-byte chunk q at chunk q ^ (r % 8), the tile on 1024 bytes; the
  * descriptor's stride between 8-row groups is 1024 bytes, and the k16 step s starts 32 s bytes
- * in (the hardware applies the swizzle to the address). Products run asynchronously: issue,
+ * in (the hardware applies the swizzle to the address), rows 32 r on 4096 r bytes (a whole number
+ * of swizzle periods, so a 32-row half of the tile is a tile itself). Products run asynchronously: issue,
  * wgmma_commit(), then wgmma_wait() before the accumulators are read; wgmma_fence() orders
  * register writes before the products that read them. */
 #ifndef DSAMPLER_WGMMA_F16_CUH
@@ -43,6 +44,32 @@ __device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sy
 /* Generic-proxy writes to shared memory (cp.async, st.shared) made visible to wgmma's reads. */
 __device__ __forceinline__ void wgmma_fence_shared() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
+/* Shared-memory barriers (mbarrier) for a pipeline of staged tiles: a stage is full when every
+ * thread's copies into it have landed, empty when every thread is done reading it. */
+__device__ __forceinline__ void mbar_init(uint64_t *bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"((uint32_t)__cvta_generic_to_shared(bar)), "r"(count)
+               : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint64_t *bar) {
+  asm volatile("{\n.reg .b64 state;\nmbarrier.arrive.shared::cta.b64 state, [%0];\n}\n" ::"r"(
+                   (uint32_t)__cvta_generic_to_shared(bar))
+               : "memory");
+}
+/* The calling thread's arrival, once its cp.async copies issued so far have landed. */
+__device__ __forceinline__ void mbar_arrive_copies(uint64_t *bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"((uint32_t)__cvta_generic_to_shared(bar))
+               : "memory");
+}
+/* Waits until the phase of the given parity has completed. */
+__device__ __forceinline__ void mbar_wait(uint64_t *bar, uint32_t parity) {
+  asm volatile(
+      "{\n.reg .pred done;\nwait_%=:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra wait_%=;\n}\n" ::"r"((uint32_t)__cvta_generic_to_shared(bar)),
+      "r"(parity)
+      : "memory");
+}
+
 /* Keeps the compiler from moving reads or writes of r across an asynchronous product. */
 template <int COUNT>
 __device__ __forceinline__ void wgmma_fence_operands(float (&r)[COUNT]) {
@@ -65,6 +92,21 @@ __device__ __forceinline__ void wgmma_m64n64k16(float (&d)[32], const uint32_t a
         "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
         "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
         "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
+}
+
+/* The same on an m64n32k16 tile. */
+__device__ __forceinline__ void wgmma_m64n32k16(float (&d)[16], const uint32_t a[4], uint64_t desc_b, int accumulate) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %21, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
+      "{%16, %17, %18, %19}, %20, p, 1, 1, 0;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
 }
 #endif

@@ -253,13 +253,24 @@ static void test_medians(void) {
     check_median_case("identical n=3001 d=8", x, n, dim);
     free(x);
   }
-  { /* Two alternating points: two distinct distances, wraps in both halves of a word. */
-    const int64_t n = 4096, dim = 16;
+  for (int64_t dim = 16; dim <= 64; dim += 48) { /* Two alternating points: two distinct distances, wraps in both halves of a word. */
+    const int64_t n = 4096;
     float *x = test_malloc((size_t)(n * dim) * sizeof *x);
-    float rows[2][16];
-    test_fill_normal(&rows[0][0], 2 * dim, 1.0, 78);
-    for (int64_t i = 0; i < n; ++i) memcpy(x + i * dim, rows[i % 2], sizeof rows[0]);
-    check_median_case("two points n=4096 d=16", x, n, dim);
+    float rows[2][64];
+    test_fill_normal(&rows[0][0], 2 * 64, 1.0, 78);
+    for (int64_t i = 0; i < n; ++i) memcpy(x + i * dim, rows[i % 2], (size_t)dim * sizeof(float));
+    char label[64];
+    snprintf(label, sizeof label, "two points n=4096 d=%lld", (long long)dim);
+    check_median_case(label, x, n, dim);
+    free(x);
+  }
+  { /* Identical particles at 40 coordinates (padded to 64). */
+    const int64_t n = 3001, dim = 40;
+    float *x = test_malloc((size_t)(n * dim) * sizeof *x);
+    float row[40];
+    test_fill_normal(row, dim, 1.0, 79);
+    for (int64_t i = 0; i < n; ++i) memcpy(x + i * dim, row, sizeof row);
+    check_median_case("identical n=3001 d=40", x, n, dim);
     free(x);
   }
   { /* Rows split as 3 ranks would hold them, and row ranges of a large n at both ends. */
@@ -696,15 +707,19 @@ int main(void) {
   GPU_TRY(backend_cuda_create(0, &gpu));
   /* DSAMPLER_TEST_SKIP_MEDIANS=1 leaves the median histograms out (a quick run of the rest). */
   const char *skip_medians = getenv("DSAMPLER_TEST_SKIP_MEDIANS");
+  /* Two variants: the histogram's stage of 16 coordinates with the mma.sync tiles from 4 to 64
+   * coordinates, and of 32 with the default tiles there (the warpgroup products on sm_90a). */
   for (int chunk = 16; chunk <= 32 && !(skip_medians && strcmp(skip_medians, "1") == 0); chunk += 16) {
     svgd_cuda_tuning_t tuning = svgd_cuda_get_tuning();
     tuning.hist_chunk = chunk;
+    tuning.median_family = chunk == 16 ? 1 : 0;
     svgd_cuda_set_tuning(tuning);
-    printf("[histogram chunk %d]\n", chunk);
+    printf("[histogram chunk %d, %s tiles to 64 coordinates]\n", chunk, chunk == 16 ? "mma.sync" : "default");
     test_medians();
   }
   svgd_cuda_tuning_t tuning = svgd_cuda_get_tuning();
   tuning.hist_chunk = 0;
+  tuning.median_family = 0;
   svgd_cuda_set_tuning(tuning);
   printf("phi and one step, GPU vs CPU (tolerance 1e-5 relative):\n");
   test_phi_case(1, 64, 1, 1, 0.0f);
