@@ -1433,7 +1433,7 @@ __global__ void __launch_bounds__(128 * WARPGROUPS, 1) svgd_wgmma_phi_kernel(con
   const int split = blockIdx.y;
   const long long tiles = (a.n + WGMMA_PHI_BN - 1) / WGMMA_PHI_BN;
   const long long tile_begin = tiles * split / a.splits, tile_end = tiles * (split + 1) / a.splits;
-  const float inv_scale2 = flash_inv_scale2(a.scales);
+  const float minus_two_inv_scale2 = -2.0f * flash_inv_scale2(a.scales);
 
   /* 16-byte chunks into the swizzled tiles; columns past n read the padding rows. */
   auto stage = [&](long long tile, int buffer) {
@@ -1528,8 +1528,10 @@ __global__ void __launch_bounds__(128 * WARPGROUPS, 1) svgd_wgmma_phi_kernel(con
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int cl = 8 * i + 2 * t + (e & 1), h = e >> 1;
-        const float dot = __fmul_rn(dots[4 * i + e], inv_scale2);
-        k[4 * i + e] = pair_weight_of<MODE>(a.weight, svgd_gemm_distance(row_square[h], s.squares[cl], dot));
+        /* svgd_gemm_distance with the scale 2^-2sy folded into its multiply (exact but for
+         * subnormal products) */
+        const float d = __fmaf_rn(dots[4 * i + e], minus_two_inv_scale2, __fadd_rn(row_square[h], s.squares[cl]));
+        k[4 * i + e] = pair_weight_of<MODE>(a.weight, (d > 0.0f || d != d) ? d : 0.0f);
       }
     if (masked) /* the diagonal and columns past n weigh 0 */
 #pragma unroll
@@ -1913,13 +1915,16 @@ __global__ void __launch_bounds__(128 * WARPGROUPS, 1) svgd_wgmma_histogram_kern
       if (highest < 1 || lowest > a.half) continue; /* warp-uniform */
       /* Wholly inside every row's band: no offset checks. */
       const bool inside = lowest >= 1 && highest <= min_span && r0 + 16 <= a.row_end;
+      /* The 16 pairs' bins first, then their counts where any lane of the warp has one (in the
+       * window pass few pairs fall in the window). */
+      uint32_t bins[16];
+      bool counted[16];
+      bool any = false;
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
-        uint32_t bins[4];
-        bool counted[4];
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          const int at = 4 * i + e, h = e >> 1, cl = n0 + 8 * i + 2 * t + (e & 1);
+          const int at = 4 * i + e, p = at, h = e >> 1, cl = n0 + 8 * i + 2 * t + (e & 1);
           const float dot = __fmul_rn(__fadd_rn(hh[at], __fadd_rn(lh[at], hl[at])), inv_scale2);
           const uint32_t bits = __float_as_uint(svgd_gemm_distance(row_square[h], s.squares[cl], dot));
           bool in_band = true;
@@ -1928,28 +1933,31 @@ __global__ void __launch_bounds__(128 * WARPGROUPS, 1) svgd_wgmma_histogram_kern
             in_band = offset >= 1 && offset <= spans[h];
           }
           if (PASS == SVGD_MEDIAN_PASS_HIGH) {
-            counted[e] = in_band;
-            bins[e] = bits >> 16;
+            counted[p] = in_band;
+            bins[p] = bits >> 16;
           } else if (PASS == SVGD_MEDIAN_PASS_LOW) {
-            counted[e] = in_band && (bits >> 16) == a.select_bits;
-            bins[e] = bits & 0xFFFFu;
+            counted[p] = in_band && (bits >> 16) == a.select_bits;
+            bins[p] = bits & 0xFFFFu;
           } else {
             const uint32_t window_offset = bits - a.select_bits; /* wraps for keys below the window */
-            counted[e] = in_band && window_offset < SVGD_WINDOW_FINE_BINS;
-            bins[e] = SVGD_WINDOW_FINE + window_offset;
+            counted[p] = in_band && window_offset < SVGD_WINDOW_FINE_BINS;
+            bins[p] = SVGD_WINDOW_FINE + window_offset;
             const bool outside = in_band && window_offset >= SVGD_WINDOW_FINE_BINS;
             below_item += outside && bits < a.select_bits;
             above_item += outside && bits >= a.select_bits;
           }
+          any |= counted[p];
         }
-        uint32_t olds[4];
+      }
+      if (__any_sync(0xffffffffu, any)) {
+        uint32_t olds[16];
 #pragma unroll
-        for (int e = 0; e < 4; ++e)
-          olds[e] = counted[e] ? atomicAdd(&hist_s[bins[e] >> 1], 1u << ((bins[e] & 1u) << 4)) : 0u;
+        for (int p = 0; p < 16; ++p)
+          olds[p] = counted[p] ? atomicAdd(&hist_s[bins[p] >> 1], 1u << ((bins[p] & 1u) << 4)) : 0u;
 #pragma unroll
-        for (int e = 0; e < 4; ++e)
-          if (counted[e] && ((olds[e] >> ((bins[e] & 1u) << 4)) & 0xFFFFu) == 0xFFFFu)
-            hist_settle_wrap(a.hist, bins[e], olds[e]);
+        for (int p = 0; p < 16; ++p)
+          if (counted[p] && ((olds[p] >> ((bins[p] & 1u) << 4)) & 0xFFFFu) == 0xFFFFu)
+            hist_settle_wrap(a.hist, bins[p], olds[p]);
       }
     }
     mbar_arrive(&empty[buffer]);

@@ -50,6 +50,9 @@ def main():
                                  "--chains", 1024, "--warmup", 300, "--draws", 200, "--adapt", "per-chain", "--metric",
                                  "dense", "--seed", 8], DATASETS + ["sample_stats/step_size"]),
         "svgd": (["svgd", "--dim", 64, "--particles", 3000, "--iters", 10, "--step-size", 0.05, "--seed", 5], DATASETS),
+        # 33 to 64 coordinates on sm_90a: the warpgroup tiles; odd n, imq's two phi passes.
+        "svgd_imq_40": (["svgd", "--dim", 40, "--particles", 2001, "--iters", 5, "--kernel", "imq", "--seed", 10],
+                        DATASETS),
         # Past 128 coordinates phi takes the distances the median kept: on 2 ranks each keeps its
         # rows' band and computes the rest, on 1 the band holds every pair (odd n, then even).
         "svgd_wide": (["svgd", "--dim", 200, "--particles", 1001, "--iters", 6, "--step-size", 0.05, "--seed", 8],
