@@ -1418,7 +1418,7 @@ constexpr int WGMMA_STAGES = 4, WGMMA_PREFETCH = 2;
 static_assert(WGMMA_PREFETCH >= 1 && WGMMA_PREFETCH < WGMMA_STAGES, "a stage free while others load");
 constexpr size_t WGMMA_PHI_SMEM = WGMMA_STAGES * sizeof(wgmma_phi_stage) + 1024;
 
-template <int MODE, int WARPGROUPS>
+template <int MODE, int WARPGROUPS, bool PIPE>
 __global__ void __launch_bounds__(128 * WARPGROUPS, 1) svgd_wgmma_phi_kernel(const flash_phi_args a) {
 #ifdef DSAMPLER_WGMMA_DEVICE
   constexpr int WGMMA_PHI_THREADS = 128 * WARPGROUPS, BM = 64 * WARPGROUPS;
@@ -1472,9 +1472,9 @@ __global__ void __launch_bounds__(128 * WARPGROUPS, 1) svgd_wgmma_phi_kernel(con
   const float row_square[2] = {r0 + g < a.row_end ? a.squares[r0 + g] : 0.0f,
                                r0 + g + 8 < a.row_end ? a.squares[r0 + g + 8] : 0.0f};
   /* acc[4 c + e]: sum_j K 2^sr v 2^sv of row g + 8 (e / 2), coordinate 8 c + 2 t + e % 2. */
-  float acc[32], dots[32], part[32];
+  float acc[32], dots[32], dots_next[32], part[32];
 #pragma unroll
-  for (int i = 0; i < 32; ++i) acc[i] = dots[i] = part[i] = 0.0f;
+  for (int i = 0; i < 32; ++i) acc[i] = dots[i] = dots_next[i] = part[i] = 0.0f;
   float sum_k[2] = {0.0f, 0.0f};
   int row_exp[2] = {-1000, -1000};
   float row_scale[2] = {pow2_exact(flash_row_shift(-1000)), pow2_exact(flash_row_shift(-1000))};
@@ -1490,27 +1490,23 @@ __global__ void __launch_bounds__(128 * WARPGROUPS, 1) svgd_wgmma_phi_kernel(con
     stage(tile, local);
     mbar_arrive_copies(&full[local]);
   }
-  for (long long tile = tile_begin; tile < tile_end; ++tile) {
+  /* Loads tile + WGMMA_PREFETCH into the stage its predecessor there has left. */
+  auto produce = [&](long long tile) {
+    if (tile + WGMMA_PREFETCH >= tile_end) return;
+    const long long ahead = tile - tile_begin + WGMMA_PREFETCH;
+    const int ahead_buffer = (int)(ahead % WGMMA_STAGES);
+    if (ahead >= WGMMA_STAGES) mbar_wait(&empty[ahead_buffer], (uint32_t)((ahead / WGMMA_STAGES - 1) & 1));
+    stage(tile + WGMMA_PREFETCH, ahead_buffer);
+    mbar_arrive_copies(&full[ahead_buffer]);
+  };
+  auto buffer_of = [&](long long tile) { return (int)((tile - tile_begin) % WGMMA_STAGES); };
+  /* Waits for the tile's stage, then issues its distance products into dots (not waited). */
+  auto issue_dots = [&](long long tile, float (&dots)[32]) {
     const long long local = tile - tile_begin;
-    const int buffer = (int)(local % WGMMA_STAGES);
-    if (tile + WGMMA_PREFETCH < tile_end) {
-      const long long ahead = local + WGMMA_PREFETCH;
-      const int ahead_buffer = (int)(ahead % WGMMA_STAGES);
-      if (ahead >= WGMMA_STAGES) mbar_wait(&empty[ahead_buffer], (uint32_t)((ahead / WGMMA_STAGES - 1) & 1));
-      stage(tile + WGMMA_PREFETCH, ahead_buffer);
-      mbar_arrive_copies(&full[ahead_buffer]);
-    }
+    const int buffer = buffer_of(tile);
     mbar_wait(&full[buffer], (uint32_t)((local / WGMMA_STAGES) & 1));
     wgmma_fence_shared();
-    const wgmma_phi_stage &s = stages[buffer];
-    const long long c0 = tile * WGMMA_PHI_BN;
-    const bool masked = c0 + WGMMA_PHI_BN > a.n || (c0 < r0 + 16 && r0 < c0 + WGMMA_PHI_BN);
-    /* In a masked tile: the columns that exist, and the rows' own columns (local indices). */
-    const int columns = (int)(a.n - c0 < WGMMA_PHI_BN ? a.n - c0 : WGMMA_PHI_BN);
-    const int own_column = masked ? (int)(r0 + g - c0) : -1000;
-    const uint64_t y_hi_desc = wgmma_desc128(s.y_hi), y_lo_desc = wgmma_desc128(s.y_lo);
-    const uint64_t v_hi_desc = wgmma_desc128(s.v_hi), v_lo_desc = wgmma_desc128(s.v_lo);
-
+    const uint64_t y_hi_desc = wgmma_desc128(stages[buffer].y_hi), y_lo_desc = wgmma_desc128(stages[buffer].y_lo);
     wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < KSTEPS; ++ks) wgmma_m64n64k16(dots, a_lo[ks], wgmma_desc_step(y_hi_desc, ks), ks > 0);
@@ -1519,9 +1515,18 @@ __global__ void __launch_bounds__(128 * WARPGROUPS, 1) svgd_wgmma_phi_kernel(con
 #pragma unroll
     for (int ks = 0; ks < KSTEPS; ++ks) wgmma_m64n64k16(dots, a_hi[ks], wgmma_desc_step(y_hi_desc, ks), 1);
     wgmma_commit();
-    wgmma_wait();
-    wgmma_fence_operands(dots);
-
+  };
+  /* K from the tile's finished dots, K v into the rows' sums; the stage is released. next: the
+   * following tile's dots, in flight (PIPE), kept from the compiler's reordering here. */
+  auto finish_tile = [&](long long tile, float (&dots)[32], float (&next)[32]) {
+    const int buffer = buffer_of(tile);
+    const wgmma_phi_stage &s = stages[buffer];
+    const long long c0 = tile * WGMMA_PHI_BN;
+    const bool masked = c0 + WGMMA_PHI_BN > a.n || (c0 < r0 + 16 && r0 < c0 + WGMMA_PHI_BN);
+    /* In a masked tile: the columns that exist, and the rows' own columns (local indices). */
+    const int columns = (int)(a.n - c0 < WGMMA_PHI_BN ? a.n - c0 : WGMMA_PHI_BN);
+    const int own_column = masked ? (int)(r0 + g - c0) : -1000;
+    const uint64_t v_hi_desc = wgmma_desc128(s.v_hi), v_lo_desc = wgmma_desc128(s.v_lo);
     float k[32];
 #pragma unroll
     for (int i = 0; i < 8; ++i)
@@ -1589,11 +1594,35 @@ __global__ void __launch_bounds__(128 * WARPGROUPS, 1) svgd_wgmma_phi_kernel(con
 #pragma unroll
     for (int q = 0; q < 4; ++q) wgmma_m64n64k16(part, p_hi[q], wgmma_desc_step(v_hi_desc, q), 1);
     wgmma_commit();
-    wgmma_wait();
+    wgmma_wait(); /* K v, and the next tile's dots issued before it */
     wgmma_fence_operands(part);
+    wgmma_fence_operands(next);
     mbar_arrive(&empty[buffer]);
 #pragma unroll
     for (int i = 0; i < 32; ++i) acc[i] = __fadd_rn(acc[i], part[i]);
+  };
+  if constexpr (!PIPE) {
+    for (long long tile = tile_begin; tile < tile_end; ++tile) {
+      produce(tile);
+      issue_dots(tile, dots);
+      wgmma_wait();
+      wgmma_fence_operands(dots);
+      finish_tile(tile, dots, dots);
+    }
+  } else {
+    /* The next tile's distance products run while this tile's pair work does. */
+    if (tile_begin < tile_end) issue_dots(tile_begin, dots);
+    for (long long tile = tile_begin; tile < tile_end; tile += 2) {
+      produce(tile);
+      wgmma_wait();
+      wgmma_fence_operands(dots);
+      if (tile + 1 < tile_end) issue_dots(tile + 1, dots_next);
+      finish_tile(tile, dots, dots_next);
+      if (tile + 1 >= tile_end) break;
+      produce(tile + 1);
+      if (tile + 2 < tile_end) issue_dots(tile + 2, dots);
+      finish_tile(tile + 1, dots_next, dots);
+    }
   }
   cp_async_wait_all();
 
@@ -2454,13 +2483,17 @@ int flash_phi_pass(const phi_args &p, const flash_inputs &in, int v_mode, long l
   a.partial_sums = p.partial_sums;
   a.partial_k = p.partial_k;
   if (wgmma) {
+    /* phi_warpgroups 2: two warpgroups, each overlapping a tile's distance products with the
+     * tile before's pair work; 3 (the default): three, one tile at a time. */
     const int groups = svgd_tuning.phi_warpgroups == 2 ? 2 : 3;
-    auto kernel = groups == 2 ? (a.weight.mode == PHI_WEIGHT_RBF          ? svgd_wgmma_phi_kernel<PHI_WEIGHT_RBF, 2>
-                                 : a.weight.mode == PHI_WEIGHT_IMQ_VALUE ? svgd_wgmma_phi_kernel<PHI_WEIGHT_IMQ_VALUE, 2>
-                                                                          : svgd_wgmma_phi_kernel<PHI_WEIGHT_IMQ_WEIGHT, 2>)
-                              : (a.weight.mode == PHI_WEIGHT_RBF          ? svgd_wgmma_phi_kernel<PHI_WEIGHT_RBF, 3>
-                                 : a.weight.mode == PHI_WEIGHT_IMQ_VALUE ? svgd_wgmma_phi_kernel<PHI_WEIGHT_IMQ_VALUE, 3>
-                                                                          : svgd_wgmma_phi_kernel<PHI_WEIGHT_IMQ_WEIGHT, 3>);
+    auto kernel = groups == 2 ? (a.weight.mode == PHI_WEIGHT_RBF ? svgd_wgmma_phi_kernel<PHI_WEIGHT_RBF, 2, true>
+                                 : a.weight.mode == PHI_WEIGHT_IMQ_VALUE
+                                     ? svgd_wgmma_phi_kernel<PHI_WEIGHT_IMQ_VALUE, 2, true>
+                                     : svgd_wgmma_phi_kernel<PHI_WEIGHT_IMQ_WEIGHT, 2, true>)
+                              : (a.weight.mode == PHI_WEIGHT_RBF ? svgd_wgmma_phi_kernel<PHI_WEIGHT_RBF, 3, false>
+                                 : a.weight.mode == PHI_WEIGHT_IMQ_VALUE
+                                     ? svgd_wgmma_phi_kernel<PHI_WEIGHT_IMQ_VALUE, 3, false>
+                                     : svgd_wgmma_phi_kernel<PHI_WEIGHT_IMQ_WEIGHT, 3, false>);
     const long long blocks = (a.row_end - a.row_begin + 64 * groups - 1) / (64 * groups);
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)WGMMA_PHI_SMEM));
     kernel<<<dim3((unsigned)blocks, (unsigned)a.splits), 128 * groups, WGMMA_PHI_SMEM, stream>>>(a);
