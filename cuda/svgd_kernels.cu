@@ -1828,7 +1828,7 @@ static_assert(sizeof(wgmma_hist_stage) % 1024 == 0, "stages on 1024 bytes");
 
 template <int PASS>
 constexpr size_t wgmma_hist_smem_bytes() {
-  return 1024 + WGMMA_STAGES * sizeof(wgmma_hist_stage) + sizeof(uint32_t) * flash_hist_words<PASS>();
+  return 1024 + 2 * sizeof(wgmma_hist_stage) + sizeof(uint32_t) * flash_hist_words<PASS>();
 }
 
 template <int PASS, int WARPGROUPS>
@@ -1840,7 +1840,7 @@ __global__ void __launch_bounds__(128 * WARPGROUPS, 1) svgd_wgmma_histogram_kern
   const uint32_t misalign = (uint32_t)__cvta_generic_to_shared(wgmma_shared_raw) & 1023u;
   wgmma_hist_stage *stages =
       reinterpret_cast<wgmma_hist_stage *>(reinterpret_cast<char *>(wgmma_shared_raw) + ((1024u - misalign) & 1023u));
-  uint32_t *hist_s = reinterpret_cast<uint32_t *>(stages + WGMMA_STAGES);
+  uint32_t *hist_s = reinterpret_cast<uint32_t *>(stages + 2);
   __shared__ unsigned long long outside_s[2];
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / 4, t = lane % 4;
   for (int w = tid; w < H_WORDS / 4; w += THREADS) reinterpret_cast<uint4 *>(hist_s)[w] = make_uint4(0u, 0u, 0u, 0u);
@@ -1870,30 +1870,16 @@ __global__ void __launch_bounds__(128 * WARPGROUPS, 1) svgd_wgmma_histogram_kern
   int spans[2] = {0, 0};
   int loaded_row_tile = -1;
   unsigned long long below = 0ull, above = 0ull;
-  float hh[16], lh[16], hl[16];
+  float hh[32], lh[32], hl[32];
 #pragma unroll
-  for (int i = 0; i < 16; ++i) hh[i] = lh[i] = hl[i] = 0.0f;
-  __shared__ uint64_t full[WGMMA_STAGES], empty[WGMMA_STAGES];
-  if (tid < WGMMA_STAGES) {
-    mbar_init(&full[tid], THREADS);
-    mbar_init(&empty[tid], THREADS);
-  }
-  __syncthreads(); /* the barriers, and the cleared counts */
-  for (long long item = item_begin; item < item_begin + WGMMA_PREFETCH && item < item_end; ++item) {
-    const int local = (int)(item - item_begin);
-    stage(item, local);
-    mbar_arrive_copies(&full[local]);
-  }
+  for (int i = 0; i < 32; ++i) hh[i] = lh[i] = hl[i] = 0.0f;
+  if (item_begin < item_end) stage(item_begin, 0);
+  cp_async_wait_all();
+  wgmma_fence_shared();
+  __syncthreads();
   for (long long item = item_begin; item < item_end; ++item) {
-    const long long local = item - item_begin;
-    const int buffer = (int)(local % WGMMA_STAGES);
-    if (item + WGMMA_PREFETCH < item_end) {
-      const long long ahead = local + WGMMA_PREFETCH;
-      const int ahead_buffer = (int)(ahead % WGMMA_STAGES);
-      if (ahead >= WGMMA_STAGES) mbar_wait(&empty[ahead_buffer], (uint32_t)((ahead / WGMMA_STAGES - 1) & 1));
-      stage(item + WGMMA_PREFETCH, ahead_buffer);
-      mbar_arrive_copies(&full[ahead_buffer]);
-    }
+    const int buffer = (int)((item - item_begin) & 1);
+    if (item + 1 < item_end) stage(item + 1, buffer ^ 1);
     const int row_tile = (int)(item / a.col_tiles);
     const int r0 = a.row_begin + row_tile * BM + 16 * warp;
     if (row_tile != loaded_row_tile) {
@@ -1916,44 +1902,36 @@ __global__ void __launch_bounds__(128 * WARPGROUPS, 1) svgd_wgmma_histogram_kern
         spans[h] = i >= a.row_end ? 0 : (a.n % 2 == 0 && i >= a.half) ? a.half - 1 : a.half;
       }
     }
-    mbar_wait(&full[buffer], (uint32_t)((local / WGMMA_STAGES) & 1));
-    wgmma_fence_shared();
     const wgmma_hist_stage &s = stages[buffer];
     const int c0 = first_column(item);
-    /* The whole warpgroup takes the products, 32 columns at a time; a warp whose pairs all lie
-     * outside its band counts nothing. Offsets of the warp's pairs lie in
-     * [c0 + c_half - r0 - 15, c0 + c_half + 31 - r0]. */
+    /* The whole warpgroup takes the products; a warp whose pairs all lie outside its band
+     * counts nothing. Offsets of the warp's pairs lie in [c0 - r0 - 15, c0 + 63 - r0]. */
+    const uint64_t hi_desc = wgmma_desc128(s.y_hi), lo_desc = wgmma_desc128(s.y_lo);
+    wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < KSTEPS; ++ks) wgmma_m64n64k16(lh, a_lo[ks], wgmma_desc_step(hi_desc, ks), ks > 0);
+#pragma unroll
+    for (int ks = 0; ks < KSTEPS; ++ks) wgmma_m64n64k16(hl, a_hi[ks], wgmma_desc_step(lo_desc, ks), ks > 0);
+#pragma unroll
+    for (int ks = 0; ks < KSTEPS; ++ks) wgmma_m64n64k16(hh, a_hi[ks], wgmma_desc_step(hi_desc, ks), ks > 0);
+    wgmma_commit();
+    wgmma_wait();
+    wgmma_fence_operands(lh);
+    wgmma_fence_operands(hl);
+    wgmma_fence_operands(hh);
+    const int lowest = c0 - r0 - 15, highest = c0 + BN - 1 - r0;
     const int min_span = min(__shfl_sync(0xffffffffu, spans[0], 0), __shfl_sync(0xffffffffu, spans[1], 28));
-    unsigned below_item = 0u, above_item = 0u;
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const uint64_t hi_desc = wgmma_desc128(s.y_hi + 1024 * half), lo_desc = wgmma_desc128(s.y_lo + 1024 * half);
-      wgmma_fence();
-#pragma unroll
-      for (int ks = 0; ks < KSTEPS; ++ks) wgmma_m64n32k16(lh, a_lo[ks], wgmma_desc_step(hi_desc, ks), ks > 0);
-#pragma unroll
-      for (int ks = 0; ks < KSTEPS; ++ks) wgmma_m64n32k16(hl, a_hi[ks], wgmma_desc_step(lo_desc, ks), ks > 0);
-#pragma unroll
-      for (int ks = 0; ks < KSTEPS; ++ks) wgmma_m64n32k16(hh, a_hi[ks], wgmma_desc_step(hi_desc, ks), ks > 0);
-      wgmma_commit();
-      wgmma_wait();
-      wgmma_fence_operands(lh);
-      wgmma_fence_operands(hl);
-      wgmma_fence_operands(hh);
-      const int n0 = 32 * half, lowest = c0 + n0 - r0 - 15, highest = c0 + n0 + 31 - r0;
-      if (highest < 1 || lowest > a.half) continue; /* warp-uniform */
+    if (highest >= 1 && lowest <= a.half) { /* warp-uniform */
       /* Wholly inside every row's band: no offset checks. */
       const bool inside = lowest >= 1 && highest <= min_span && r0 + 16 <= a.row_end;
-      /* The 16 pairs' bins first, then their counts where any lane of the warp has one (in the
-       * window pass few pairs fall in the window). */
-      uint32_t bins[16];
-      bool counted[16];
-      bool any = false;
+      unsigned below_item = 0u, above_item = 0u;
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
+      for (int i = 0; i < 8; ++i) {
+        uint32_t bins[4];
+        bool counted[4];
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          const int at = 4 * i + e, p = at, h = e >> 1, cl = n0 + 8 * i + 2 * t + (e & 1);
+          const int at = 4 * i + e, h = e >> 1, cl = 8 * i + 2 * t + (e & 1);
           const float dot = __fmul_rn(__fadd_rn(hh[at], __fadd_rn(lh[at], hl[at])), inv_scale2);
           const uint32_t bits = __float_as_uint(svgd_gemm_distance(row_square[h], s.squares[cl], dot));
           bool in_band = true;
@@ -1962,39 +1940,36 @@ __global__ void __launch_bounds__(128 * WARPGROUPS, 1) svgd_wgmma_histogram_kern
             in_band = offset >= 1 && offset <= spans[h];
           }
           if (PASS == SVGD_MEDIAN_PASS_HIGH) {
-            counted[p] = in_band;
-            bins[p] = bits >> 16;
+            counted[e] = in_band;
+            bins[e] = bits >> 16;
           } else if (PASS == SVGD_MEDIAN_PASS_LOW) {
-            counted[p] = in_band && (bits >> 16) == a.select_bits;
-            bins[p] = bits & 0xFFFFu;
+            counted[e] = in_band && (bits >> 16) == a.select_bits;
+            bins[e] = bits & 0xFFFFu;
           } else {
             const uint32_t window_offset = bits - a.select_bits; /* wraps for keys below the window */
-            counted[p] = in_band && window_offset < SVGD_WINDOW_FINE_BINS;
-            bins[p] = SVGD_WINDOW_FINE + window_offset;
+            counted[e] = in_band && window_offset < SVGD_WINDOW_FINE_BINS;
+            bins[e] = SVGD_WINDOW_FINE + window_offset;
             const bool outside = in_band && window_offset >= SVGD_WINDOW_FINE_BINS;
             below_item += outside && bits < a.select_bits;
             above_item += outside && bits >= a.select_bits;
           }
-          any |= counted[p];
         }
-      }
-      if (__any_sync(0xffffffffu, any)) {
-        uint32_t olds[16];
+        uint32_t olds[4];
 #pragma unroll
-        for (int p = 0; p < 16; ++p)
-          olds[p] = counted[p] ? atomicAdd(&hist_s[bins[p] >> 1], 1u << ((bins[p] & 1u) << 4)) : 0u;
+        for (int e = 0; e < 4; ++e)
+          olds[e] = counted[e] ? atomicAdd(&hist_s[bins[e] >> 1], 1u << ((bins[e] & 1u) << 4)) : 0u;
 #pragma unroll
-        for (int p = 0; p < 16; ++p)
-          if (counted[p] && ((olds[p] >> ((bins[p] & 1u) << 4)) & 0xFFFFu) == 0xFFFFu)
-            hist_settle_wrap(a.hist, bins[p], olds[p]);
+        for (int e = 0; e < 4; ++e)
+          if (counted[e] && ((olds[e] >> ((bins[e] & 1u) << 4)) & 0xFFFFu) == 0xFFFFu)
+            hist_settle_wrap(a.hist, bins[e], olds[e]);
       }
+      below += below_item;
+      above += above_item;
     }
-    mbar_arrive(&empty[buffer]);
-    below += below_item;
-    above += above_item;
+    cp_async_wait_all();
+    wgmma_fence_shared();
+    __syncthreads();
   }
-  cp_async_wait_all();
-  __syncthreads(); /* every count in */
 
   for (int w = tid; w < H_WORDS; w += THREADS) {
     const uint32_t counts = hist_s[w];
@@ -2426,7 +2401,7 @@ int launch_flash_histogram(const float *x_all, long long n, int dim, long long r
   a.hist = hist;
   long long blocks = sm_count > 0 ? sm_count : 1;
   if (wgmma) {
-    const int groups = svgd_tuning.median_warpgroups == 3 ? 3 : 2, bm = 64 * groups;
+    const int groups = svgd_tuning.median_warpgroups == 2 ? 2 : 3, bm = 64 * groups;
     a.col_tiles = (int)((bm - 1 + a.half + WGMMA_PHI_BN - 1) / WGMMA_PHI_BN);
     a.total_tiles = (row_end - row_begin + bm - 1) / bm * (long long)a.col_tiles;
     if (blocks > a.total_tiles) blocks = a.total_tiles;

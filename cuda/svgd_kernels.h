@@ -24,7 +24,7 @@ extern "C" {
  * products where the build and the device have them; 1: mma.sync tiles; 2: the warpgroup
  * products, the same as 0 where they apply). The two agree within phi's tolerance, not bit for
  * bit. phi_warpgroups: the warpgroup kernel's rows a block, 64 each (2 or 3; 0, the default: 3).
- * median_family, median_warpgroups: the same for the median's passes (default: 2 warpgroups);
+ * median_family, median_warpgroups: the same for the median's passes (default: 3 warpgroups);
  * their distances are the same bits in both families. */
 typedef struct svgd_cuda_tuning {
   int hist_chunk;

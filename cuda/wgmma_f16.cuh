@@ -10,8 +10,7 @@
  * B is K-major in shared memory with the 128-byte swizzle: row r of N (64 fp16 = 128 bytes of
  * K) at byte 128 r, its 16-byte chunk q at chunk q ^ (r % 8), the tile on 1024 bytes; the
  * descriptor's stride between 8-row groups is 1024 bytes, and the k16 step s starts 32 s bytes
- * in (the hardware applies the swizzle to the address), rows 32 r on 4096 r bytes (a whole number
- * of swizzle periods, so a 32-row half of the tile is a tile itself). Products run asynchronously: issue,
+ * in (the hardware applies the swizzle to the address). Products run asynchronously: issue,
  * wgmma_commit(), then wgmma_wait() before the accumulators are read; wgmma_fence() orders
  * register writes before the products that read them. */
 #ifndef DSAMPLER_WGMMA_F16_CUH
@@ -95,20 +94,6 @@ __device__ __forceinline__ void wgmma_m64n64k16(float (&d)[32], const uint32_t a
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
 }
 
-/* The same on an m64n32k16 tile. */
-__device__ __forceinline__ void wgmma_m64n32k16(float (&d)[16], const uint32_t a[4], uint64_t desc_b, int accumulate) {
-  asm volatile(
-      "{\n"
-      ".reg .pred p;\n"
-      "setp.ne.b32 p, %21, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
-      "{%16, %17, %18, %19}, %20, p, 1, 1, 0;\n"
-      "}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
-}
 #endif
 
 #endif
