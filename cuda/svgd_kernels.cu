@@ -1394,15 +1394,18 @@ __global__ void __launch_bounds__(FLASH_THREADS, FLASH_PHI_MIN_BLOCKS) svgd_flas
 
 /* phi on Hopper's warpgroup products (svgd_wgmma_phi_kernel, 64 padded coordinates, sm_90a):
  * the formula of svgd_flash_phi_kernel with 64-column tiles as whole m64n64k16 products. A
- * block is two warpgroups of 64 rows (a warp's 16 rows and their A fragments as there, y split
- * in coordinate order); each column tile's [y hi | y lo] and v (hi | lo, [coordinate][column])
- * are staged in shared memory with the 128-byte swizzle (wgmma_f16.cuh), double buffered. Per
- * tile: dot = 2^-2sy times one chain from zero of lo_i hi_j, hi_i lo_j, then hi_i hi_j, each over
- * the k16 steps ascending (phi needs no symmetric D: the median's kernels keep their own
- * formula); the mode of K a template argument; D, K, sum_j K, the rows' running scales, and K 2^sr split into
- * the A fragments of K v, as there; K v's tile part from zero (lo hi, then hi lo, then hi hi,
- * column steps ascending), added to the row's sums in float32. Each row's result depends on
- * its own data and the columns alone, in the same order on any number of ranks. */
+ * block is WARPGROUPS warpgroups of 64 rows (a warp's 16 rows and their A fragments as there, y
+ * split in coordinate order); each column tile's [y hi | y lo] and v (hi | lo,
+ * [coordinate][column]) are staged in shared memory with the 128-byte swizzle (wgmma_f16.cuh),
+ * WGMMA_STAGES of them behind mbarriers. Per tile: dot = 2^-2sy times one chain from zero of
+ * lo_i hi_j, hi_i lo_j, then hi_i hi_j, each over the k16 steps ascending (phi needs no
+ * symmetric D: the median's kernels keep their own formula); the mode of K a template
+ * argument; D, K, sum_j K, the rows' running scales, and K 2^sr split into the A fragments of
+ * K v, as there; K v's tile part from zero (lo hi, then hi lo, then hi hi, column steps
+ * ascending), added to the row's sums in float32. PIPE: the next tile's distance products are
+ * issued before this tile's pair work (the same arithmetic, in the same order). Each row's
+ * result depends on its own data and the columns alone, in the same order on any number of
+ * ranks. */
 constexpr int WGMMA_PHI_BN = 64;
 
 struct wgmma_phi_stage { /* each array 8192 bytes, on 1024 */
