@@ -1205,6 +1205,65 @@ struct flash_phi_args {
   float *partial_k;    /* [splits][rows] */
 };
 
+/* The rows' running scales after a subtile in which this thread's largest K of row g + 8 h is
+ * most[h]: the quad's largest, and where its exponent is above any before, a lower sr. Warp-wide:
+ * returns whether any row of the warp grew, with ratio[h] the exact factor of the row's sums so
+ * far (1 where the row did not grow). */
+__device__ __forceinline__ bool flash_row_rescale(float most[2], int row_exp[2], float row_scale[2], float ratio[2]) {
+  bool grows = false;
+  int exps[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    most[h] = fmaxf(most[h], __shfl_xor_sync(0xffffffffu, most[h], 1));
+    most[h] = fmaxf(most[h], __shfl_xor_sync(0xffffffffu, most[h], 2));
+    exps[h] = most[h] > 0.0f ? float_exponent_of_bits(__float_as_uint(most[h])) : -1000;
+    grows |= exps[h] > row_exp[h];
+  }
+  if (!__any_sync(0xffffffffu, grows)) return false;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int e_new = exps[h] > row_exp[h] ? exps[h] : row_exp[h];
+    const int drop = flash_row_shift(e_new) - flash_row_shift(row_exp[h]); /* <= 0 */
+    ratio[h] = drop < -126 ? 0.0f : pow2_exact(drop);
+    row_exp[h] = e_new;
+    row_scale[h] = pow2_exact(flash_row_shift(e_new));
+  }
+  return true;
+}
+
+/* A warp's rows r0 + g, r0 + g + 8 of a phi pass into the split's partial sums: sum_k summed over
+ * the quad in a fixed tree, and acc[4 c + 2 h + e] (coordinate 8 c + 2 t + e of row g + 8 h,
+ * c < CT) times 2^-sr 2^-sv_k. */
+template <int CT>
+__device__ __forceinline__ void flash_phi_write(const flash_phi_args &a, int split, long long r0, int g, int t,
+                                                float sum_k[2], const int row_exp[2], const float *acc) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    sum_k[h] = __fadd_rn(sum_k[h], __shfl_xor_sync(0xffffffffu, sum_k[h], 1));
+    sum_k[h] = __fadd_rn(sum_k[h], __shfl_xor_sync(0xffffffffu, sum_k[h], 2));
+  }
+  const long long rows = a.row_end - a.row_begin;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const long long row = r0 + g + 8 * h;
+    if (row >= a.row_end) continue;
+    const long long local = (long long)split * rows + (row - a.row_begin);
+    if (t == 0) a.partial_k[local] = sum_k[h];
+    float *out = a.partial_sums + local * a.dim;
+    const float unscale_row = pow2_exact(-flash_row_shift(row_exp[h]));
+#pragma unroll
+    for (int c = 0; c < CT; ++c)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int k = 8 * c + 2 * t + e;
+        if (k < a.dim) {
+          const int v_shift = f16_scale_exponent(float_exponent_of_bits(a.scales->v_max[k]), FLASH_V_SCALE_LIMIT);
+          out[k] = __fmul_rn(__fmul_rn(acc[4 * c + 2 * h + e], pow2_exact(-v_shift)), unscale_row);
+        }
+      }
+  }
+}
+
 template <int DP>
 struct flash_phi_stage {
   uint32_t y_hi[FLASH_BN * flash_dims<DP>::Y_STRIDE], y_lo[FLASH_BN * flash_dims<DP>::Y_STRIDE];
@@ -1299,25 +1358,8 @@ __global__ void __launch_bounds__(FLASH_THREADS, FLASH_PHI_MIN_BLOCKS) svgd_flas
         most[1] = fmaxf(most[1], fmaxf(k[jn][2], k[jn][3]));
       }
       /* The rows' scales: a larger K than any before lowers sr, and the sums follow. */
-      bool grows = false;
-      int exps[2];
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        most[h] = fmaxf(most[h], __shfl_xor_sync(0xffffffffu, most[h], 1));
-        most[h] = fmaxf(most[h], __shfl_xor_sync(0xffffffffu, most[h], 2));
-        exps[h] = most[h] > 0.0f ? float_exponent_of_bits(__float_as_uint(most[h])) : -1000;
-        grows |= exps[h] > row_exp[h];
-      }
-      if (__any_sync(0xffffffffu, grows)) {
-        float ratio[2];
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int e_new = exps[h] > row_exp[h] ? exps[h] : row_exp[h];
-          const int drop = flash_row_shift(e_new) - flash_row_shift(row_exp[h]); /* <= 0 */
-          ratio[h] = drop < -126 ? 0.0f : pow2_exact(drop);
-          row_exp[h] = e_new;
-          row_scale[h] = pow2_exact(flash_row_shift(e_new));
-        }
+      float ratio[2];
+      if (flash_row_rescale(most, row_exp, row_scale, ratio)) {
 #pragma unroll
         for (int c = 0; c < CT; ++c) {
           acc[c][0] = __fmul_rn(acc[c][0], ratio[0]);
@@ -1364,32 +1406,7 @@ __global__ void __launch_bounds__(FLASH_THREADS, FLASH_PHI_MIN_BLOCKS) svgd_flas
     __syncthreads();
   }
 
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    sum_k[h] = __fadd_rn(sum_k[h], __shfl_xor_sync(0xffffffffu, sum_k[h], 1));
-    sum_k[h] = __fadd_rn(sum_k[h], __shfl_xor_sync(0xffffffffu, sum_k[h], 2));
-  }
-  const long long rows = a.row_end - a.row_begin;
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const long long row = r0 + g + 8 * h;
-    if (row >= a.row_end) continue;
-    const long long local = (long long)split * rows + (row - a.row_begin);
-    if (t == 0) a.partial_k[local] = sum_k[h];
-    float *out = a.partial_sums + local * a.dim;
-    const float unscale_row = pow2_exact(-flash_row_shift(row_exp[h]));
-#pragma unroll
-    for (int c = 0; c < CT; ++c)
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int k = 8 * c + 2 * t + e;
-        if (k < a.dim) {
-          const int v_shift = f16_scale_exponent(float_exponent_of_bits(a.scales->v_max[k]), FLASH_V_SCALE_LIMIT);
-          const float unscale_v = pow2_exact(-v_shift);
-          out[k] = __fmul_rn(__fmul_rn(acc[c][2 * h + e], unscale_v), unscale_row);
-        }
-      }
-  }
+  flash_phi_write<CT>(a, split, r0, g, t, sum_k, row_exp, &acc[0][0]);
 }
 
 /* phi on Hopper's warpgroup products (svgd_wgmma_phi_kernel, 64 padded coordinates, sm_90a):
@@ -1557,28 +1574,10 @@ __global__ void __launch_bounds__(128 * WARPGROUPS, 1) svgd_wgmma_phi_kernel(con
         sum_k[e >> 1] = __fadd_rn(sum_k[e >> 1], k[4 * i + e]);
         most[e >> 1] = fmaxf(most[e >> 1], k[4 * i + e]);
       }
-    bool grows = false;
-    int exps[2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      most[h] = fmaxf(most[h], __shfl_xor_sync(0xffffffffu, most[h], 1));
-      most[h] = fmaxf(most[h], __shfl_xor_sync(0xffffffffu, most[h], 2));
-      exps[h] = most[h] > 0.0f ? float_exponent_of_bits(__float_as_uint(most[h])) : -1000;
-      grows |= exps[h] > row_exp[h];
-    }
-    if (__any_sync(0xffffffffu, grows)) {
-      float ratio[2];
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int e_new = exps[h] > row_exp[h] ? exps[h] : row_exp[h];
-        const int drop = flash_row_shift(e_new) - flash_row_shift(row_exp[h]); /* <= 0 */
-        ratio[h] = drop < -126 ? 0.0f : pow2_exact(drop);
-        row_exp[h] = e_new;
-        row_scale[h] = pow2_exact(flash_row_shift(e_new));
-      }
+    float ratio[2];
+    if (flash_row_rescale(most, row_exp, row_scale, ratio))
 #pragma unroll
       for (int i = 0; i < 32; ++i) acc[i] = __fmul_rn(acc[i], ratio[(i >> 1) & 1]);
-    }
     /* K v's A fragments, k16 step q = C tiles 2q and 2q + 1. */
     uint32_t p_hi[4][4], p_lo[4][4];
 #pragma unroll
@@ -1629,31 +1628,7 @@ __global__ void __launch_bounds__(128 * WARPGROUPS, 1) svgd_wgmma_phi_kernel(con
   }
   cp_async_wait_all();
 
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    sum_k[h] = __fadd_rn(sum_k[h], __shfl_xor_sync(0xffffffffu, sum_k[h], 1));
-    sum_k[h] = __fadd_rn(sum_k[h], __shfl_xor_sync(0xffffffffu, sum_k[h], 2));
-  }
-  const long long rows = a.row_end - a.row_begin;
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const long long row = r0 + g + 8 * h;
-    if (row >= a.row_end) continue;
-    const long long local = (long long)split * rows + (row - a.row_begin);
-    if (t == 0) a.partial_k[local] = sum_k[h];
-    float *out = a.partial_sums + local * a.dim;
-    const float unscale_row = pow2_exact(-flash_row_shift(row_exp[h]));
-#pragma unroll
-    for (int c = 0; c < 8; ++c)
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int kk = 8 * c + 2 * t + e;
-        if (kk < a.dim) {
-          const int v_shift = f16_scale_exponent(float_exponent_of_bits(a.scales->v_max[kk]), FLASH_V_SCALE_LIMIT);
-          out[kk] = __fmul_rn(__fmul_rn(acc[4 * c + 2 * h + e], pow2_exact(-v_shift)), unscale_row);
-        }
-      }
-  }
+  flash_phi_write<8>(a, split, r0, g, t, sum_k, row_exp, acc);
 #endif
 }
 
@@ -1682,6 +1657,37 @@ constexpr int flash_hist_words() {
 template <int DP, int PASS>
 constexpr size_t flash_hist_smem_bytes() {
   return sizeof(uint32_t) * flash_hist_words<PASS>() + 2 * sizeof(flash_hist_stage<DP>);
+}
+
+/* The end of a median pass's block (after a barrier that follows every count): the shared
+ * counts into the global histogram with weight 2, and for the window pass the keys below and
+ * above it, each thread's below and above summed per warp, then per block. */
+template <int PASS>
+__device__ __forceinline__ void flash_hist_flush(const uint32_t *hist_s, int words, int threads,
+                                                 unsigned long long below, unsigned long long above,
+                                                 unsigned long long outside_s[2], unsigned long long *hist) {
+  const int tid = threadIdx.x, lane = tid % 32;
+  for (int w = tid; w < words; w += threads) {
+    const uint32_t counts = hist_s[w];
+    if (counts & 0xFFFFu) atomicAdd(&hist[2 * w], 2ull * (counts & 0xFFFFu));
+    if (counts >> 16) atomicAdd(&hist[2 * w + 1], 2ull * (counts >> 16));
+  }
+  if (PASS == SVGD_MEDIAN_PASS_WINDOW) {
+#pragma unroll
+    for (int lane_offset = 16; lane_offset > 0; lane_offset >>= 1) {
+      below += __shfl_down_sync(0xFFFFFFFFu, below, lane_offset);
+      above += __shfl_down_sync(0xFFFFFFFFu, above, lane_offset);
+    }
+    if (lane == 0) {
+      atomicAdd(&outside_s[0], below);
+      atomicAdd(&outside_s[1], above);
+    }
+    __syncthreads();
+    if (tid == 0) {
+      if (outside_s[0]) atomicAdd(&hist[SVGD_WINDOW_BELOW], 2ull * outside_s[0]);
+      if (outside_s[1]) atomicAdd(&hist[SVGD_WINDOW_ABOVE], 2ull * outside_s[1]);
+    }
+  }
 }
 
 /* A persistent grid over (128-row tile, 64-column tile) of the band, row-tile major: rows
@@ -1794,27 +1800,7 @@ __global__ void __launch_bounds__(FLASH_THREADS, PASS == SVGD_MEDIAN_PASS_WINDOW
     __syncthreads();
   }
 
-  for (int w = tid; w < H_WORDS; w += FLASH_THREADS) {
-    const uint32_t counts = hist_s[w];
-    if (counts & 0xFFFFu) atomicAdd(&a.hist[2 * w], 2ull * (counts & 0xFFFFu));
-    if (counts >> 16) atomicAdd(&a.hist[2 * w + 1], 2ull * (counts >> 16));
-  }
-  if (PASS == SVGD_MEDIAN_PASS_WINDOW) {
-#pragma unroll
-    for (int lane_offset = 16; lane_offset > 0; lane_offset >>= 1) {
-      below += __shfl_down_sync(0xFFFFFFFFu, below, lane_offset);
-      above += __shfl_down_sync(0xFFFFFFFFu, above, lane_offset);
-    }
-    if (lane == 0) {
-      atomicAdd(&outside_s[0], below);
-      atomicAdd(&outside_s[1], above);
-    }
-    __syncthreads();
-    if (tid == 0) {
-      if (outside_s[0]) atomicAdd(&a.hist[SVGD_WINDOW_BELOW], 2ull * outside_s[0]);
-      if (outside_s[1]) atomicAdd(&a.hist[SVGD_WINDOW_ABOVE], 2ull * outside_s[1]);
-    }
-  }
+  flash_hist_flush<PASS>(hist_s, H_WORDS, FLASH_THREADS, below, above, outside_s, a.hist);
 }
 
 /* The median's passes on Hopper's warpgroup products (svgd_wgmma_histogram_kernel, 64 padded
@@ -1974,27 +1960,7 @@ __global__ void __launch_bounds__(128 * WARPGROUPS, 1) svgd_wgmma_histogram_kern
     __syncthreads();
   }
 
-  for (int w = tid; w < H_WORDS; w += THREADS) {
-    const uint32_t counts = hist_s[w];
-    if (counts & 0xFFFFu) atomicAdd(&a.hist[2 * w], 2ull * (counts & 0xFFFFu));
-    if (counts >> 16) atomicAdd(&a.hist[2 * w + 1], 2ull * (counts >> 16));
-  }
-  if (PASS == SVGD_MEDIAN_PASS_WINDOW) {
-#pragma unroll
-    for (int lane_offset = 16; lane_offset > 0; lane_offset >>= 1) {
-      below += __shfl_down_sync(0xFFFFFFFFu, below, lane_offset);
-      above += __shfl_down_sync(0xFFFFFFFFu, above, lane_offset);
-    }
-    if (lane == 0) {
-      atomicAdd(&outside_s[0], below);
-      atomicAdd(&outside_s[1], above);
-    }
-    __syncthreads();
-    if (tid == 0) {
-      if (outside_s[0]) atomicAdd(&a.hist[SVGD_WINDOW_BELOW], 2ull * outside_s[0]);
-      if (outside_s[1]) atomicAdd(&a.hist[SVGD_WINDOW_ABOVE], 2ull * outside_s[1]);
-    }
-  }
+  flash_hist_flush<PASS>(hist_s, H_WORDS, THREADS, below, above, outside_s, a.hist);
 #endif
 }
 

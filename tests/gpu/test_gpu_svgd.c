@@ -244,16 +244,21 @@ static void test_medians(void) {
     check_median_case(label, x, n, dim);
     free(x);
   }
-  { /* Identical particles: every distance is 0, so 16-bit shared counters wrap many times. */
-    const int64_t n = 3001, dim = 8;
+  /* Identical particles: every distance is 0, so 16-bit shared counters wrap many times (at 40
+   * coordinates, padded to 64, on the warpgroup tiles where they apply). */
+  for (int64_t dim = 8; dim <= 40; dim += 32) {
+    const int64_t n = 3001;
     float *x = test_malloc((size_t)(n * dim) * sizeof *x);
-    float row[8];
-    test_fill_normal(row, dim, 1.0, 77);
-    for (int64_t i = 0; i < n; ++i) memcpy(x + i * dim, row, sizeof row);
-    check_median_case("identical n=3001 d=8", x, n, dim);
+    float row[40];
+    test_fill_normal(row, dim, 1.0, dim == 8 ? 77 : 79);
+    for (int64_t i = 0; i < n; ++i) memcpy(x + i * dim, row, (size_t)dim * sizeof(float));
+    char label[64];
+    snprintf(label, sizeof label, "identical n=3001 d=%lld", (long long)dim);
+    check_median_case(label, x, n, dim);
     free(x);
   }
-  for (int64_t dim = 16; dim <= 64; dim += 48) { /* Two alternating points: two distinct distances, wraps in both halves of a word. */
+  /* Two alternating points: two distinct distances, wraps in both halves of a word. */
+  for (int64_t dim = 16; dim <= 64; dim += 48) {
     const int64_t n = 4096;
     float *x = test_malloc((size_t)(n * dim) * sizeof *x);
     float rows[2][64];
@@ -262,15 +267,6 @@ static void test_medians(void) {
     char label[64];
     snprintf(label, sizeof label, "two points n=4096 d=%lld", (long long)dim);
     check_median_case(label, x, n, dim);
-    free(x);
-  }
-  { /* Identical particles at 40 coordinates (padded to 64). */
-    const int64_t n = 3001, dim = 40;
-    float *x = test_malloc((size_t)(n * dim) * sizeof *x);
-    float row[40];
-    test_fill_normal(row, dim, 1.0, 79);
-    for (int64_t i = 0; i < n; ++i) memcpy(x + i * dim, row, sizeof row);
-    check_median_case("identical n=3001 d=40", x, n, dim);
     free(x);
   }
   { /* Rows split as 3 ranks would hold them, and row ranges of a large n at both ends. */
