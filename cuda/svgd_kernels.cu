@@ -47,7 +47,7 @@
 
 namespace {
 
-svgd_cuda_tuning_t svgd_tuning = {0, 0, 0, 0, 0, 0};
+svgd_cuda_tuning_t svgd_tuning = {0, 0, 0, 0};
 
 /* ---------------------------------------------------------------- pair histogram */
 
@@ -1411,7 +1411,7 @@ __global__ void __launch_bounds__(FLASH_THREADS, FLASH_PHI_MIN_BLOCKS) svgd_flas
 
 /* phi on Hopper's warpgroup products (svgd_wgmma_phi_kernel, 64 padded coordinates, sm_90a):
  * the formula of svgd_flash_phi_kernel with 64-column tiles as whole m64n64k16 products. A
- * block is WARPGROUPS warpgroups of 64 rows (a warp's 16 rows and their A fragments as there, y
+ * block is WGMMA_WARPGROUPS warpgroups of 64 rows (a warp's 16 rows and their A fragments as there, y
  * split in coordinate order); each column tile's [y hi | y lo] and v (hi | lo,
  * [coordinate][column]) are staged in shared memory with the 128-byte swizzle (wgmma_f16.cuh),
  * WGMMA_STAGES of them behind mbarriers. Per tile: dot = 2^-2sy times one chain from zero of
@@ -1419,11 +1419,10 @@ __global__ void __launch_bounds__(FLASH_THREADS, FLASH_PHI_MIN_BLOCKS) svgd_flas
  * symmetric D: the median's kernels keep their own formula); the mode of K a template
  * argument; D, K, sum_j K, the rows' running scales, and K 2^sr split into the A fragments of
  * K v, as there; K v's tile part from zero (lo hi, then hi lo, then hi hi, column steps
- * ascending), added to the row's sums in float32. PIPE: the next tile's distance products are
- * issued before this tile's pair work (the same arithmetic, in the same order). Each row's
- * result depends on its own data and the columns alone, in the same order on any number of
- * ranks. */
-constexpr int WGMMA_PHI_BN = 64;
+ * ascending), added to the row's sums in float32. Each row's result depends on its own data and
+ * the columns alone, in the same order on any number of ranks. Three warpgroups a block
+ * (192 rows) measured faster than two (tests/bench/BENCHMARKS.md). */
+constexpr int WGMMA_PHI_BN = 64, WGMMA_WARPGROUPS = 3;
 
 struct wgmma_phi_stage { /* each array 8192 bytes, on 1024 */
   uint32_t y_hi[2048], y_lo[2048], v_hi[2048], v_lo[2048];
@@ -1438,10 +1437,10 @@ constexpr int WGMMA_STAGES = 4, WGMMA_PREFETCH = 2;
 static_assert(WGMMA_PREFETCH >= 1 && WGMMA_PREFETCH < WGMMA_STAGES, "a stage free while others load");
 constexpr size_t WGMMA_PHI_SMEM = WGMMA_STAGES * sizeof(wgmma_phi_stage) + 1024;
 
-template <int MODE, int WARPGROUPS, bool PIPE>
-__global__ void __launch_bounds__(128 * WARPGROUPS, 1) svgd_wgmma_phi_kernel(const flash_phi_args a) {
+template <int MODE>
+__global__ void __launch_bounds__(128 * WGMMA_WARPGROUPS, 1) svgd_wgmma_phi_kernel(const flash_phi_args a) {
 #ifdef DSAMPLER_WGMMA_DEVICE
-  constexpr int WGMMA_PHI_THREADS = 128 * WARPGROUPS, BM = 64 * WARPGROUPS;
+  constexpr int WGMMA_PHI_THREADS = 128 * WGMMA_WARPGROUPS, BM = 64 * WGMMA_WARPGROUPS;
   constexpr int KSTEPS = 4, WORDS = 32;
   extern __shared__ float4 wgmma_shared_raw[];
   /* On 1024 bytes, by an offset into the shared array (so the compiler keeps shared loads). */
@@ -1492,9 +1491,9 @@ __global__ void __launch_bounds__(128 * WARPGROUPS, 1) svgd_wgmma_phi_kernel(con
   const float row_square[2] = {r0 + g < a.row_end ? a.squares[r0 + g] : 0.0f,
                                r0 + g + 8 < a.row_end ? a.squares[r0 + g + 8] : 0.0f};
   /* acc[4 c + e]: sum_j K 2^sr v 2^sv of row g + 8 (e / 2), coordinate 8 c + 2 t + e % 2. */
-  float acc[32], dots[32], dots_next[32], part[32];
+  float acc[32], dots[32], part[32];
 #pragma unroll
-  for (int i = 0; i < 32; ++i) acc[i] = dots[i] = dots_next[i] = part[i] = 0.0f;
+  for (int i = 0; i < 32; ++i) acc[i] = dots[i] = part[i] = 0.0f;
   float sum_k[2] = {0.0f, 0.0f};
   int row_exp[2] = {-1000, -1000};
   float row_scale[2] = {pow2_exact(flash_row_shift(-1000)), pow2_exact(flash_row_shift(-1000))};
@@ -1521,7 +1520,7 @@ __global__ void __launch_bounds__(128 * WARPGROUPS, 1) svgd_wgmma_phi_kernel(con
   };
   auto buffer_of = [&](long long tile) { return (int)((tile - tile_begin) % WGMMA_STAGES); };
   /* Waits for the tile's stage, then issues its distance products into dots (not waited). */
-  auto issue_dots = [&](long long tile, float (&dots)[32]) {
+  auto issue_dots = [&](long long tile) {
     const long long local = tile - tile_begin;
     const int buffer = buffer_of(tile);
     mbar_wait(&full[buffer], (uint32_t)((local / WGMMA_STAGES) & 1));
@@ -1536,9 +1535,8 @@ __global__ void __launch_bounds__(128 * WARPGROUPS, 1) svgd_wgmma_phi_kernel(con
     for (int ks = 0; ks < KSTEPS; ++ks) wgmma_m64n64k16(dots, a_hi[ks], wgmma_desc_step(y_hi_desc, ks), 1);
     wgmma_commit();
   };
-  /* K from the tile's finished dots, K v into the rows' sums; the stage is released. next: the
-   * following tile's dots, in flight (PIPE), kept from the compiler's reordering here. */
-  auto finish_tile = [&](long long tile, float (&dots)[32], float (&next)[32]) {
+  /* K from the tile's finished dots, K v into the rows' sums; the stage is released. */
+  auto finish_tile = [&](long long tile) {
     const int buffer = buffer_of(tile);
     const wgmma_phi_stage &s = stages[buffer];
     const long long c0 = tile * WGMMA_PHI_BN;
@@ -1596,35 +1594,18 @@ __global__ void __launch_bounds__(128 * WARPGROUPS, 1) svgd_wgmma_phi_kernel(con
 #pragma unroll
     for (int q = 0; q < 4; ++q) wgmma_m64n64k16(part, p_hi[q], wgmma_desc_step(v_hi_desc, q), 1);
     wgmma_commit();
-    wgmma_wait(); /* K v, and the next tile's dots issued before it */
+    wgmma_wait();
     wgmma_fence_operands(part);
-    wgmma_fence_operands(next);
     mbar_arrive(&empty[buffer]);
 #pragma unroll
     for (int i = 0; i < 32; ++i) acc[i] = __fadd_rn(acc[i], part[i]);
   };
-  if constexpr (!PIPE) {
-    for (long long tile = tile_begin; tile < tile_end; ++tile) {
-      produce(tile);
-      issue_dots(tile, dots);
-      wgmma_wait();
-      wgmma_fence_operands(dots);
-      finish_tile(tile, dots, dots);
-    }
-  } else {
-    /* The next tile's distance products run while this tile's pair work does. */
-    if (tile_begin < tile_end) issue_dots(tile_begin, dots);
-    for (long long tile = tile_begin; tile < tile_end; tile += 2) {
-      produce(tile);
-      wgmma_wait();
-      wgmma_fence_operands(dots);
-      if (tile + 1 < tile_end) issue_dots(tile + 1, dots_next);
-      finish_tile(tile, dots, dots_next);
-      if (tile + 1 >= tile_end) break;
-      produce(tile + 1);
-      if (tile + 2 < tile_end) issue_dots(tile + 2, dots);
-      finish_tile(tile + 1, dots_next, dots);
-    }
+  for (long long tile = tile_begin; tile < tile_end; ++tile) {
+    produce(tile);
+    issue_dots(tile);
+    wgmma_wait();
+    wgmma_fence_operands(dots);
+    finish_tile(tile);
   }
   cp_async_wait_all();
 
@@ -1820,10 +1801,10 @@ constexpr size_t wgmma_hist_smem_bytes() {
   return 1024 + 2 * sizeof(wgmma_hist_stage) + sizeof(uint32_t) * flash_hist_words<PASS>();
 }
 
-template <int PASS, int WARPGROUPS>
-__global__ void __launch_bounds__(128 * WARPGROUPS, 1) svgd_wgmma_histogram_kernel(const flash_hist_args a) {
+template <int PASS>
+__global__ void __launch_bounds__(128 * WGMMA_WARPGROUPS, 1) svgd_wgmma_histogram_kernel(const flash_hist_args a) {
 #ifdef DSAMPLER_WGMMA_DEVICE
-  constexpr int THREADS = 128 * WARPGROUPS, BM = 64 * WARPGROUPS, BN = WGMMA_PHI_BN;
+  constexpr int THREADS = 128 * WGMMA_WARPGROUPS, BM = 64 * WGMMA_WARPGROUPS, BN = WGMMA_PHI_BN;
   constexpr int KSTEPS = 4, WORDS = 32, H_WORDS = flash_hist_words<PASS>();
   extern __shared__ float4 wgmma_shared_raw[];
   const uint32_t misalign = (uint32_t)__cvta_generic_to_shared(wgmma_shared_raw) & 1023u;
@@ -2327,25 +2308,18 @@ int launch_flash_histogram_pass(const flash_hist_args &a, int pass, long long bl
   return launch_flash_histogram_kernel<DP, SVGD_MEDIAN_PASS_WINDOW>(a, blocks, stream);
 }
 
-template <int PASS, int WARPGROUPS>
+template <int PASS>
 int launch_wgmma_histogram_kernel(const flash_hist_args &a, long long blocks, cudaStream_t stream) {
   const size_t smem = wgmma_hist_smem_bytes<PASS>();
-  auto kernel = svgd_wgmma_histogram_kernel<PASS, WARPGROUPS>;
+  auto kernel = svgd_wgmma_histogram_kernel<PASS>;
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
   int per_sm = 1;
-  CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 128 * WARPGROUPS, smem));
+  CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 128 * WGMMA_WARPGROUPS, smem));
   if (per_sm > 1) blocks *= per_sm;
   if (blocks > a.total_tiles) blocks = a.total_tiles;
-  kernel<<<(unsigned)blocks, 128 * WARPGROUPS, smem, stream>>>(a);
+  kernel<<<(unsigned)blocks, 128 * WGMMA_WARPGROUPS, smem, stream>>>(a);
   CUDA_CHECK_LAUNCH("svgd_wgmma_histogram_kernel");
   return DS_OK;
-}
-
-template <int WARPGROUPS>
-int launch_wgmma_histogram_pass(const flash_hist_args &a, int pass, long long blocks, cudaStream_t stream) {
-  if (pass == SVGD_MEDIAN_PASS_HIGH) return launch_wgmma_histogram_kernel<SVGD_MEDIAN_PASS_HIGH, WARPGROUPS>(a, blocks, stream);
-  if (pass == SVGD_MEDIAN_PASS_LOW) return launch_wgmma_histogram_kernel<SVGD_MEDIAN_PASS_LOW, WARPGROUPS>(a, blocks, stream);
-  return launch_wgmma_histogram_kernel<SVGD_MEDIAN_PASS_WINDOW, WARPGROUPS>(a, blocks, stream);
 }
 
 int launch_flash_histogram(const float *x_all, long long n, int dim, long long row_begin, long long row_end, int pass,
@@ -2370,12 +2344,13 @@ int launch_flash_histogram(const float *x_all, long long n, int dim, long long r
   a.hist = hist;
   long long blocks = sm_count > 0 ? sm_count : 1;
   if (wgmma) {
-    const int groups = svgd_tuning.median_warpgroups == 2 ? 2 : 3, bm = 64 * groups;
+    const int bm = 64 * WGMMA_WARPGROUPS;
     a.col_tiles = (int)((bm - 1 + a.half + WGMMA_PHI_BN - 1) / WGMMA_PHI_BN);
     a.total_tiles = (row_end - row_begin + bm - 1) / bm * (long long)a.col_tiles;
     if (blocks > a.total_tiles) blocks = a.total_tiles;
-    return groups == 3 ? launch_wgmma_histogram_pass<3>(a, pass, blocks, stream)
-                       : launch_wgmma_histogram_pass<2>(a, pass, blocks, stream);
+    if (pass == SVGD_MEDIAN_PASS_HIGH) return launch_wgmma_histogram_kernel<SVGD_MEDIAN_PASS_HIGH>(a, blocks, stream);
+    if (pass == SVGD_MEDIAN_PASS_LOW) return launch_wgmma_histogram_kernel<SVGD_MEDIAN_PASS_LOW>(a, blocks, stream);
+    return launch_wgmma_histogram_kernel<SVGD_MEDIAN_PASS_WINDOW>(a, blocks, stream);
   }
   if (blocks > a.total_tiles) blocks = a.total_tiles;
   switch (flash_padded_dim(dim)) {
@@ -2427,20 +2402,13 @@ int flash_phi_pass(const phi_args &p, const flash_inputs &in, int v_mode, long l
   a.partial_sums = p.partial_sums;
   a.partial_k = p.partial_k;
   if (wgmma) {
-    /* phi_warpgroups 2: two warpgroups, each overlapping a tile's distance products with the
-     * tile before's pair work; 3 (the default): three, one tile at a time. */
-    const int groups = svgd_tuning.phi_warpgroups == 2 ? 2 : 3;
-    auto kernel = groups == 2 ? (a.weight.mode == PHI_WEIGHT_RBF ? svgd_wgmma_phi_kernel<PHI_WEIGHT_RBF, 2, true>
-                                 : a.weight.mode == PHI_WEIGHT_IMQ_VALUE
-                                     ? svgd_wgmma_phi_kernel<PHI_WEIGHT_IMQ_VALUE, 2, true>
-                                     : svgd_wgmma_phi_kernel<PHI_WEIGHT_IMQ_WEIGHT, 2, true>)
-                              : (a.weight.mode == PHI_WEIGHT_RBF ? svgd_wgmma_phi_kernel<PHI_WEIGHT_RBF, 3, false>
-                                 : a.weight.mode == PHI_WEIGHT_IMQ_VALUE
-                                     ? svgd_wgmma_phi_kernel<PHI_WEIGHT_IMQ_VALUE, 3, false>
-                                     : svgd_wgmma_phi_kernel<PHI_WEIGHT_IMQ_WEIGHT, 3, false>);
-    const long long blocks = (a.row_end - a.row_begin + 64 * groups - 1) / (64 * groups);
+    auto kernel = a.weight.mode == PHI_WEIGHT_RBF          ? svgd_wgmma_phi_kernel<PHI_WEIGHT_RBF>
+                  : a.weight.mode == PHI_WEIGHT_IMQ_VALUE ? svgd_wgmma_phi_kernel<PHI_WEIGHT_IMQ_VALUE>
+                                                           : svgd_wgmma_phi_kernel<PHI_WEIGHT_IMQ_WEIGHT>;
+    const long long rows_a_block = 64 * WGMMA_WARPGROUPS;
+    const long long blocks = (a.row_end - a.row_begin + rows_a_block - 1) / rows_a_block;
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)WGMMA_PHI_SMEM));
-    kernel<<<dim3((unsigned)blocks, (unsigned)a.splits), 128 * groups, WGMMA_PHI_SMEM, stream>>>(a);
+    kernel<<<dim3((unsigned)blocks, (unsigned)a.splits), 128 * WGMMA_WARPGROUPS, WGMMA_PHI_SMEM, stream>>>(a);
     CUDA_CHECK_LAUNCH("svgd_wgmma_phi_kernel");
     return DS_OK;
   }

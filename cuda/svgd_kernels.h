@@ -23,16 +23,13 @@ extern "C" {
  * phi_family: phi's kernels from 33 to 64 coordinates (0, the default: Hopper's warpgroup
  * products where the build and the device have them; 1: mma.sync tiles; 2: the warpgroup
  * products, the same as 0 where they apply). The two agree within phi's tolerance, not bit for
- * bit. phi_warpgroups: the warpgroup kernel's rows a block, 64 each (2 or 3; 0, the default: 3).
- * median_family, median_warpgroups: the same for the median's passes (default: 3 warpgroups);
- * their distances are the same bits in both families. */
+ * bit. median_family: the same for the median's passes, whose distances are the same bits in
+ * both families. */
 typedef struct svgd_cuda_tuning {
   int hist_chunk;
   int wide_slab;
   int phi_family;
-  int phi_warpgroups;
   int median_family;
-  int median_warpgroups;
 } svgd_cuda_tuning_t;
 void svgd_cuda_set_tuning(svgd_cuda_tuning_t tuning);
 svgd_cuda_tuning_t svgd_cuda_get_tuning(void);

@@ -432,24 +432,12 @@ static int run_svgd_dim(int64_t dim, const char *sizes, const char *gpu_name) {
     tuning.hist_chunk = atoi(chunk);
     svgd_cuda_set_tuning(tuning);
   }
-  const char *family = getenv("DSAMPLER_BENCH_PHI_FAMILY"); /* 1: mma.sync, 2: wgmma (svgd_kernels.h) */
-  if (family) {
+  /* From 33 to 64 coordinates, 1: the mma.sync tiles, 2: the warpgroup products (svgd_kernels.h). */
+  const char *phi_family = getenv("DSAMPLER_BENCH_PHI_FAMILY"), *median_family = getenv("DSAMPLER_BENCH_MEDIAN_FAMILY");
+  if (phi_family || median_family) {
     svgd_cuda_tuning_t tuning = svgd_cuda_get_tuning();
-    tuning.phi_family = atoi(family);
-    svgd_cuda_set_tuning(tuning);
-  }
-  const char *groups = getenv("DSAMPLER_BENCH_PHI_WARPGROUPS"); /* 2 or 3 */
-  if (groups) {
-    svgd_cuda_tuning_t tuning = svgd_cuda_get_tuning();
-    tuning.phi_warpgroups = atoi(groups);
-    svgd_cuda_set_tuning(tuning);
-  }
-  const char *median_family = getenv("DSAMPLER_BENCH_MEDIAN_FAMILY"); /* 1: mma.sync, 2: wgmma */
-  const char *median_groups = getenv("DSAMPLER_BENCH_MEDIAN_WARPGROUPS"); /* 2 or 3 */
-  if (median_family || median_groups) {
-    svgd_cuda_tuning_t tuning = svgd_cuda_get_tuning();
+    if (phi_family) tuning.phi_family = atoi(phi_family);
     if (median_family) tuning.median_family = atoi(median_family);
-    if (median_groups) tuning.median_warpgroups = atoi(median_groups);
     svgd_cuda_set_tuning(tuning);
   }
   char args[64];
@@ -542,10 +530,10 @@ static int run(int mode) {
 
   /* Variants first (svgd_kernels.h, hmc_kernels.h); the table uses the fastest of each. */
   printf("variants at N=65536 (median of 5): histogram chunk -> pass 1 ms, pass 2 ms\n");
-  svgd_cuda_tuning_t best = {16, 0, 0, 0, 0, 0};
+  svgd_cuda_tuning_t best = {16, 0, 0, 0};
   float best_pass = 1e30f;
   for (int chunk = 16; chunk <= 32; chunk += 16) {
-    svgd_cuda_tuning_t tuning = {chunk, 0, 0, 0, 0, 0};
+    svgd_cuda_tuning_t tuning = {chunk, 0, 0, 0};
     svgd_cuda_set_tuning(tuning);
     svgd_row_t row = bench_svgd(generator, &target, 65536, 5);
     printf("  chunk %2d -> %8.3f %8.3f\n", chunk, row.pass1_ms, row.pass2_ms);

@@ -703,23 +703,19 @@ int main(void) {
   GPU_TRY(backend_cuda_create(0, &gpu));
   /* DSAMPLER_TEST_SKIP_MEDIANS=1 leaves the median histograms out (a quick run of the rest). */
   const char *skip_medians = getenv("DSAMPLER_TEST_SKIP_MEDIANS");
-  /* Three variants: the histogram's stage of 16 coordinates with the mma.sync tiles from 4 to 64
-   * coordinates; of 32 with the default tiles there (the warpgroup products on sm_90a), 2 and 3
-   * warpgroups a block. */
-  for (int variant = 0; variant < 3 && !(skip_medians && strcmp(skip_medians, "1") == 0); ++variant) {
+  /* Two variants: the histogram's stage of 16 coordinates with the mma.sync tiles from 4 to 64
+   * coordinates, and of 32 with the default tiles there (the warpgroup products on sm_90a). */
+  for (int chunk = 16; chunk <= 32 && !(skip_medians && strcmp(skip_medians, "1") == 0); chunk += 16) {
     svgd_cuda_tuning_t tuning = svgd_cuda_get_tuning();
-    tuning.hist_chunk = variant == 0 ? 16 : 32;
-    tuning.median_family = variant == 0 ? 1 : 0;
-    tuning.median_warpgroups = variant == 2 ? 3 : 2;
+    tuning.hist_chunk = chunk;
+    tuning.median_family = chunk == 16 ? 1 : 0;
     svgd_cuda_set_tuning(tuning);
-    printf("[histogram chunk %d, %s tiles to 64 coordinates, %d warpgroups where wgmma]\n", tuning.hist_chunk,
-           variant == 0 ? "mma.sync" : "default", tuning.median_warpgroups);
+    printf("[histogram chunk %d, %s tiles to 64 coordinates]\n", chunk, chunk == 16 ? "mma.sync" : "default");
     test_medians();
   }
   svgd_cuda_tuning_t tuning = svgd_cuda_get_tuning();
   tuning.hist_chunk = 0;
   tuning.median_family = 0;
-  tuning.median_warpgroups = 0;
   svgd_cuda_set_tuning(tuning);
   printf("phi and one step, GPU vs CPU (tolerance 1e-5 relative):\n");
   test_phi_case(1, 64, 1, 1, 0.0f);
@@ -753,15 +749,11 @@ int main(void) {
   /* From 33 to 64 coordinates phi has two kernel families (svgd_cuda_tuning_t.phi_family): the
    * mma.sync tiles and, on sm_90a, the warpgroup products (the default there). Both are held to
    * the same bounds. */
-  /* Three configurations: mma.sync; warpgroups, 3 a block (the default); 2 a block, pipelined. */
-  for (int config = 0; config < 3; ++config) {
-    const int family = config == 0 ? 1 : 2, groups = config == 2 ? 2 : 3;
+  for (int family = 1; family <= 2; ++family) {
     svgd_cuda_tuning_t phis = svgd_cuda_get_tuning();
     phis.phi_family = family;
-    phis.phi_warpgroups = groups;
     svgd_cuda_set_tuning(phis);
-    printf("phi kernel family %d (%s, %d warpgroups) from 33 to 64 coordinates:\n", family,
-           family == 1 ? "mma.sync" : "wgmma where built", groups);
+    printf("phi kernel family %d (%s) from 33 to 64 coordinates:\n", family, family == 1 ? "mma.sync" : "wgmma where built");
     test_phi_accuracy(2048, 64, 0.0f, 1.0f);
     test_phi_accuracy(2001, 64, 0.0f, 1.0f);
     test_phi_accuracy(2001, 33, 0.0f, 1.0f);
@@ -775,7 +767,6 @@ int main(void) {
     test_imq_phi_case(3000, 64, 3000);
     test_phi_case(4096, 64, 4096, 1, 0.0f);
     phis.phi_family = 0;
-    phis.phi_warpgroups = 0;
     svgd_cuda_set_tuning(phis);
   }
   test_phi_kept(1000, 200, 0.0f);  /* even n */
