@@ -400,7 +400,13 @@ def full_disk():
                          one_line=False)
         t.check(time.time() - start < 30, f"disk_full: ended in {time.time() - start:.1f} s (< 30 s)")
     finally:
-        subprocess.run(["umount", mount], capture_output=True)
+        # A rank ended by MPI_Abort may still hold the file for a moment: retry, then detach.
+        for _ in range(20):
+            if subprocess.run(["umount", mount], capture_output=True).returncode == 0:
+                break
+            time.sleep(0.25)
+        else:
+            subprocess.run(["umount", "-l", mount], capture_output=True)
 
 
 def early_checks():
