@@ -403,13 +403,14 @@ int cuda_svgd_stein_sum(backend_t *b, const float *x_all, const float *score_all
                         int64_t row_begin, int64_t row_end, const svgd_kernel_t *kernel, exact_sum_t *sum) {
   cuda_impl *impl = impl_of(b);
   const int64_t rows = row_end - row_begin;
-  /* The rows' sums take the phi scratch (grow-only), as doubles. */
-  const size_t floats = 2 * (size_t)(rows > 0 ? rows : 1);
-  DS_TRY(ensure_phi_scratch(impl, floats, "KSD row sums"));
+  /* The rows' sums take the phi scratch (grow-only), as doubles, and the tiles' inputs after them. */
+  const size_t sum_floats = 2 * (size_t)(rows > 0 ? rows : 1) + 4;
+  DS_TRY(ensure_phi_scratch(impl, sum_floats + svgd_stein_scratch_floats(n, dim, kernel), "KSD row sums"));
   DS_TRY(ensure_sums(impl, EXACT_DIGITS + 1));
   unsigned long long *totals = static_cast<unsigned long long *>(impl->sums_dev);
   DS_TRY(svgd_launch_stein_sum(x_all, score_all, n, dim, row_begin, row_end, kernel,
-                               reinterpret_cast<double *>(impl->phi_scratch), totals, impl->stream));
+                               reinterpret_cast<double *>(impl->phi_scratch), impl->phi_scratch + sum_floats, totals,
+                               impl->stream));
   unsigned long long *host = static_cast<unsigned long long *>(impl->sums_host);
   DS_TRY(cuda_download(b, host, totals, (EXACT_DIGITS + 1) * sizeof *host));
   digits_to_sums(host, 1, rows, sum);

@@ -24,12 +24,15 @@ extern "C" {
  * products where the build and the device have them; 1: mma.sync tiles; 2: the warpgroup
  * products, the same as 0 where they apply). The two agree within phi's tolerance, not bit for
  * bit. median_family: the same for the median's passes, whose distances are the same bits in
- * both families. */
+ * both families. ksd_family: the KSD's Stein sum (rbf) from 33 to 64 coordinates (0, the
+ * default: the warpgroup products where they apply; 1: the CUDA cores in double, as other
+ * dimensions and imq take it; 2: as 0). */
 typedef struct svgd_cuda_tuning {
   int hist_chunk;
   int wide_slab;
   int phi_family;
   int median_family;
+  int ksd_family;
 } svgd_cuda_tuning_t;
 void svgd_cuda_set_tuning(svgd_cuda_tuning_t tuning);
 svgd_cuda_tuning_t svgd_cuda_get_tuning(void);
@@ -70,12 +73,15 @@ size_t svgd_phi_scratch_floats(int64_t n, int64_t dim, int64_t rows);
 int svgd_launch_phi(const float *x_all, const float *score_all, int64_t n, int64_t dim,
                     int64_t row_begin, int64_t row_end, const svgd_kernel_t *kernel, float *phi, float *scratch,
                     const float *dist, cudaStream_t stream);
-/* backend.h's svgd_stein_sum: row_sums [row_end - row_begin] doubles of scratch; totals
- * (EXACT_DIGITS + 1) receive the exact digits of the sum and, last, how many rows fell outside
- * the exact sums' range. */
+/* backend.h's svgd_stein_sum: row_sums [row_end - row_begin] doubles of scratch, and scratch
+ * of svgd_stein_scratch_floats() floats beside them (the warpgroup tiles' inputs: rbf, 33 to 64
+ * coordinates on sm_90a; elsewhere 0, the CUDA cores in double); totals (EXACT_DIGITS + 1)
+ * receive the exact digits of the sum and, last, how many rows fell outside the exact sums'
+ * range. */
+size_t svgd_stein_scratch_floats(int64_t n, int64_t dim, const svgd_kernel_t *kernel);
 int svgd_launch_stein_sum(const float *x_all, const float *score_all, int64_t n, int64_t dim,
                           int64_t row_begin, int64_t row_end, const svgd_kernel_t *kernel,
-                          double *row_sums, unsigned long long *totals, cudaStream_t stream);
+                          double *row_sums, float *scratch, unsigned long long *totals, cudaStream_t stream);
 
 /* kind: 0 sgd, 1 adagrad, 2 adam (svgd_update_t); correction1, correction2: adam's bias
  * corrections (svgd_adam_bias). */

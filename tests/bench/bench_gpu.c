@@ -467,6 +467,12 @@ static int run_svgd_dim(int64_t dim, const char *sizes, const char *gpu_name) {
  * sum (rbf and imq) and phi with the imq kernel, CUDA events, median of 5 after a warm-up. */
 static int run_ksd(int64_t dim, const char *sizes, const char *gpu_name) {
   bench_dim = dim;
+  const char *ksd_family = getenv("DSAMPLER_BENCH_KSD_FAMILY"); /* 1: the CUDA cores, 2: the warpgroup tiles */
+  if (ksd_family) {
+    svgd_cuda_tuning_t tuning = svgd_cuda_get_tuning();
+    tuning.ksd_family = atoi(ksd_family);
+    svgd_cuda_set_tuning(tuning);
+  }
   curandGenerator_t generator;
   BENCH_TRY(bench_generator(20261201ull, &generator));
   printf("%s: KSD pass vs phi pass, d=%lld, fp32, CUDA events, median of 5\n", gpu_name, (long long)dim);

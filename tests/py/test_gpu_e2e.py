@@ -3,7 +3,7 @@ takes MPI) and on 2
 ranks sharing the one GPU (MPI transport, staged through host memory) gives bitwise the same
 output, for HMC (fixed step, and pooled adaptation) and SVGD (also past 128 coordinates); against the CPU backend, one HMC
 iteration makes the same accept decision on >= 99.9% of chains with positions within 1e-5
-relative, and one SVGD step agrees within 1e-5 relative. Exits 77 where no GPU can be used."""
+relative, and one SVGD step agrees within 1e-5 relative, its KSD within 2e-6. Exits 77 where no GPU can be used."""
 import subprocess
 import sys
 
@@ -16,6 +16,8 @@ except ImportError as missing:  # run with the system python3, which may lack nu
     sys.exit(77)
 
 DATASETS = ["posterior/x", "sample_stats/lp"]
+# SVGD runs also compare their kernel Stein discrepancy (rbf at 33 to 64 coordinates: the warpgroup tiles).
+SVGD_DATASETS = DATASETS + ["ksd/ksd"]
 
 
 def gpu_available():
@@ -49,16 +51,16 @@ def main():
         "hmc_dense_per_chain": (["hmc", "--target", "corr-gaussian", "--target-args", "rho=0.9", "--dim", 12,
                                  "--chains", 1024, "--warmup", 300, "--draws", 200, "--adapt", "per-chain", "--metric",
                                  "dense", "--seed", 8], DATASETS + ["sample_stats/step_size"]),
-        "svgd": (["svgd", "--dim", 64, "--particles", 3000, "--iters", 10, "--step-size", 0.05, "--seed", 5], DATASETS),
+        "svgd": (["svgd", "--dim", 64, "--particles", 3000, "--iters", 10, "--step-size", 0.05, "--seed", 5], SVGD_DATASETS),
         # 33 to 64 coordinates on sm_90a: the warpgroup tiles; odd n, imq's two phi passes.
         "svgd_imq_40": (["svgd", "--dim", 40, "--particles", 2001, "--iters", 5, "--kernel", "imq", "--seed", 10],
-                        DATASETS),
+                        SVGD_DATASETS),
         # Past 128 coordinates phi takes the distances the median kept: on 2 ranks each keeps its
         # rows' band and computes the rest, on 1 the band holds every pair (odd n, then even).
         "svgd_wide": (["svgd", "--dim", 200, "--particles", 1001, "--iters", 6, "--step-size", 0.05, "--seed", 8],
-                      DATASETS),
+                      SVGD_DATASETS),
         "svgd_wide_even": (["svgd", "--dim", 257, "--particles", 998, "--iters", 4, "--kernel", "imq", "--seed", 9],
-                           DATASETS),
+                           SVGD_DATASETS),
     }
     for name, (args, names) in runs.items():
         one, two = t.path(f"gpu_{name}_np1.h5"), t.path(f"gpu_{name}_np2.h5")
@@ -104,6 +106,13 @@ def main():
     t.run(1, *common, "--backend", "cuda", "--out", gpu)
     err = t.rel_err(t.read(gpu, "posterior/x"), t.read(cpu, "posterior/x"))
     t.check(err <= 1e-5, f"svgd: one step, GPU against CPU: rel err {err:.2e} <= 1e-5")
+    # The KSD of the same particles (no step; the warpgroup tiles on sm_90a): within 2e-6 of the CPU's.
+    ksd_args = ["svgd", "--dim", 64, "--particles", 4096, "--iters", 0, "--init", init, "--quiet"]
+    t.run(2, *ksd_args, "--backend", "cpu", "--out", cpu)
+    t.run(1, *ksd_args, "--backend", "cuda", "--out", gpu)
+    ksd_c, ksd_g = t.read(cpu, "ksd/ksd_squared")[-1], t.read(gpu, "ksd/ksd_squared")[-1]
+    err = abs(float(ksd_g) - float(ksd_c)) / abs(float(ksd_c))
+    t.check(err <= 2e-6, f"svgd: KSD^2 GPU {float(ksd_g):.9g} against CPU {float(ksd_c):.9g}: rel err {err:.2e} <= 2e-6")
     t.finish("gpu_e2e")
 
 
