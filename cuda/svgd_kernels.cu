@@ -47,7 +47,7 @@
 
 namespace {
 
-svgd_cuda_tuning_t svgd_tuning = {0, 0, 0, 0, 0};
+svgd_cuda_tuning_t svgd_tuning = {0, 0, 0, 0, 0, 0};
 
 /* ---------------------------------------------------------------- pair histogram */
 
@@ -1619,6 +1619,7 @@ struct flash_hist_args {
   const flash_scales *scales;
   int n, half, row_begin, row_end, col_tiles;
   long long total_tiles;
+  long long window_flush; /* the warpgroup window pass: tiles between flushes of its counters */
   uint32_t select_bits;
   unsigned long long *hist;
 };
@@ -1796,16 +1797,39 @@ struct wgmma_hist_stage { /* each array 8192 bytes, on 1024 */
 };
 static_assert(sizeof(wgmma_hist_stage) % 1024 == 0, "stages on 1024 bytes");
 
+/* The warpgroup window pass keeps one 32-bit counter a fine bin (128 KB), added to without
+ * reading it back: a block's counters go to the global histogram every window_flush tiles
+ * (svgd_cuda_tuning_t.window_flush; by default as many as keep every counter below 2^32). The
+ * radix passes keep two 16-bit counters a word whose wrap-arounds are caught (hist_count). */
+template <int PASS>
+constexpr int wgmma_hist_words() {
+  return PASS == SVGD_MEDIAN_PASS_WINDOW ? SVGD_WINDOW_FINE_BINS : HIST_WORDS;
+}
+static_assert(SVGD_WINDOW_FINE == 0, "the window's counters are indexed by their bins");
+
 template <int PASS>
 constexpr size_t wgmma_hist_smem_bytes() {
-  return 1024 + 2 * sizeof(wgmma_hist_stage) + sizeof(uint32_t) * flash_hist_words<PASS>();
+  return 1024 + 2 * sizeof(wgmma_hist_stage) + sizeof(uint32_t) * wgmma_hist_words<PASS>();
+}
+
+/* The window pass's 32-bit counters into the global histogram with weight 2, cleared; between
+ * block barriers. */
+__device__ __forceinline__ void wgmma_window_flush(uint32_t *hist_s, int threads, unsigned long long *hist) {
+  for (int w = threadIdx.x; w < SVGD_WINDOW_FINE_BINS; w += threads) {
+    const uint32_t count = hist_s[w];
+    if (count) {
+      atomicAdd(&hist[w], 2ull * count);
+      hist_s[w] = 0u;
+    }
+  }
 }
 
 template <int PASS>
 __global__ void __launch_bounds__(128 * WGMMA_WARPGROUPS, 1) svgd_wgmma_histogram_kernel(const flash_hist_args a) {
 #ifdef DSAMPLER_WGMMA_DEVICE
   constexpr int THREADS = 128 * WGMMA_WARPGROUPS, BM = 64 * WGMMA_WARPGROUPS, BN = WGMMA_PHI_BN;
-  constexpr int KSTEPS = 4, WORDS = 32, H_WORDS = flash_hist_words<PASS>();
+  constexpr int KSTEPS = 4, WORDS = 32, H_WORDS = wgmma_hist_words<PASS>();
+  constexpr bool WINDOW = PASS == SVGD_MEDIAN_PASS_WINDOW;
   extern __shared__ float4 wgmma_shared_raw[];
   const uint32_t misalign = (uint32_t)__cvta_generic_to_shared(wgmma_shared_raw) & 1023u;
   wgmma_hist_stage *stages =
@@ -1924,14 +1948,20 @@ __global__ void __launch_bounds__(128 * WGMMA_WARPGROUPS, 1) svgd_wgmma_histogra
             above_item += outside && bits >= a.select_bits;
           }
         }
-        uint32_t olds[4];
+        if (WINDOW) {
 #pragma unroll
-        for (int e = 0; e < 4; ++e)
-          olds[e] = counted[e] ? atomicAdd(&hist_s[bins[e] >> 1], 1u << ((bins[e] & 1u) << 4)) : 0u;
+          for (int e = 0; e < 4; ++e)
+            if (counted[e]) atomicAdd(&hist_s[bins[e]], 1u);
+        } else {
+          uint32_t olds[4];
 #pragma unroll
-        for (int e = 0; e < 4; ++e)
-          if (counted[e] && ((olds[e] >> ((bins[e] & 1u) << 4)) & 0xFFFFu) == 0xFFFFu)
-            hist_settle_wrap(a.hist, bins[e], olds[e]);
+          for (int e = 0; e < 4; ++e)
+            olds[e] = counted[e] ? atomicAdd(&hist_s[bins[e] >> 1], 1u << ((bins[e] & 1u) << 4)) : 0u;
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            if (counted[e] && ((olds[e] >> ((bins[e] & 1u) << 4)) & 0xFFFFu) == 0xFFFFu)
+              hist_settle_wrap(a.hist, bins[e], olds[e]);
+        }
       }
       below += below_item;
       above += above_item;
@@ -1939,9 +1969,18 @@ __global__ void __launch_bounds__(128 * WGMMA_WARPGROUPS, 1) svgd_wgmma_histogra
     cp_async_wait_all();
     wgmma_fence_shared();
     __syncthreads();
+    if (WINDOW && (item - item_begin + 1) % a.window_flush == 0) {
+      wgmma_window_flush(hist_s, THREADS, a.hist);
+      __syncthreads();
+    }
   }
 
-  flash_hist_flush<PASS>(hist_s, H_WORDS, THREADS, below, above, outside_s, a.hist);
+  if (WINDOW) {
+    wgmma_window_flush(hist_s, THREADS, a.hist);
+    flash_hist_flush<PASS>(hist_s, 0, THREADS, below, above, outside_s, a.hist);
+  } else {
+    flash_hist_flush<PASS>(hist_s, H_WORDS, THREADS, below, above, outside_s, a.hist);
+  }
 #endif
 }
 
@@ -2616,6 +2655,9 @@ int launch_flash_histogram(const float *x_all, long long n, int dim, long long r
   long long blocks = sm_count > 0 ? sm_count : 1;
   if (wgmma) {
     const int bm = 64 * WGMMA_WARPGROUPS;
+    /* Each tile adds at most bm x 64 to a window counter. */
+    const long long most = 0xFFFFFFFFll / (bm * WGMMA_PHI_BN);
+    a.window_flush = svgd_tuning.window_flush > 0 && svgd_tuning.window_flush < most ? svgd_tuning.window_flush : most;
     a.col_tiles = (int)((bm - 1 + a.half + WGMMA_PHI_BN - 1) / WGMMA_PHI_BN);
     a.total_tiles = (row_end - row_begin + bm - 1) / bm * (long long)a.col_tiles;
     if (blocks > a.total_tiles) blocks = a.total_tiles;

@@ -26,13 +26,16 @@ extern "C" {
  * bit. median_family: the same for the median's passes, whose distances are the same bits in
  * both families. ksd_family: the KSD's Stein sum (rbf) from 33 to 64 coordinates (0, the
  * default: the warpgroup products where they apply; 1: the CUDA cores in double, as other
- * dimensions and imq take it; 2: as 0). */
+ * dimensions and imq take it; 2: as 0). window_flush: tiles between the warpgroup window
+ * pass's flushes of its 32-bit block counters (0, the default: the most that keeps them below
+ * 2^32; smaller for tests, the counts are the same). */
 typedef struct svgd_cuda_tuning {
   int hist_chunk;
   int wide_slab;
   int phi_family;
   int median_family;
   int ksd_family;
+  int window_flush;
 } svgd_cuda_tuning_t;
 void svgd_cuda_set_tuning(svgd_cuda_tuning_t tuning);
 svgd_cuda_tuning_t svgd_cuda_get_tuning(void);

@@ -536,10 +536,10 @@ static int run(int mode) {
 
   /* Variants first (svgd_kernels.h, hmc_kernels.h); the table uses the fastest of each. */
   printf("variants at N=65536 (median of 5): histogram chunk -> pass 1 ms, pass 2 ms\n");
-  svgd_cuda_tuning_t best = {16, 0, 0, 0};
+  svgd_cuda_tuning_t best = {16, 0, 0, 0, 0, 0};
   float best_pass = 1e30f;
   for (int chunk = 16; chunk <= 32; chunk += 16) {
-    svgd_cuda_tuning_t tuning = {chunk, 0, 0, 0};
+    svgd_cuda_tuning_t tuning = {chunk, 0, 0, 0, 0, 0};
     svgd_cuda_set_tuning(tuning);
     svgd_row_t row = bench_svgd(generator, &target, 65536, 5);
     printf("  chunk %2d -> %8.3f %8.3f\n", chunk, row.pass1_ms, row.pass2_ms);

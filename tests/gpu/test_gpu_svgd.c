@@ -269,6 +269,33 @@ static void test_medians(void) {
     check_median_case(label, x, n, dim);
     free(x);
   }
+  { /* The warpgroup window pass flushing its block counters every tile and every 7 tiles
+     * (svgd_cuda_tuning_t.window_flush; by default only past 349525 tiles a block): the same
+     * counts, on a cloud and on identical particles (one counter takes every pair). */
+    const int64_t n = 4097, dim = 64;
+    float *x = test_malloc((size_t)(n * dim) * sizeof *x);
+    for (int same = 0; same <= 1; ++same) {
+      test_fill_normal(x, n * dim, 1.0, same ? 91 : 90);
+      if (same)
+        for (int64_t i = 1; i < n; ++i) memcpy(x + i * dim, x, (size_t)dim * sizeof(float));
+      float *x_dev = device_copy(x, n * dim);
+      const float median = backend_median(cpu, x, n, dim, NULL);
+      for (int flush = 1; flush <= 7; flush += 6) {
+        svgd_cuda_tuning_t tuning = svgd_cuda_get_tuning();
+        tuning.window_flush = flush;
+        svgd_cuda_set_tuning(tuning);
+        char label[64];
+        snprintf(label, sizeof label, "%s n=%lld d=%lld flush %d", same ? "identical" : "normal", (long long)n,
+                 (long long)dim, flush);
+        check_windows(label, x, x_dev, n, dim, 0, n, median);
+        check_windows(label, x, x_dev, n, dim, 1000, 3001, median);
+        tuning.window_flush = 0;
+        svgd_cuda_set_tuning(tuning);
+      }
+      gpu->release(gpu, x_dev);
+    }
+    free(x);
+  }
   { /* Rows split as 3 ranks would hold them, and row ranges of a large n at both ends. */
     const int64_t n = 4096, dim = 64;
     float *x = test_malloc((size_t)(n * dim) * sizeof *x);
