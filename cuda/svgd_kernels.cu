@@ -361,12 +361,28 @@ int phi_splits(long long n) {
 
 /* What a pass of the phi kernels weighs the columns' vectors with (backend.h's svgd_kernel_t):
  * rbf K = exp2(D exp2_scale) against v_j = s_j - x_j / h; for imq two passes, k = q^beta
- * against s_j and w = coef k / q against x_j, q = c2 + D / h, coef = -2 beta / h. */
+ * against s_j and w = coef k / q against x_j, q = c2 + D / h, coef = -2 beta / h. The
+ * warpgroup kernels (pair_weight_of) take q = c2 + D (1/h) (one fma), and for the default
+ * beta = -1/2 k = rsqrt(q) and k / q = k^3 (a few ulp from the quotients and the root, which
+ * took most of a pair's work: imq phi at d = 64, N = 65536 from 49.3 to 30.5 ms); other beta
+ * powf and the correctly rounded reciprocal of q. The kernels that branch on the mode at run
+ * time keep the quotients (pair_weight): the shorter form cost the rbf branch of the mma.sync
+ * kernels registers (d = 16: 124 to 128, phi 4% slower). */
 enum { PHI_WEIGHT_RBF = 0, PHI_WEIGHT_IMQ_VALUE = 1, PHI_WEIGHT_IMQ_WEIGHT = 2 };
 struct pair_weight_t {
   int mode;
   float exp2_scale, h, c2, beta, coef;
 };
+
+__device__ __forceinline__ float imq_pair_weight(const pair_weight_t &w, float dist, bool value) {
+  const float q = __fmaf_rn(dist, __frcp_rn(w.h), w.c2); /* 1/h: loop-invariant, hoisted */
+  if (w.beta == -0.5f) {
+    const float k = rsqrtf(q);
+    return value ? k : __fmul_rn(w.coef, __fmul_rn(__fmul_rn(k, k), k));
+  }
+  const float k = powf(q, w.beta);
+  return value ? k : __fmul_rn(w.coef, __fmul_rn(k, __frcp_rn(q)));
+}
 
 __device__ __forceinline__ float pair_weight(const pair_weight_t &w, float dist) {
   if (w.mode == PHI_WEIGHT_RBF) return exp2f(__fmul_rn(dist, w.exp2_scale));
@@ -379,9 +395,7 @@ __device__ __forceinline__ float pair_weight(const pair_weight_t &w, float dist)
 template <int MODE>
 __device__ __forceinline__ float pair_weight_of(const pair_weight_t &w, float dist) {
   if (MODE == PHI_WEIGHT_RBF) return exp2f(__fmul_rn(dist, w.exp2_scale));
-  const float q = w.c2 + dist / w.h;
-  const float k = svgd_imq_power(q, w.beta);
-  return MODE == PHI_WEIGHT_IMQ_VALUE ? k : w.coef * (k / q);
+  return imq_pair_weight(w, dist, MODE == PHI_WEIGHT_IMQ_VALUE);
 }
 
 struct phi_args {
