@@ -1541,12 +1541,7 @@ __global__ void __launch_bounds__(128 * WGMMA_WARPGROUPS, 1) svgd_wgmma_phi_kern
     wgmma_fence_shared();
     const uint64_t y_hi_desc = wgmma_desc128(stages[buffer].y_hi), y_lo_desc = wgmma_desc128(stages[buffer].y_lo);
     wgmma_fence();
-#pragma unroll
-    for (int ks = 0; ks < KSTEPS; ++ks) wgmma_m64n64k16(dots, a_lo[ks], wgmma_desc_step(y_hi_desc, ks), ks > 0);
-#pragma unroll
-    for (int ks = 0; ks < KSTEPS; ++ks) wgmma_m64n64k16(dots, a_hi[ks], wgmma_desc_step(y_lo_desc, ks), 1);
-#pragma unroll
-    for (int ks = 0; ks < KSTEPS; ++ks) wgmma_m64n64k16(dots, a_hi[ks], wgmma_desc_step(y_hi_desc, ks), 1);
+    wgmma_split_chain(dots, a_hi, a_lo, y_hi_desc, y_lo_desc);
     wgmma_commit();
   };
   /* K from the tile's finished dots, K v into the rows' sums; the stage is released. */
@@ -1601,12 +1596,7 @@ __global__ void __launch_bounds__(128 * WGMMA_WARPGROUPS, 1) svgd_wgmma_phi_kern
         f16_split2(__fmul_rn(k[at], scale), __fmul_rn(k[at + 1], scale), &p_hi[q][r], &p_lo[q][r]);
       }
     wgmma_fence();
-#pragma unroll
-    for (int q = 0; q < 4; ++q) wgmma_m64n64k16(part, p_lo[q], wgmma_desc_step(v_hi_desc, q), q > 0);
-#pragma unroll
-    for (int q = 0; q < 4; ++q) wgmma_m64n64k16(part, p_hi[q], wgmma_desc_step(v_lo_desc, q), 1);
-#pragma unroll
-    for (int q = 0; q < 4; ++q) wgmma_m64n64k16(part, p_hi[q], wgmma_desc_step(v_hi_desc, q), 1);
+    wgmma_split_chain(part, p_hi, p_lo, v_hi_desc, v_lo_desc);
     wgmma_commit();
     wgmma_wait();
     wgmma_fence_operands(part);
@@ -2349,12 +2339,7 @@ __global__ void __launch_bounds__(128 * KSD_WARPGROUPS, 1) svgd_wgmma_stein_kern
     const uint64_t vh = wgmma_desc128(s.v_hi), vl = wgmma_desc128(s.v_lo);
     const uint64_t wh = wgmma_desc128(s.w_hi), wl = wgmma_desc128(s.w_lo);
     wgmma_fence();
-#pragma unroll
-    for (int ks = 0; ks < KSTEPS; ++ks) wgmma_m64n64k16(dots, y_lo[ks], wgmma_desc_step(yh, ks), ks > 0);
-#pragma unroll
-    for (int ks = 0; ks < KSTEPS; ++ks) wgmma_m64n64k16(dots, y_hi[ks], wgmma_desc_step(yl, ks), 1);
-#pragma unroll
-    for (int ks = 0; ks < KSTEPS; ++ks) wgmma_m64n64k16(dots, y_hi[ks], wgmma_desc_step(yh, ks), 1);
+    wgmma_split_chain(dots, y_hi, y_lo, yh, yl);
 #pragma unroll
     for (int ks = 0; ks < KSTEPS; ++ks) wgmma_m64n64k16(bracket, s_lo[ks], wgmma_desc_step(vh, ks), ks > 0);
 #pragma unroll

@@ -94,6 +94,18 @@ __device__ __forceinline__ void wgmma_m64n64k16(float (&d)[32], const uint32_t a
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
 }
 
+/* d = lo.hi, then + hi.lo, then + hi.hi over the 4 k16 steps of a 64-wide K: the one product
+ * chain of an fp16 hi/lo split (A fragments a_hi, a_lo; B tiles at hi_desc, lo_desc), from 0. */
+__device__ __forceinline__ void wgmma_split_chain(float (&d)[32], const uint32_t a_hi[4][4], const uint32_t a_lo[4][4],
+                                                  uint64_t hi_desc, uint64_t lo_desc) {
+#pragma unroll
+  for (int ks = 0; ks < 4; ++ks) wgmma_m64n64k16(d, a_lo[ks], wgmma_desc_step(hi_desc, ks), ks > 0);
+#pragma unroll
+  for (int ks = 0; ks < 4; ++ks) wgmma_m64n64k16(d, a_hi[ks], wgmma_desc_step(lo_desc, ks), 1);
+#pragma unroll
+  for (int ks = 0; ks < 4; ++ks) wgmma_m64n64k16(d, a_hi[ks], wgmma_desc_step(hi_desc, ks), 1);
+}
+
 #endif
 
 #endif
