@@ -374,7 +374,8 @@ struct pair_weight_t {
   float exp2_scale, h, c2, beta, coef;
 };
 
-__device__ __forceinline__ float imq_pair_weight(const pair_weight_t &w, float dist, bool value) {
+/* Used by the sm_90a kernels only (empty in the compute_90 pass). */
+[[maybe_unused]] __device__ __forceinline__ float imq_pair_weight(const pair_weight_t &w, float dist, bool value) {
   const float q = __fmaf_rn(dist, __frcp_rn(w.h), w.c2); /* 1/h: loop-invariant, hoisted */
   if (w.beta == -0.5f) {
     const float k = rsqrtf(q);
@@ -1818,7 +1819,8 @@ constexpr size_t wgmma_hist_smem_bytes() {
 
 /* The window pass's 32-bit counters into the global histogram with weight 2, cleared; between
  * block barriers. */
-__device__ __forceinline__ void wgmma_window_flush(uint32_t *hist_s, int threads, unsigned long long *hist) {
+/* Used by the sm_90a kernels only (empty in the compute_90 pass). */
+[[maybe_unused]] __device__ __forceinline__ void wgmma_window_flush(uint32_t *hist_s, int threads, unsigned long long *hist) {
   for (int w = threadIdx.x; w < SVGD_WINDOW_FINE_BINS; w += threads) {
     const uint32_t count = hist_s[w];
     if (count) {
@@ -2168,7 +2170,7 @@ __global__ void svgd_ksd_terms_kernel(const float *score, const float *centred, 
       const float s = score[j * dim + k], y = centred[j * dim + k];
       sy += (double)s * (double)y;
       ss += (double)s * (double)s;
-      v_max = max(v_max, __float_as_uint(__fsub_rn(s, __fdiv_rn(y, h))) & 0x7fffffffu);
+      v_max = max(v_max, __float_as_uint(flash_v_value(score, centred, j * dim + k, FLASH_V_RBF, h)) & 0x7fffffffu);
       w_max = max(w_max, __float_as_uint(__fdiv_rn(s, h)) & 0x7fffffffu);
     }
     for (int offset = 16; offset > 0; offset >>= 1) {
@@ -2223,7 +2225,7 @@ __global__ void svgd_ksd_split_kernel(const float *score, const float *centred, 
   auto value = [&](long long j, int k) {
     if (j >= n || k >= dim) return 0.0f;
     const float s = score[j * dim + k];
-    const float v = mode == 0 ? s : mode == 1 ? __fsub_rn(s, __fdiv_rn(centred[j * dim + k], h)) : -__fdiv_rn(s, h);
+    const float v = mode == 0 ? s : mode == 1 ? flash_v_value(score, centred, j * dim + k, FLASH_V_RBF, h) : -__fdiv_rn(s, h);
     return scale_pow2(v, e);
   };
   for (long long f = (long long)blockIdx.x * blockDim.x + threadIdx.x; f < padded_rows * 32;
@@ -2911,7 +2913,7 @@ int phi_pass(const phi_args &a, float *k_slab, float *k_tile_sums, const float *
 
 /* Whether the KSD's Stein sum takes the warpgroup tiles (svgd_cuda_tuning_t.ksd_family). */
 bool stein_wgmma(long long dim, const svgd_kernel_t *kernel) {
-  return kernel->kind == SVGD_KERNEL_RBF && dim > 32 && flash_padded_dim(dim) == 64 && svgd_tuning.ksd_family != 1 &&
+  return kernel->kind == SVGD_KERNEL_RBF && dim > 32 && dim <= FLASH_MAX_DIM && svgd_tuning.ksd_family != 1 &&
          wgmma_device();
 }
 

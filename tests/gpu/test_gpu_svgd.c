@@ -859,8 +859,11 @@ int main(void) {
   for (int family = 1; family <= 2; ++family) test_stein_case(65536, 64, 300, &rbf, family, 0.0, 1.0);
   /* The warpgroup tiles (rbf, 33 to 64 coordinates) at the median-like bandwidth 2 d / log n,
    * where most pairs weigh: odd and even n, a cloud far from the origin, scores of 1e30 and
-   * 1e-30 scale (float64 alone for 1e30: S overflows float on the CPU and the CUDA cores). */
-  const int64_t tile_cases[][2] = {{4097, 64}, {2000, 33}, {3001, 48}, {9001, 64}, {130, 40}};
+   * 1e-30 scale (float64 alone for 1e30: S overflows float on the CPU and the CUDA cores); and
+   * just outside them (32, 65, 130 coordinates: the CUDA cores whatever the family), where a
+   * short bandwidth would hide a wrong off-diagonal sum behind the diagonal. */
+  const int64_t tile_cases[][2] = {{4097, 64}, {2000, 33}, {3001, 48}, {9001, 64}, {130, 40},
+                                   {2001, 32}, {2000, 65}, {1500, 130}};
   for (size_t c = 0; c < sizeof tile_cases / sizeof tile_cases[0]; ++c) {
     const int64_t n = tile_cases[c][0], dim = tile_cases[c][1];
     const svgd_kernel_t median_like = {SVGD_KERNEL_RBF, (float)(2.0 * (double)dim / log((double)n)), 1.0f, -0.5f};
