@@ -2,6 +2,7 @@
  * target itself; then the algorithm (hmc_run or svgd_run). */
 #include "run.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
@@ -108,6 +109,34 @@ static int fingerprint_file(const char *what, const char *path, char *out, size_
   return DS_OK;
 }
 
+/* Local: fingerprints a JAX bundle's manifest, which holds the sha256 of each of its programs
+ * and data files, and those files themselves (a file swapped under an unchanged manifest would
+ * otherwise pass). */
+static int fingerprint_bundle(const char *bundle, char *out, size_t size) {
+  char path[CONFIG_PATH_MAX + 320];
+  snprintf(path, sizeof path, "%s/manifest.json", bundle);
+  DS_TRY(fingerprint_file("--target", path, out, size));
+  static const char *const folders[] = {"", "/data"};
+  for (int f = 0; f < 2; ++f) {
+    char folder[CONFIG_PATH_MAX + 16];
+    snprintf(folder, sizeof folder, "%s%s", bundle, folders[f]);
+    struct dirent **entries = NULL;
+    const int count = scandir(folder, &entries, NULL, alphasort);
+    int status = DS_OK;
+    for (int e = 0; e < count; ++e) {
+      struct stat st;
+      snprintf(path, sizeof path, "%s/%s", folder, entries[e]->d_name);
+      if (status == DS_OK && strcmp(entries[e]->d_name, "manifest.json") != 0 && stat(path, &st) == 0 &&
+          S_ISREG(st.st_mode))
+        status = fingerprint_file("--target", path, out, size);
+      free(entries[e]);
+    }
+    free(entries);
+    DS_TRY(status);
+  }
+  return DS_OK;
+}
+
 /* Collective: rank 0 fingerprints every file the run reads (--init, --data, the plugin, files
  * a --target-args value names) into run->inputs, and every rank gets them.
  * A resumed run must find each file as the run found it at its start: a changed --data would
@@ -125,12 +154,17 @@ static int fingerprint_inputs(run_ctx_t *run) {
      * run_reopen_output), so that an edited comment does not stop a resume. */
     const char *plugin = strncmp(cfg->target, "plugin:", 7) == 0 ? cfg->target + 7 : NULL;
     if (status == DS_OK && plugin) status = fingerprint_file("--target", plugin, out, size);
+    if (status == DS_OK && target_is_jax(cfg->target)) status = fingerprint_bundle(cfg->target + 4, out, size);
     char key[256], value[CONFIG_PATH_MAX], what[sizeof key + 32];
     for (const char *item = cfg->target_args; item && *item && status == DS_OK;) {
       item = target_args_next(item, key, sizeof key, value, sizeof value);
       struct stat st;
       snprintf(what, sizeof what, "--target-args %s", key);
-      if (value[0] && stat(value, &st) == 0 && S_ISREG(st.st_mode)) status = fingerprint_file(what, value, out, size);
+      /* A JAX bundle's plugin runs the programs the bundle fixes: another build of it may run
+       * a resume (and it is hundreds of megabytes to read). */
+      const int runtime_only = target_is_jax(cfg->target) && strcmp(key, "plugin") == 0;
+      if (value[0] && !runtime_only && stat(value, &st) == 0 && S_ISREG(st.st_mode))
+        status = fingerprint_file(what, value, out, size);
     }
   }
   status = comm_agree(run->comm, status);
@@ -405,7 +439,7 @@ int run_main(comm_ctx_t *comm, const config_t *cfg, const char *resume_path, con
   /* From here on a call into the target that never returns ends the job instead of hanging it. */
   if (status == DS_OK)
     status = comm_agree(comm, target_deadline_start(cfg->call_timeout, comm->rank, comm->host, signals_pending));
-  if (status == DS_OK) status = comm_agree(comm, target_open(cfg->target, cfg->target_args, cfg->data, cfg->dim, cfg->seed, comm->world, &target));
+  if (status == DS_OK) status = comm_agree(comm, target_open(cfg->target, cfg->target_args, cfg->data, cfg->dim, cfg->seed, backend->on_device ? backend->device : -1, comm->world, &target));
   if (status == DS_OK) {
     run.target = &target.target;
     status = comm_agree(comm, check_target(&run));

@@ -99,6 +99,11 @@ typedef struct dsampler_target {
   /* A start for item (chain or particle) `item`: x [dim] unconstrained, a function of (seed,
    * item) alone. Used unless --init is given; without it items start uniform in (-2, 2). */
   int (*initial_point)(void *self, uint64_t seed, int64_t item, double *x);
+
+  /* Rows per call of constrain. 0 (the default): a few rows a call, from several threads at
+   * once. A positive value: calls of up to this many rows, from one thread, for a target whose
+   * every call has a fixed cost (a compiled program run on a device). */
+  int64_t constrain_rows_per_call;
 } dsampler_target;
 
 /* What dsampler gives a version 2 plugin's create. It lives only during the call: copy what

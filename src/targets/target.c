@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "config.h"
+#include "jax_target.h"
 #include "rng.h"
 #include "stan_build.h"
 #include "status.h"
@@ -245,7 +246,9 @@ static int create_from_plugin(const char *spec, const char *args, const char *ar
 
 int target_is_stan(const char *spec) { return strncmp(spec, "stan:", 5) == 0; }
 
-int target_open(const char *spec, const char *args, const char *data_path, int64_t dim, uint64_t seed,
+int target_is_jax(const char *spec) { return strncmp(spec, "jax:", 4) == 0; }
+
+int target_open(const char *spec, const char *args, const char *data_path, int64_t dim, uint64_t seed, int device,
                 MPI_Comm comm, target_handle_t *out) {
   memset(out, 0, sizeof *out);
   snprintf(out->spec, sizeof out->spec, "%s", spec);
@@ -287,6 +290,8 @@ int target_open(const char *spec, const char *args, const char *data_path, int64
                        spec, out->target.abi_version, TARGET_ABI_OLDEST, DSAMPLER_TARGET_ABI_VERSION);
       memset(&out->target, 0, sizeof out->target);
     }
+  } else if (target_is_jax(spec)) {
+    status = jax_target_create(spec + 4, args, data_path, device, comm, &out->target);
   } else {
     if (strchr(data_path, ','))
       status = ds_fail(DS_ERR_INPUT, "--data %s: the built-in targets take a file name without a comma", data_path);
@@ -352,8 +357,27 @@ uint64_t target_output_key(uint64_t seed, int64_t chain, int phase, int64_t draw
  * call, few enough that the threads share the work. */
 #define TARGET_ROWS_PER_CALL 8
 
+/* constrain in calls of `per_call` rows from this thread (constrain_rows_per_call). */
+static int constrain_serial(const dsampler_target *t, const float *x, int64_t n, const uint64_t *keys, double *out,
+                            int64_t per_call) {
+  const int64_t dim = t->dim, width = t->constrained_dim;
+  const int64_t rows_max = n < per_call ? n : per_call;
+  double *rows = malloc((size_t)((rows_max ? rows_max : 1) * dim) * sizeof *rows);
+  if (!rows) return DS_FAIL_ALLOC("the rows to constrain", (size_t)(rows_max * dim) * sizeof *rows);
+  int status = DS_OK;
+  for (int64_t first = 0; first < n && status == DS_OK; first += per_call) {
+    const int64_t count = n - first < per_call ? n - first : per_call;
+    for (int64_t e = 0; e < count * dim; ++e) rows[e] = (double)x[first * dim + e];
+    if (t->constrain(t->self, rows, count, keys + first, out + first * width) != 0)
+      status = ds_fail(DS_ERR_TARGET, "target '%s': constrain failed", t->name);
+  }
+  free(rows);
+  return status;
+}
+
 int target_constrain(const dsampler_target *t, const float *x, int64_t n, const uint64_t *keys, double *out) {
   const int64_t dim = t->dim, width = t->constrained_dim;
+  if (t->constrain_rows_per_call > 0) return constrain_serial(t, x, n, keys, out, t->constrain_rows_per_call);
   int status = DS_OK;
 #pragma omp parallel if (n > TARGET_ROWS_PER_CALL)
   {

@@ -1,6 +1,7 @@
 /* target.h: making the run's target from --target and --target-args: a built-in by name, a
- * user plugin as "plugin:path/to/lib.so" (target ABI version 1 or 2), or a Stan model as
- * "stan:path/to/model.stan" (compiled into a version 2 plugin by stan_build.h); and the
+ * user plugin as "plugin:path/to/lib.so" (target ABI version 1 or 2), a Stan model as
+ * "stan:path/to/model.stan" (compiled into a version 2 plugin by stan_build.h), or a JAX
+ * bundle as "jax:path/to/model.dsj" (jax/jax_target.h); and the
  * helpers for what version 2 adds (output variables, starts, float64 densities). */
 #ifndef DSAMPLER_TARGET_LOAD_H
 #define DSAMPLER_TARGET_LOAD_H
@@ -35,12 +36,13 @@ typedef struct target_handle {
 
 /* Collective over comm. data_path is --data ("" when not given): a version 2 plugin receives
  * it as is, a built-in or version 1 plugin as data=<path> before its own args; dim is --dim
- * (0 when not given), likewise (dim=<d>); seed is --seed. A "stan:" spec is compiled first (on
+ * (0 when not given), likewise (dim=<d>); seed is --seed; device is the GPU ordinal where the
+ * run's arrays live, -1 on the CPU (a JAX bundle runs its programs there). A "stan:" spec is compiled first (on
  * rank 0, or found in the cache). On success the target's dim is known and positive, and what
  * a version 2 target reports (its variables, their sizes) has been checked. The handle must
  * stay where it is until target_close: a version 2 target reports its errors through it, and a
  * plugin's calls go through it (each one watched by target_deadline.h). */
-int target_open(const char *spec, const char *args, const char *data_path, int64_t dim, uint64_t seed,
+int target_open(const char *spec, const char *args, const char *data_path, int64_t dim, uint64_t seed, int device,
                 MPI_Comm comm, target_handle_t *out);
 void target_close(target_handle_t *handle);
 
@@ -52,6 +54,8 @@ void target_escape_message(const char *message, char *out, size_t size);
 
 /* 1 when --target names a Stan model ("stan:..."). */
 int target_is_stan(const char *spec);
+/* 1 when --target names a JAX bundle ("jax:..."). */
+int target_is_jax(const char *spec);
 /* 1 when the target writes output variables (version 2, n_vars > 0): posterior then holds
  * them, and the unconstrained draws go to unconstrained_posterior. */
 int target_has_outputs(const dsampler_target *t);

@@ -242,7 +242,7 @@ static void test_plugin(const char *plugin_path) {
   char spec[700];
   snprintf(spec, sizeof spec, "plugin:%s", plugin_path);
   target_handle_t handle;
-  if (target_open(spec, "a=1.5,b=1", "", 5, 0, MPI_COMM_WORLD, &handle) != DS_OK) {
+  if (target_open(spec, "a=1.5,b=1", "", 5, 0, -1, MPI_COMM_WORLD, &handle) != DS_OK) {
     EXPECT(0, "plugin: %s", ds_error_message());
     return;
   }

@@ -1,0 +1,20 @@
+/* jax_device.h: the GPU memory a JAX target handles itself (its data, the padded last block of
+ * a call), so that jax_target.c stays free of CUDA headers: jax_device_cuda.c where the CUDA
+ * backend is built, jax_device_none.c (every call an error) where it is not. All copies are
+ * synchronous with the host. */
+#ifndef DSAMPLER_JAX_DEVICE_H
+#define DSAMPLER_JAX_DEVICE_H
+
+#include <stddef.h>
+
+/* 1 where this build can run programs on a GPU. */
+int jax_device_available(void);
+int jax_device_alloc(void **memory, size_t bytes);
+void jax_device_free(void *memory);
+int jax_device_upload(void *device, const void *host, size_t bytes);
+int jax_device_download(void *host, const void *device, size_t bytes);
+int jax_device_copy(void *dst, const void *src, size_t bytes);
+/* Waits for the work queued on `stream` (a cudaStream_t), so a program reads what it wrote. */
+int jax_device_sync(void *stream);
+
+#endif

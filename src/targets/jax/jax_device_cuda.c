@@ -1,0 +1,36 @@
+/* jax_device_cuda.c: jax_device.h on the CUDA runtime (builds with the CUDA backend). */
+#include "jax_device.h"
+
+#include "cuda_check.h"
+
+int jax_device_available(void) { return 1; }
+
+int jax_device_alloc(void **memory, size_t bytes) {
+  *memory = NULL;
+  CUDA_CHECK(cudaMalloc(memory, bytes ? bytes : 1));
+  return DS_OK;
+}
+
+void jax_device_free(void *memory) {
+  if (memory) CUDA_CHECK_NORETURN(cudaFree(memory));
+}
+
+int jax_device_upload(void *device, const void *host, size_t bytes) {
+  CUDA_CHECK(cudaMemcpy(device, host, bytes, cudaMemcpyHostToDevice));
+  return DS_OK;
+}
+
+int jax_device_download(void *host, const void *device, size_t bytes) {
+  CUDA_CHECK(cudaMemcpy(host, device, bytes, cudaMemcpyDeviceToHost));
+  return DS_OK;
+}
+
+int jax_device_copy(void *dst, const void *src, size_t bytes) {
+  CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice));
+  return DS_OK;
+}
+
+int jax_device_sync(void *stream) {
+  CUDA_CHECK(cudaStreamSynchronize((cudaStream_t)stream));
+  return DS_OK;
+}

@@ -1,0 +1,594 @@
+/* jax_target.c: a target from a JAX bundle (jax_target.h). The bundle's programs take a fixed
+ * block of rows, so a call walks its rows in blocks: whole blocks in place (on a GPU, views of
+ * dsampler's own arrays, with the outputs written where the program was told to donate them),
+ * the last one padded in scratch. Each row's result is the compiled program's on that row alone,
+ * whatever the call's size or the row's place in its block, so draws do not change with the
+ * number of ranks. */
+#include "jax_target.h"
+
+#include <errno.h>
+#include <json-c/json.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "jax_device.h"
+#include "pjrt.h"
+#include "status.h"
+#include "target_args.h"
+
+#define JAX_BUNDLE_FORMAT "dsampler-jax-bundle"
+#define JAX_BUNDLE_VERSION 1
+#define JAX_MAX_DATA 256
+#define JAX_PATH_MAX 4096
+/* Host memory that the CPU plugin views must be aligned (XLA's CPU buffers are). */
+#define JAX_ALIGN 64
+
+/* One data input of the programs: its values on the host and, for a GPU client, on the device,
+ * and the buffer every call passes (never donated). */
+typedef struct {
+  char name[128];
+  pjrt_element_t type;
+  int rank;
+  int64_t dims[DSAMPLER_TARGET_MAX_RANK];
+  size_t bytes;
+  void *host, *device;
+  PJRT_Buffer *buffer;
+} jax_data_t;
+
+/* A program and the rows it takes at once. */
+typedef struct {
+  pjrt_program_t *program;
+  int64_t block;
+} jax_program_t;
+
+typedef struct {
+  char what[JAX_PATH_MAX + 32]; /* "--target jax:PATH", as messages name the input */
+  char name[256];               /* the target's name: jax:<bundle folder's name> */
+  pjrt_runtime_t *runtime;
+  int on_gpu;
+  int64_t dim, constrained_dim;
+  jax_program_t logp_grad, constrain;
+  int n_data;
+  jax_data_t data[JAX_MAX_DATA];
+  int n_vars;
+  dsampler_target_var *vars;
+  /* GPU scratch for a padded block and for host calls, one call at a time (the lock). */
+  pthread_mutex_t lock;
+  float *scratch_x, *scratch_lp, *scratch_grad, *scratch_out;
+} jax_target_t;
+
+static void *aligned_zeroed(size_t bytes) {
+  const size_t rounded = (bytes + JAX_ALIGN - 1) / JAX_ALIGN * JAX_ALIGN;
+  void *memory = aligned_alloc(JAX_ALIGN, rounded ? rounded : JAX_ALIGN);
+  if (memory) memset(memory, 0, rounded ? rounded : JAX_ALIGN);
+  return memory;
+}
+
+/* ---- reading the bundle ---- */
+
+/* The whole file at folder/name into *bytes (malloc'd), or DS_ERR_INPUT naming it. */
+static int read_bundle_file(const jax_target_t *jax, const char *folder, const char *name, void **bytes,
+                            size_t *size) {
+  *bytes = NULL;
+  *size = 0;
+  if (!name[0] || strstr(name, "..") || name[0] == '/')
+    return ds_fail(DS_ERR_INPUT, "%s: the manifest names the file '%s' (expected a path inside the bundle)",
+                   jax->what, name);
+  char path[JAX_PATH_MAX * 2];
+  snprintf(path, sizeof path, "%s/%s", folder, name);
+  FILE *file = fopen(path, "rb");
+  if (!file) return ds_fail(DS_ERR_INPUT, "%s: cannot open %s: %s", jax->what, path, strerror(errno));
+  struct stat info;
+  if (fstat(fileno(file), &info) != 0 || !S_ISREG(info.st_mode)) {
+    fclose(file);
+    return ds_fail(DS_ERR_INPUT, "%s: %s is not a regular file", jax->what, path);
+  }
+  *size = (size_t)info.st_size;
+  *bytes = aligned_zeroed(*size);
+  if (!*bytes) {
+    fclose(file);
+    return DS_FAIL_ALLOC(path, *size);
+  }
+  const size_t got = fread(*bytes, 1, *size, file);
+  fclose(file);
+  if (got != *size) {
+    free(*bytes);
+    *bytes = NULL;
+    return ds_fail(DS_ERR_INPUT, "%s: reading %s: got %zu of %zu bytes", jax->what, path, got, *size);
+  }
+  return DS_OK;
+}
+
+static json_object *member(json_object *object, const char *key) {
+  json_object *value = NULL;
+  return object && json_object_object_get_ex(object, key, &value) ? value : NULL;
+}
+
+/* A manifest integer: DS_ERR_INPUT naming the field where it is absent or not an integer. */
+static int manifest_int(const jax_target_t *jax, json_object *object, const char *key, int64_t *value) {
+  json_object *field = member(object, key);
+  if (!field || !json_object_is_type(field, json_type_int))
+    return ds_fail(DS_ERR_INPUT, "%s: manifest.json: '%s' is missing or not an integer", jax->what, key);
+  *value = json_object_get_int64(field);
+  return DS_OK;
+}
+
+static const char *manifest_string(json_object *object, const char *key) {
+  json_object *field = member(object, key);
+  return field && json_object_is_type(field, json_type_string) ? json_object_get_string(field) : NULL;
+}
+
+/* A shape: a list of at most DSAMPLER_TARGET_MAX_RANK non-negative integers. */
+static int manifest_shape(const jax_target_t *jax, json_object *shape, const char *of, int *rank, int64_t *dims) {
+  if (!shape || !json_object_is_type(shape, json_type_array) ||
+      json_object_array_length(shape) > DSAMPLER_TARGET_MAX_RANK)
+    return ds_fail(DS_ERR_INPUT, "%s: manifest.json: the shape of %s is missing or has more than %d axes", jax->what,
+                   of, DSAMPLER_TARGET_MAX_RANK);
+  *rank = (int)json_object_array_length(shape);
+  for (int axis = 0; axis < *rank; ++axis) {
+    json_object *length = json_object_array_get_idx(shape, (size_t)axis);
+    if (!json_object_is_type(length, json_type_int) || json_object_get_int64(length) < 0)
+      return ds_fail(DS_ERR_INPUT, "%s: manifest.json: the shape of %s has a bad axis %d", jax->what, of, axis);
+    dims[axis] = json_object_get_int64(length);
+  }
+  return DS_OK;
+}
+
+static int read_vars(jax_target_t *jax, json_object *manifest) {
+  json_object *vars = member(manifest, "vars");
+  if (!vars || !json_object_is_type(vars, json_type_array))
+    return ds_fail(DS_ERR_INPUT, "%s: manifest.json: 'vars' is missing or not a list", jax->what);
+  jax->n_vars = (int)json_object_array_length(vars);
+  jax->vars = calloc((size_t)(jax->n_vars ? jax->n_vars : 1), sizeof *jax->vars);
+  if (!jax->vars) return DS_FAIL_ALLOC("the output variables", sizeof *jax->vars);
+  for (int v = 0; v < jax->n_vars; ++v) {
+    json_object *var = json_object_array_get_idx(vars, (size_t)v);
+    const char *name = manifest_string(var, "name"), *kind = manifest_string(var, "kind");
+    if (!name || !kind)
+      return ds_fail(DS_ERR_INPUT, "%s: manifest.json: output variable %d has no name or kind", jax->what, v);
+    dsampler_target_var *out = &jax->vars[v];
+    out->name = strdup(name);
+    if (!out->name) return DS_FAIL_ALLOC("a variable's name", strlen(name));
+    if (strcmp(kind, "parameter") == 0) out->kind = DSAMPLER_VAR_PARAMETER;
+    else if (strcmp(kind, "transformed") == 0) out->kind = DSAMPLER_VAR_TRANSFORMED;
+    else if (strcmp(kind, "generated") == 0) out->kind = DSAMPLER_VAR_GENERATED;
+    else
+      return ds_fail(DS_ERR_INPUT, "%s: manifest.json: output variable %s has kind '%s' (expected parameter, "
+                     "transformed or generated)", jax->what, name, kind);
+    char of[160];
+    snprintf(of, sizeof of, "output variable %.120s", name);
+    DS_TRY(manifest_shape(jax, member(var, "shape"), of, &out->rank, out->shape));
+  }
+  return DS_OK;
+}
+
+/* The data inputs: each file's size must be its shape's, in float32 or int32. */
+static int read_data(jax_target_t *jax, const char *folder, json_object *manifest) {
+  json_object *data = member(manifest, "data");
+  if (!data || !json_object_is_type(data, json_type_array))
+    return ds_fail(DS_ERR_INPUT, "%s: manifest.json: 'data' is missing or not a list", jax->what);
+  if (json_object_array_length(data) > JAX_MAX_DATA)
+    return ds_fail(DS_ERR_INPUT, "%s: the bundle has %zu data inputs (at most %d)", jax->what,
+                   json_object_array_length(data), JAX_MAX_DATA);
+  jax->n_data = (int)json_object_array_length(data);
+  for (int d = 0; d < jax->n_data; ++d) {
+    json_object *entry = json_object_array_get_idx(data, (size_t)d);
+    jax_data_t *input = &jax->data[d];
+    const char *name = manifest_string(entry, "name"), *dtype = manifest_string(entry, "dtype");
+    const char *file = manifest_string(entry, "file");
+    if (!name || !dtype || !file)
+      return ds_fail(DS_ERR_INPUT, "%s: manifest.json: data input %d lacks a name, dtype or file", jax->what, d);
+    snprintf(input->name, sizeof input->name, "%s", name);
+    if (strcmp(dtype, "float32") == 0) input->type = PJRT_ELEMENT_F32;
+    else if (strcmp(dtype, "int32") == 0) input->type = PJRT_ELEMENT_S32;
+    else
+      return ds_fail(DS_ERR_INPUT, "%s: data input %s has dtype '%s' (expected float32 or int32)", jax->what, name,
+                     dtype);
+    char of[160];
+    snprintf(of, sizeof of, "data input %.120s", name);
+    DS_TRY(manifest_shape(jax, member(entry, "shape"), of, &input->rank, input->dims));
+    size_t expected = 4;
+    for (int axis = 0; axis < input->rank; ++axis) expected *= (size_t)input->dims[axis];
+    size_t size;
+    DS_TRY(read_bundle_file(jax, folder, file, &input->host, &size));
+    if (size != expected)
+      return ds_fail(DS_ERR_INPUT, "%s: data input %s: %s holds %zu bytes, but its shape and dtype make %zu "
+                     "(a truncated or replaced file? export the bundle again)", jax->what, name, file, size, expected);
+    input->bytes = size;
+  }
+  return DS_OK;
+}
+
+/* Compiles programs.NAME.<platform> of the manifest. */
+static int read_program(jax_target_t *jax, const char *folder, json_object *manifest, const char *name,
+                        jax_program_t *out) {
+  const char *platform = jax->on_gpu ? "cuda" : "cpu";
+  json_object *entry = member(member(member(manifest, "programs"), name), platform);
+  const char *file = manifest_string(entry, "file");
+  if (!file)
+    return ds_fail(DS_ERR_INPUT, "%s: the bundle has no %s program for the %s (export it with --platforms cpu,cuda)",
+                   jax->what, name, jax->on_gpu ? "GPU" : "CPU");
+  DS_TRY(manifest_int(jax, entry, "block", &out->block));
+  if (out->block < 1 || out->block > ((int64_t)1 << 30))
+    return ds_fail(DS_ERR_INPUT, "%s: the %s program's block is %lld", jax->what, name, (long long)out->block);
+  void *code;
+  size_t size;
+  DS_TRY(read_bundle_file(jax, folder, file, &code, &size));
+  int64_t bytes = 0;
+  int status = DS_OK;
+  if (member(entry, "bytes") && manifest_int(jax, entry, "bytes", &bytes) == DS_OK && (size_t)bytes != size)
+    status = ds_fail(DS_ERR_INPUT, "%s: %s holds %zu bytes, the manifest says %lld (a truncated or replaced file? "
+                     "export the bundle again)", jax->what, file, size, (long long)bytes);
+  char label[96];
+  snprintf(label, sizeof label, "%s (%s)", name, file);
+  if (status == DS_OK) status = pjrt_compile(jax->runtime, code, size, label, &out->program);
+  free(code);
+  return status;
+}
+
+/* ---- finding the plugin ---- */
+
+/* The plugin a Python install carries, asked of `python` without importing jax: the first of
+ * `candidates` ("module/file.so" pairs) that exists. "" when none. */
+static void plugin_from_python(const char *python, int on_gpu, char *path, size_t size) {
+  path[0] = '\0';
+  const char *modules = on_gpu ? "[('jax_plugins.xla_cuda13','xla_cuda_plugin.so'),"
+                                 "('jax_plugins.xla_cuda12','xla_cuda_plugin.so')]"
+                               : "[('lammps_jax_pjrt_cpu','pjrt_c_api_cpu_plugin.so'),"
+                                 "('xla_plugins.xla_cpu_pjrt','xla_cpu_pjrt.so')]";
+  char command[1024];
+  snprintf(command, sizeof command,
+           "'%s' -c \"import importlib.util as u, os\n"
+           "for m, f in %s:\n"
+           "  try:\n"
+           "    s = u.find_spec(m)\n"
+           "  except Exception:\n"
+           "    s = None\n"
+           "  if s and s.submodule_search_locations:\n"
+           "    p = os.path.join(list(s.submodule_search_locations)[0], f)\n"
+           "    if os.path.isfile(p):\n"
+           "      print(p); break\" 2>/dev/null",
+           python, modules);
+  FILE *pipe = popen(command, "r");
+  if (!pipe) return;
+  if (!fgets(path, (int)size, pipe)) path[0] = '\0';
+  pclose(pipe);
+  path[strcspn(path, "\n")] = '\0';
+}
+
+/* The plugin's path, the same on every rank: --target-args plugin=, else DSAMPLER_PJRT_PLUGIN,
+ * else what rank 0's Python install carries. */
+static int find_plugin(const jax_target_t *jax, const char *args, MPI_Comm comm, char *path, size_t size) {
+  path[0] = '\0';
+  if (target_args_get(args, "plugin", path, size)) return DS_OK;
+  const char *env = getenv("DSAMPLER_PJRT_PLUGIN");
+  if (env && env[0]) {
+    snprintf(path, size, "%s", env);
+    return DS_OK;
+  }
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
+  char found[JAX_PATH_MAX] = "";
+  const char *python = getenv("DSAMPLER_PYTHON") && getenv("DSAMPLER_PYTHON")[0] ? getenv("DSAMPLER_PYTHON")
+                                                                                    : "python3";
+  if (rank == 0 && !strchr(python, '\'')) plugin_from_python(python, jax->on_gpu, found, sizeof found);
+  MPI_Bcast(found, sizeof found, MPI_CHAR, 0, comm);
+  if (!found[0])
+    return ds_fail(DS_ERR_INPUT, "%s: no PJRT %s plugin found (%s has none installed); install one with %s, or give "
+                   "its path with --target-args plugin=PATH or DSAMPLER_PJRT_PLUGIN", jax->what,
+                   jax->on_gpu ? "CUDA" : "CPU", python, jax->on_gpu ? JAX_PLUGIN_HINT_GPU : JAX_PLUGIN_HINT_CPU);
+  snprintf(path, size, "%s", found);
+  return DS_OK;
+}
+
+/* ---- running the programs ---- */
+
+/* The data buffers every call passes, made once. */
+static int make_data_buffers(jax_target_t *jax) {
+  for (int d = 0; d < jax->n_data; ++d) {
+    jax_data_t *input = &jax->data[d];
+    void *memory = input->host;
+    if (jax->on_gpu) {
+      DS_TRY(jax_device_alloc(&input->device, input->bytes));
+      DS_TRY(jax_device_upload(input->device, input->host, input->bytes));
+      memory = input->device;
+    }
+    DS_TRY(pjrt_view(jax->runtime, memory, input->dims, input->rank, input->type, &input->buffer));
+  }
+  return DS_OK;
+}
+
+/* Runs `program` on one block: x [block, dim] and, for logp_grad, the places lp [block] and
+ * grad [block, dim] it may write its outputs to (donated); outputs land at outs[o] (copied
+ * there when the plugin put them elsewhere) for the first `rows` rows. All pointers are in the
+ * client's memory (device or aligned host). */
+static int run_block(jax_target_t *jax, const jax_program_t *program, float *x, int64_t rows, float **outs,
+                     const int64_t *widths, int n_outs, int donate) {
+  PJRT_Buffer *args[3 + JAX_MAX_DATA] = {NULL};
+  PJRT_Buffer *results[2] = {NULL, NULL};
+  const int64_t x_dims[2] = {program->block, jax->dim};
+  int n_args = 0;
+  int status = pjrt_view(jax->runtime, x, x_dims, 2, PJRT_ELEMENT_F32, &args[n_args++]);
+  for (int o = 0; donate && status == DS_OK && o < n_outs; ++o) {
+    const int64_t dims[2] = {program->block, widths[o]};
+    status = pjrt_view(jax->runtime, outs[o], dims, widths[o] ? 2 : 1, PJRT_ELEMENT_F32, &args[n_args++]);
+  }
+  for (int d = 0; d < jax->n_data; ++d) args[n_args++] = jax->data[d].buffer;
+  if (status == DS_OK) status = pjrt_execute(jax->runtime, program->program, args, (size_t)n_args, results, (size_t)n_outs);
+  for (int o = 0; status == DS_OK && o < n_outs; ++o) {
+    void *memory = NULL;
+    status = pjrt_buffer_memory(jax->runtime, results[o], &memory);
+    if (status != DS_OK || memory == outs[o]) continue;
+    const size_t bytes = (size_t)(rows * (widths[o] ? widths[o] : 1)) * sizeof(float);
+    status = jax->on_gpu ? jax_device_copy(outs[o], memory, bytes)
+                         : pjrt_buffer_to_host(jax->runtime, results[o], outs[o],
+                                               (size_t)(program->block * (widths[o] ? widths[o] : 1)) * sizeof(float));
+  }
+  for (int o = 0; o < n_outs; ++o) pjrt_buffer_free(jax->runtime, results[o]);
+  for (int a = 0; a < n_args - jax->n_data; ++a) pjrt_buffer_free(jax->runtime, args[a]);
+  return status;
+}
+
+/* Rows [n, width] moved between caller memory and a block's scratch, on the client's side. */
+static int copy_rows(const jax_target_t *jax, void *dst, const void *src, int64_t n, int64_t width) {
+  const size_t bytes = (size_t)(n * width) * sizeof(float);
+  if (jax->on_gpu) return jax_device_copy(dst, src, bytes);
+  memcpy(dst, src, bytes);
+  return DS_OK;
+}
+
+/* logp_grad over rows x [n, dim] in the client's memory, outputs there too. Whole blocks run
+ * in place (on the CPU only when aligned); the rest through scratch (x_pad, lp_pad, grad_pad:
+ * one block each). */
+static int logp_grad_rows(jax_target_t *jax, const float *x, int64_t n, float *logp, float *grad, float *x_pad,
+                          float *lp_pad, float *grad_pad) {
+  const int64_t block = jax->logp_grad.block, dim = jax->dim;
+  const int64_t widths[2] = {0, dim};
+  for (int64_t first = 0; first < n; first += block) {
+    const int64_t rows = n - first < block ? n - first : block;
+    float *x_rows = (float *)x + first * dim, *lp_rows = logp + first, *grad_rows = grad + first * dim;
+    const int aligned = jax->on_gpu || (((uintptr_t)x_rows | (uintptr_t)lp_rows | (uintptr_t)grad_rows) % JAX_ALIGN) == 0;
+    if (rows == block && aligned) {
+      float *outs[2] = {lp_rows, grad_rows};
+      DS_TRY(run_block(jax, &jax->logp_grad, x_rows, rows, outs, widths, 2, 1));
+      continue;
+    }
+    DS_TRY(copy_rows(jax, x_pad, x_rows, rows, dim));
+    float *outs[2] = {lp_pad, grad_pad};
+    DS_TRY(run_block(jax, &jax->logp_grad, x_pad, rows, outs, widths, 2, 1));
+    DS_TRY(copy_rows(jax, lp_rows, lp_pad, rows, 1));
+    DS_TRY(copy_rows(jax, grad_rows, grad_pad, rows, dim));
+  }
+  return DS_OK;
+}
+
+/* The host entry. On the CPU, from several threads at once, each with its own scratch; on a
+ * GPU (for the host's own uses: checks of starts), staged through the device scratch. */
+static int jax_logp_grad(void *self, const float *x, int64_t n, float *logp, float *grad) {
+  jax_target_t *jax = self;
+  const int64_t block = jax->logp_grad.block, dim = jax->dim;
+  if (!jax->on_gpu) {
+    float *x_pad = aligned_zeroed((size_t)(block * dim) * sizeof(float));
+    float *lp_pad = aligned_zeroed((size_t)block * sizeof(float));
+    float *grad_pad = aligned_zeroed((size_t)(block * dim) * sizeof(float));
+    int status = x_pad && lp_pad && grad_pad ? logp_grad_rows(jax, x, n, logp, grad, x_pad, lp_pad, grad_pad)
+                                             : DS_FAIL_ALLOC("a block of rows", (size_t)(block * dim) * 8);
+    free(x_pad);
+    free(lp_pad);
+    free(grad_pad);
+    return status == DS_OK ? 0 : 1;
+  }
+  pthread_mutex_lock(&jax->lock);
+  int status = DS_OK;
+  for (int64_t first = 0; status == DS_OK && first < n; first += block) {
+    const int64_t rows = n - first < block ? n - first : block;
+    status = jax_device_upload(jax->scratch_x, x + first * dim, (size_t)(rows * dim) * sizeof(float));
+    float *outs[2] = {jax->scratch_lp, jax->scratch_grad};
+    const int64_t widths[2] = {0, dim};
+    if (status == DS_OK) status = run_block(jax, &jax->logp_grad, jax->scratch_x, rows, outs, widths, 2, 1);
+    if (status == DS_OK) status = jax_device_download(logp + first, jax->scratch_lp, (size_t)rows * sizeof(float));
+    if (status == DS_OK)
+      status = jax_device_download(grad + first * dim, jax->scratch_grad, (size_t)(rows * dim) * sizeof(float));
+  }
+  pthread_mutex_unlock(&jax->lock);
+  return status == DS_OK ? 0 : 1;
+}
+
+/* The device entry: x, logp and grad in GPU memory, ordered after `stream`'s work by a wait on
+ * the host (the programs run on XLA's own stream and are done when this returns). */
+static int jax_logp_grad_cuda(void *self, const float *x, int64_t n, float *logp, float *grad, void *stream) {
+  jax_target_t *jax = self;
+  pthread_mutex_lock(&jax->lock);
+  int status = jax_device_sync(stream);
+  if (status == DS_OK)
+    status = logp_grad_rows(jax, x, n, logp, grad, jax->scratch_x, jax->scratch_lp, jax->scratch_grad);
+  pthread_mutex_unlock(&jax->lock);
+  return status == DS_OK ? 0 : 1;
+}
+
+/* The output variables of rows x [n, dim] (float64 from the sampler's float32 state, so exact
+ * in float32), widened from the program's float32. */
+static int jax_constrain(void *self, const double *x, int64_t n, const uint64_t *keys, double *out) {
+  (void)keys; /* the programs draw no random numbers */
+  jax_target_t *jax = self;
+  const int64_t block = jax->constrain.block, dim = jax->dim, width = jax->constrained_dim;
+  float *x_rows = aligned_zeroed((size_t)(block * dim) * sizeof(float));
+  float *values = aligned_zeroed((size_t)(block * width) * sizeof(float));
+  int status = x_rows && values ? DS_OK : DS_FAIL_ALLOC("a block of rows", (size_t)(block * (dim + width)) * 4);
+  if (jax->on_gpu) pthread_mutex_lock(&jax->lock);
+  for (int64_t first = 0; status == DS_OK && first < n; first += block) {
+    const int64_t rows = n - first < block ? n - first : block;
+    for (int64_t e = 0; e < rows * dim; ++e) x_rows[e] = (float)x[first * dim + e];
+    const int64_t widths[1] = {width};
+    if (jax->on_gpu) {
+      status = jax_device_upload(jax->scratch_x, x_rows, (size_t)(rows * dim) * sizeof(float));
+      float *outs[1] = {jax->scratch_out};
+      if (status == DS_OK) status = run_block(jax, &jax->constrain, jax->scratch_x, rows, outs, widths, 1, 0);
+      if (status == DS_OK) status = jax_device_download(values, jax->scratch_out, (size_t)(rows * width) * 4);
+    } else {
+      float *outs[1] = {values};
+      status = run_block(jax, &jax->constrain, x_rows, rows, outs, widths, 1, 0);
+    }
+    for (int64_t e = 0; status == DS_OK && e < rows * width; ++e) out[first * width + e] = (double)values[e];
+  }
+  if (jax->on_gpu) pthread_mutex_unlock(&jax->lock);
+  free(x_rows);
+  free(values);
+  return status == DS_OK ? 0 : 1;
+}
+
+static void jax_destroy(void *self) {
+  jax_target_t *jax = self;
+  if (!jax) return;
+  if (jax->runtime) {
+    for (int d = 0; d < jax->n_data; ++d) pjrt_buffer_free(jax->runtime, jax->data[d].buffer);
+    pjrt_program_free(jax->runtime, jax->logp_grad.program);
+    pjrt_program_free(jax->runtime, jax->constrain.program);
+    pjrt_close(jax->runtime);
+  }
+  for (int d = 0; d < jax->n_data; ++d) {
+    free(jax->data[d].host);
+    jax_device_free(jax->data[d].device);
+  }
+  jax_device_free(jax->scratch_x);
+  jax_device_free(jax->scratch_lp);
+  jax_device_free(jax->scratch_grad);
+  jax_device_free(jax->scratch_out);
+  for (int v = 0; jax->vars && v < jax->n_vars; ++v) free((char *)jax->vars[v].name);
+  free(jax->vars);
+  pthread_mutex_destroy(&jax->lock);
+  free(jax);
+}
+
+/* ---- making the target ---- */
+
+static int read_manifest(jax_target_t *jax, const char *folder, json_object **out) {
+  char path[JAX_PATH_MAX * 2];
+  snprintf(path, sizeof path, "%s/manifest.json", folder);
+  struct stat info;
+  if (stat(folder, &info) != 0 || !S_ISDIR(info.st_mode))
+    return ds_fail(DS_ERR_INPUT, "%s: no such bundle folder (make one with dsampler-export)", jax->what);
+  json_object *manifest = json_object_from_file(path);
+  if (!manifest)
+    return ds_fail(DS_ERR_INPUT, "%s: cannot read %s: %s", jax->what, path, json_util_get_last_err()
+                   ? json_util_get_last_err() : "not JSON");
+  *out = manifest;
+  const char *format = manifest_string(manifest, "format");
+  if (!format || strcmp(format, JAX_BUNDLE_FORMAT) != 0)
+    return ds_fail(DS_ERR_INPUT, "%s: %s is not a dsampler JAX bundle's manifest (format '%s')", jax->what, path,
+                   format ? format : "missing");
+  int64_t version = 0;
+  DS_TRY(manifest_int(jax, manifest, "version", &version));
+  if (version != JAX_BUNDLE_VERSION)
+    return ds_fail(DS_ERR_INPUT, "%s: bundle format version %lld; this dsampler reads version %d (export it again "
+                   "with this dsampler's dsampler-export)", jax->what, (long long)version, JAX_BUNDLE_VERSION);
+  const char *dtype = manifest_string(manifest, "dtype");
+  if (!dtype || strcmp(dtype, "float32") != 0)
+    return ds_fail(DS_ERR_INPUT, "%s: the bundle's dtype is '%s' (dsampler runs float32 programs)", jax->what,
+                   dtype ? dtype : "missing");
+  DS_TRY(manifest_int(jax, manifest, "dim", &jax->dim));
+  if (jax->dim < 1 || jax->dim > ((int64_t)1 << 24))
+    return ds_fail(DS_ERR_INPUT, "%s: the bundle's dim is %lld", jax->what, (long long)jax->dim);
+  DS_TRY(manifest_int(jax, manifest, "constrained_dim", &jax->constrained_dim));
+  return DS_OK;
+}
+
+/* Scratch for a padded block (GPU clients only: CPU calls bring their own). */
+static int make_scratch(jax_target_t *jax) {
+  if (!jax->on_gpu) return DS_OK;
+  const int64_t block = jax->logp_grad.block > jax->constrain.block ? jax->logp_grad.block : jax->constrain.block;
+  DS_TRY(jax_device_alloc((void **)&jax->scratch_x, (size_t)(block * jax->dim) * sizeof(float)));
+  DS_TRY(jax_device_alloc((void **)&jax->scratch_lp, (size_t)block * sizeof(float)));
+  DS_TRY(jax_device_alloc((void **)&jax->scratch_grad, (size_t)(block * jax->dim) * sizeof(float)));
+  DS_TRY(jax_device_alloc((void **)&jax->scratch_out,
+                          (size_t)(jax->constrain.block * (jax->constrained_dim ? jax->constrained_dim : 1)) *
+                              sizeof(float)));
+  return DS_OK;
+}
+
+static int open_bundle(jax_target_t *jax, const char *folder, const char *args, MPI_Comm comm) {
+  json_object *manifest = NULL;
+  int status = read_manifest(jax, folder, &manifest);
+  if (status == DS_OK) status = read_vars(jax, manifest);
+  if (status == DS_OK) status = read_data(jax, folder, manifest);
+  char plugin[JAX_PATH_MAX];
+  if (status == DS_OK) status = find_plugin(jax, args, comm, plugin, sizeof plugin);
+  if (status == DS_OK) status = pjrt_open(plugin, jax->on_gpu, jax->on_gpu ? jax->on_gpu - 1 : 0, jax->what,
+                                          &jax->runtime);
+  if (status == DS_OK && jax->on_gpu && strcmp(pjrt_platform(jax->runtime), "cpu") == 0)
+    status = ds_fail(DS_ERR_INPUT, "%s: the plugin %s runs on the CPU, and this run's arrays are on a GPU (give the "
+                     "CUDA plugin, or --backend cpu)", jax->what, plugin);
+  if (status == DS_OK && !jax->on_gpu && strcmp(pjrt_platform(jax->runtime), "cpu") != 0)
+    status = ds_fail(DS_ERR_INPUT, "%s: the plugin %s runs on '%s', and this run's arrays are on the CPU (give a CPU "
+                     "plugin: %s, or --backend cuda)", jax->what, plugin, pjrt_platform(jax->runtime),
+                     JAX_PLUGIN_HINT_CPU);
+  if (status == DS_OK) status = read_program(jax, folder, manifest, "logp_grad", &jax->logp_grad);
+  if (status == DS_OK && jax->n_vars > 0) status = read_program(jax, folder, manifest, "constrain", &jax->constrain);
+  if (status == DS_OK) status = make_data_buffers(jax);
+  if (status == DS_OK) status = make_scratch(jax);
+  json_object_put(manifest);
+  return status;
+}
+
+/* One block of the logp_grad program at the origin: a bundle whose programs, block and data do
+ * not agree fails here, naming the input, before anything is sampled. */
+static int probe(jax_target_t *jax) {
+  const int64_t rows = 1;
+  float *x = calloc((size_t)jax->dim, sizeof *x), *grad = calloc((size_t)jax->dim, sizeof *grad), logp = 0.0f;
+  int status = x && grad ? DS_OK : DS_FAIL_ALLOC("a probe row", (size_t)jax->dim * 8);
+  if (status == DS_OK && jax_logp_grad(jax, x, rows, &logp, grad) != 0)
+    status = ds_fail(DS_ERR_INPUT, "%s: the bundle's logp_grad program does not run on its inputs", jax->what);
+  free(x);
+  free(grad);
+  return status;
+}
+
+int jax_target_create(const char *bundle, const char *args, const char *data_path, int device, MPI_Comm comm,
+                      dsampler_target *out) {
+  memset(out, 0, sizeof *out);
+  jax_target_t *jax = calloc(1, sizeof *jax);
+  if (!jax) return DS_FAIL_ALLOC("a JAX target", sizeof *jax);
+  pthread_mutex_init(&jax->lock, NULL);
+  snprintf(jax->what, sizeof jax->what, "--target jax:%s", bundle);
+  /* on_gpu holds the ordinal + 1, so that 0 means the CPU. */
+  jax->on_gpu = device >= 0 ? device + 1 : 0;
+  int status = DS_OK;
+  if (data_path && data_path[0])
+    status = ds_fail(DS_ERR_INPUT, "--data %s: a JAX bundle carries its data (export it again with dsampler-export "
+                     "--data)", data_path);
+  if (status == DS_OK && strlen(bundle) >= JAX_PATH_MAX)
+    status = ds_fail(DS_ERR_INPUT, "--target jax:...: the bundle's path is longer than %d bytes", JAX_PATH_MAX - 1);
+  static const char *const known[] = {"plugin", NULL};
+  if (status == DS_OK) status = target_args_check(jax->what, args, known);
+  if (status == DS_OK) status = open_bundle(jax, bundle, args, comm);
+  if (status == DS_OK) status = probe(jax);
+  if (status != DS_OK) {
+    jax_destroy(jax);
+    return status;
+  }
+  jax->on_gpu = jax->on_gpu ? 1 : 0;
+  char folder[JAX_PATH_MAX];
+  snprintf(folder, sizeof folder, "%s", bundle);
+  while (strlen(folder) > 1 && folder[strlen(folder) - 1] == '/') folder[strlen(folder) - 1] = '\0';
+  const char *base = strrchr(folder, '/') ? strrchr(folder, '/') + 1 : folder;
+  snprintf(jax->name, sizeof jax->name, "jax:%.240s", base);
+
+  out->abi_version = DSAMPLER_TARGET_ABI_VERSION;
+  out->name = jax->name;
+  out->var_name = "x";
+  out->dim = jax->dim;
+  out->self = jax;
+  out->logp_grad = jax_logp_grad;
+  out->logp_grad_cuda = jax->on_gpu ? jax_logp_grad_cuda : NULL;
+  out->destroy = jax_destroy;
+  out->n_vars = jax->n_vars;
+  out->vars = jax->vars;
+  out->constrained_dim = jax->constrained_dim;
+  out->constrain = jax->n_vars > 0 ? jax_constrain : NULL;
+  /* A call costs a program's launch: whole blocks from one thread (XLA has its own). */
+  out->constrain_rows_per_call = jax->n_vars > 0 ? jax->constrain.block : 0;
+  return DS_OK;
+}
