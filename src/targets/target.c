@@ -134,7 +134,7 @@ static void name_calls(const char *spec, target_handle_t *handle) {
       [TARGET_CALL_CREATE] = "create", [TARGET_CALL_LOGP_GRAD] = "logp_grad",
       [TARGET_CALL_LOGP_GRAD_CUDA] = "logp_grad_cuda", [TARGET_CALL_LOGP_GRAD_F64] = "logp_grad_f64",
       [TARGET_CALL_CONSTRAIN] = "constrain", [TARGET_CALL_INITIAL_POINT] = "initial_point",
-      [TARGET_CALL_DESTROY] = "destroy"};
+      [TARGET_CALL_DESTROY] = "destroy", [TARGET_CALL_LEAPFROG_CUDA] = "leapfrog_cuda"};
   const char *path = strchr(spec, ':') ? strchr(spec, ':') + 1 : spec;
   const char *file = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
   const char *kind = target_is_stan(spec) ? "Stan model" : "plugin";
@@ -183,6 +183,16 @@ static int watched_initial_point(void *self, uint64_t seed, int64_t item, double
   return rc;
 }
 
+static int watched_leapfrog_cuda(void *self, float *q, float *p, float *grad, float *logp, const float *step_size,
+                                 const float *inv_metric, int shared_metric, int n_steps, int64_t n, void *stream) {
+  const target_handle_t *handle = self;
+  const int token = target_deadline_begin(handle->calls[TARGET_CALL_LEAPFROG_CUDA]);
+  const int rc = handle->plugin.leapfrog_cuda(handle->plugin.self, q, p, grad, logp, step_size, inv_metric,
+                                              shared_metric, n_steps, n, stream);
+  target_deadline_end(token);
+  return rc;
+}
+
 /* target becomes the plugin's entries behind deadlines; what was absent stays absent (the
  * run tells what a target offers by which entries are NULL). */
 static void watch_plugin(target_handle_t *handle) {
@@ -195,6 +205,7 @@ static void watch_plugin(target_handle_t *handle) {
     if (t->logp_grad_f64) t->logp_grad_f64 = watched_logp_grad_f64;
     if (t->constrain) t->constrain = watched_constrain;
     if (t->initial_point) t->initial_point = watched_initial_point;
+    if (t->leapfrog_cuda) t->leapfrog_cuda = watched_leapfrog_cuda;
   }
   t->destroy = NULL; /* target_close destroys the plugin's own */
   handle->watched = 1;

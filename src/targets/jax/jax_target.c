@@ -51,6 +51,8 @@ typedef struct {
   int on_gpu;
   int64_t dim, constrained_dim;
   jax_program_t logp_grad, constrain;
+  /* HMC's whole trajectory (GPU only, optional): the metric shared by all chains, or per chain. */
+  jax_program_t trajectory_shared, trajectory_chain;
   int n_data;
   jax_data_t data[JAX_MAX_DATA];
   int n_vars;
@@ -58,6 +60,8 @@ typedef struct {
   /* GPU scratch for a padded block and for host calls, one call at a time (the lock). */
   pthread_mutex_t lock;
   float *scratch_x, *scratch_lp, *scratch_grad, *scratch_out;
+  float *scratch_p, *scratch_eps, *scratch_inv; /* a trajectory's padded block */
+  int32_t *steps_device;                        /* the trajectory's step count */
 } jax_target_t;
 
 static void *aligned_zeroed(size_t bytes) {
@@ -204,10 +208,11 @@ static int read_data(jax_target_t *jax, const char *folder, json_object *manifes
 
 /* Compiles programs.NAME.<platform> of the manifest. */
 static int read_program(jax_target_t *jax, const char *folder, json_object *manifest, const char *name,
-                        jax_program_t *out) {
+                        jax_program_t *out, int optional) {
   const char *platform = jax->on_gpu ? "cuda" : "cpu";
   json_object *entry = member(member(member(manifest, "programs"), name), platform);
   const char *file = manifest_string(entry, "file");
+  if (!file && optional) return DS_OK;
   if (!file)
     return ds_fail(DS_ERR_INPUT, "%s: the bundle has no %s program for the %s (export it with --platforms cpu,cuda)",
                    jax->what, name, jax->on_gpu ? "GPU" : "CPU");
@@ -409,6 +414,74 @@ static int jax_logp_grad_cuda(void *self, const float *x, int64_t n, float *logp
   return status == DS_OK ? 0 : 1;
 }
 
+/* One block of a trajectory program: every pointer in device memory, [block] rows each (inv
+ * [dim] when the metric is shared). The outputs land in q, p, grad and lp (donated; copied
+ * there when XLA put them elsewhere). */
+static int trajectory_block(jax_target_t *jax, const jax_program_t *program, float *q, float *p, float *grad,
+                            float *lp, float *eps, float *inv, int shared) {
+  const int64_t block = program->block, dim = jax->dim;
+  const int64_t rows_dims[2] = {block, dim}, inv_dims[2] = {block, dim}, shared_dims[1] = {dim};
+  float *outs[4] = {q, p, grad, lp};
+  PJRT_Buffer *args[7 + JAX_MAX_DATA] = {NULL};
+  PJRT_Buffer *results[4] = {NULL};
+  int status = DS_OK, n_args = 0;
+  for (int o = 0; o < 4 && status == DS_OK; ++o)
+    status = pjrt_view(jax->runtime, outs[o], rows_dims, o < 3 ? 2 : 1, PJRT_ELEMENT_F32, &args[n_args++]);
+  if (status == DS_OK) status = pjrt_view(jax->runtime, eps, rows_dims, 1, PJRT_ELEMENT_F32, &args[n_args++]);
+  if (status == DS_OK)
+    status = pjrt_view(jax->runtime, inv, shared ? shared_dims : inv_dims, shared ? 1 : 2, PJRT_ELEMENT_F32,
+                       &args[n_args++]);
+  if (status == DS_OK) status = pjrt_view(jax->runtime, jax->steps_device, NULL, 0, PJRT_ELEMENT_S32, &args[n_args++]);
+  const int own = n_args;
+  for (int d = 0; d < jax->n_data; ++d) args[n_args++] = jax->data[d].buffer;
+  if (status == DS_OK) status = pjrt_execute(jax->runtime, program->program, args, (size_t)n_args, results, 4);
+  for (int o = 0; o < 4 && status == DS_OK; ++o) {
+    void *memory = NULL;
+    status = pjrt_buffer_memory(jax->runtime, results[o], &memory);
+    if (status == DS_OK && memory != outs[o])
+      status = jax_device_copy(outs[o], memory, (size_t)(block * (o < 3 ? dim : 1)) * sizeof(float));
+  }
+  for (int o = 0; o < 4; ++o) pjrt_buffer_free(jax->runtime, results[o]);
+  for (int a = 0; a < own; ++a) pjrt_buffer_free(jax->runtime, args[a]);
+  return status;
+}
+
+/* dsampler_target's leapfrog_cuda: whole blocks in place, the last through the scratch. */
+static int jax_leapfrog_cuda(void *self, float *q, float *p, float *grad, float *logp, const float *step_size,
+                             const float *inv_metric, int shared_metric, int n_steps, int64_t n, void *stream) {
+  jax_target_t *jax = self;
+  const jax_program_t *program = shared_metric ? &jax->trajectory_shared : &jax->trajectory_chain;
+  const int64_t block = program->block, dim = jax->dim;
+  const int32_t steps = n_steps;
+  pthread_mutex_lock(&jax->lock);
+  int status = jax_device_sync(stream);
+  if (status == DS_OK) status = jax_device_upload(jax->steps_device, &steps, sizeof steps);
+  for (int64_t first = 0; status == DS_OK && first < n; first += block) {
+    const int64_t rows = n - first < block ? n - first : block;
+    float *q_rows = q + first * dim, *p_rows = p + first * dim, *grad_rows = grad + first * dim;
+    float *lp_rows = logp + first, *eps_rows = (float *)step_size + first;
+    float *inv_rows = (float *)inv_metric + (shared_metric ? 0 : first * dim);
+    if (rows == block) {
+      status = trajectory_block(jax, program, q_rows, p_rows, grad_rows, lp_rows, eps_rows, inv_rows, shared_metric);
+      continue;
+    }
+    status = copy_rows(jax, jax->scratch_x, q_rows, rows, dim);
+    if (status == DS_OK) status = copy_rows(jax, jax->scratch_p, p_rows, rows, dim);
+    if (status == DS_OK) status = copy_rows(jax, jax->scratch_grad, grad_rows, rows, dim);
+    if (status == DS_OK) status = copy_rows(jax, jax->scratch_eps, eps_rows, rows, 1);
+    if (status == DS_OK && !shared_metric) status = copy_rows(jax, jax->scratch_inv, inv_rows, rows, dim);
+    if (status == DS_OK)
+      status = trajectory_block(jax, program, jax->scratch_x, jax->scratch_p, jax->scratch_grad, jax->scratch_lp,
+                                jax->scratch_eps, shared_metric ? inv_rows : jax->scratch_inv, shared_metric);
+    if (status == DS_OK) status = copy_rows(jax, q_rows, jax->scratch_x, rows, dim);
+    if (status == DS_OK) status = copy_rows(jax, p_rows, jax->scratch_p, rows, dim);
+    if (status == DS_OK) status = copy_rows(jax, grad_rows, jax->scratch_grad, rows, dim);
+    if (status == DS_OK) status = copy_rows(jax, lp_rows, jax->scratch_lp, rows, 1);
+  }
+  pthread_mutex_unlock(&jax->lock);
+  return status == DS_OK ? 0 : 1;
+}
+
 /* The output variables of rows x [n, dim] (float64 from the sampler's float32 state, so exact
  * in float32), widened from the program's float32. */
 static int jax_constrain(void *self, const double *x, int64_t n, const uint64_t *keys, double *out) {
@@ -447,6 +520,8 @@ static void jax_destroy(void *self) {
     for (int d = 0; d < jax->n_data; ++d) pjrt_buffer_free(jax->runtime, jax->data[d].buffer);
     pjrt_program_free(jax->runtime, jax->logp_grad.program);
     pjrt_program_free(jax->runtime, jax->constrain.program);
+    pjrt_program_free(jax->runtime, jax->trajectory_shared.program);
+    pjrt_program_free(jax->runtime, jax->trajectory_chain.program);
     pjrt_close(jax->runtime);
   }
   for (int d = 0; d < jax->n_data; ++d) {
@@ -457,6 +532,10 @@ static void jax_destroy(void *self) {
   jax_device_free(jax->scratch_lp);
   jax_device_free(jax->scratch_grad);
   jax_device_free(jax->scratch_out);
+  jax_device_free(jax->scratch_p);
+  jax_device_free(jax->scratch_eps);
+  jax_device_free(jax->scratch_inv);
+  jax_device_free(jax->steps_device);
   for (int v = 0; jax->vars && v < jax->n_vars; ++v) free((char *)jax->vars[v].name);
   free(jax->vars);
   pthread_mutex_destroy(&jax->lock);
@@ -506,6 +585,24 @@ static int make_scratch(jax_target_t *jax) {
   DS_TRY(jax_device_alloc((void **)&jax->scratch_out,
                           (size_t)(jax->constrain.block * (jax->constrained_dim ? jax->constrained_dim : 1)) *
                               sizeof(float)));
+  int64_t trajectory = jax->trajectory_shared.block > jax->trajectory_chain.block ? jax->trajectory_shared.block
+                                                                                  : jax->trajectory_chain.block;
+  if (trajectory > 0) {
+    /* q, grad and logp of a padded block reuse the scratch above, grown to the trajectory's block. */
+    if (trajectory > block) {
+      jax_device_free(jax->scratch_x);
+      jax_device_free(jax->scratch_lp);
+      jax_device_free(jax->scratch_grad);
+      jax->scratch_x = jax->scratch_lp = jax->scratch_grad = NULL;
+      DS_TRY(jax_device_alloc((void **)&jax->scratch_x, (size_t)(trajectory * jax->dim) * sizeof(float)));
+      DS_TRY(jax_device_alloc((void **)&jax->scratch_lp, (size_t)trajectory * sizeof(float)));
+      DS_TRY(jax_device_alloc((void **)&jax->scratch_grad, (size_t)(trajectory * jax->dim) * sizeof(float)));
+    }
+    DS_TRY(jax_device_alloc((void **)&jax->scratch_p, (size_t)(trajectory * jax->dim) * sizeof(float)));
+    DS_TRY(jax_device_alloc((void **)&jax->scratch_eps, (size_t)trajectory * sizeof(float)));
+    DS_TRY(jax_device_alloc((void **)&jax->scratch_inv, (size_t)(trajectory * jax->dim) * sizeof(float)));
+    DS_TRY(jax_device_alloc((void **)&jax->steps_device, sizeof(int32_t)));
+  }
   return DS_OK;
 }
 
@@ -525,8 +622,12 @@ static int open_bundle(jax_target_t *jax, const char *folder, const char *args, 
     status = ds_fail(DS_ERR_INPUT, "%s: the plugin %s runs on '%s', and this run's arrays are on the CPU (give a CPU "
                      "plugin: %s, or --backend cuda)", jax->what, plugin, pjrt_platform(jax->runtime),
                      JAX_PLUGIN_HINT_CPU);
-  if (status == DS_OK) status = read_program(jax, folder, manifest, "logp_grad", &jax->logp_grad);
-  if (status == DS_OK && jax->n_vars > 0) status = read_program(jax, folder, manifest, "constrain", &jax->constrain);
+  if (status == DS_OK) status = read_program(jax, folder, manifest, "logp_grad", &jax->logp_grad, 0);
+  if (status == DS_OK && jax->n_vars > 0) status = read_program(jax, folder, manifest, "constrain", &jax->constrain, 0);
+  if (status == DS_OK && jax->on_gpu && !getenv("DSAMPLER_JAX_NO_TRAJECTORY")) {
+    status = read_program(jax, folder, manifest, "trajectory_shared", &jax->trajectory_shared, 1);
+    if (status == DS_OK) status = read_program(jax, folder, manifest, "trajectory_chain", &jax->trajectory_chain, 1);
+  }
   if (status == DS_OK) status = make_data_buffers(jax);
   if (status == DS_OK) status = make_scratch(jax);
   json_object_put(manifest);
@@ -583,6 +684,8 @@ int jax_target_create(const char *bundle, const char *args, const char *data_pat
   out->self = jax;
   out->logp_grad = jax_logp_grad;
   out->logp_grad_cuda = jax->on_gpu ? jax_logp_grad_cuda : NULL;
+  /* Both metrics' programs, or neither: the backend picks by the metric of the moment. */
+  out->leapfrog_cuda = jax->trajectory_shared.program && jax->trajectory_chain.program ? jax_leapfrog_cuda : NULL;
   out->destroy = jax_destroy;
   out->n_vars = jax->n_vars;
   out->vars = jax->vars;
