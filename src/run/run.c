@@ -114,7 +114,13 @@ static int fingerprint_file(const char *what, const char *path, char *out, size_
  * otherwise pass). */
 static int fingerprint_bundle(const char *bundle, char *out, size_t size) {
   char path[CONFIG_PATH_MAX + 320];
+  struct stat folder_st;
+  if (stat(bundle, &folder_st) != 0 || !S_ISDIR(folder_st.st_mode))
+    return ds_fail(DS_ERR_INPUT, "--target jax:%s: no such bundle folder (make one with dsampler-export)", bundle);
   snprintf(path, sizeof path, "%s/manifest.json", bundle);
+  if (stat(path, &folder_st) != 0)
+    return ds_fail(DS_ERR_INPUT, "--target jax:%s: the folder has no manifest.json (not a bundle: make one with "
+                   "dsampler-export)", bundle);
   DS_TRY(fingerprint_file("--target", path, out, size));
   static const char *const folders[] = {"", "/data"};
   for (int f = 0; f < 2; ++f) {

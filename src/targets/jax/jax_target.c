@@ -8,6 +8,7 @@
 
 #include <errno.h>
 #include <json-c/json.h>
+#include <openssl/sha.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,6 +45,16 @@ typedef struct {
   int64_t block;
 } jax_program_t;
 
+/* A trajectory program of `steps` leapfrog steps: its code until it is first run. */
+#define JAX_TRAJECTORY_MAX 8
+typedef struct {
+  int steps;
+  jax_program_t program;
+  void *code;
+  size_t size;
+  char label[96];
+} jax_trajectory_t;
+
 typedef struct {
   char what[JAX_PATH_MAX + 32]; /* "--target jax:PATH", as messages name the input */
   char name[256];               /* the target's name: jax:<bundle folder's name> */
@@ -51,8 +62,10 @@ typedef struct {
   int on_gpu;
   int64_t dim, constrained_dim;
   jax_program_t logp_grad, constrain;
-  /* HMC's whole trajectory (GPU only, optional): the metric shared by all chains, or per chain. */
-  jax_program_t trajectory_shared, trajectory_chain;
+  /* HMC's trajectory (GPU only, optional), [0] for the metric shared by all chains, [1] for one
+   * per chain: programs of 1, 2, 4, ... steps, compiled when first used. */
+  jax_trajectory_t trajectory[2][JAX_TRAJECTORY_MAX];
+  int n_trajectory[2];
   int n_data;
   jax_data_t data[JAX_MAX_DATA];
   int n_vars;
@@ -61,7 +74,7 @@ typedef struct {
   pthread_mutex_t lock;
   float *scratch_x, *scratch_lp, *scratch_grad, *scratch_out;
   float *scratch_p, *scratch_eps, *scratch_inv; /* a trajectory's padded block */
-  int32_t *steps_device;                        /* the trajectory's step count */
+  int32_t *first_device;                        /* int32 1 and 0: does a call begin the trajectory */
 } jax_target_t;
 
 static void *aligned_zeroed(size_t bytes) {
@@ -169,6 +182,9 @@ static int read_vars(jax_target_t *jax, json_object *manifest) {
   return DS_OK;
 }
 
+static int read_checked_file(const jax_target_t *jax, const char *folder, json_object *entry, const char *what,
+                             void **bytes, size_t *size);
+
 /* The data inputs: each file's size must be its shape's, in float32 or int32. */
 static int read_data(jax_target_t *jax, const char *folder, json_object *manifest) {
   json_object *data = member(manifest, "data");
@@ -197,7 +213,9 @@ static int read_data(jax_target_t *jax, const char *folder, json_object *manifes
     size_t expected = 4;
     for (int axis = 0; axis < input->rank; ++axis) expected *= (size_t)input->dims[axis];
     size_t size;
-    DS_TRY(read_bundle_file(jax, folder, file, &input->host, &size));
+    char what[160];
+    snprintf(what, sizeof what, "data input %.120s", name);
+    DS_TRY(read_checked_file(jax, folder, entry, what, &input->host, &size));
     if (size != expected)
       return ds_fail(DS_ERR_INPUT, "%s: data input %s: %s holds %zu bytes, but its shape and dtype make %zu "
                      "(a truncated or replaced file? export the bundle again)", jax->what, name, file, size, expected);
@@ -206,32 +224,119 @@ static int read_data(jax_target_t *jax, const char *folder, json_object *manifes
   return DS_OK;
 }
 
-/* Compiles programs.NAME.<platform> of the manifest. */
-static int read_program(jax_target_t *jax, const char *folder, json_object *manifest, const char *name,
-                        jax_program_t *out, int optional) {
+/* The hex SHA-256 of `size` bytes into hex [65]. */
+static void sha256_hex(const void *bytes, size_t size, char *hex) {
+  unsigned char digest[SHA256_DIGEST_LENGTH];
+  SHA256(bytes, size, digest);
+  for (int i = 0; i < SHA256_DIGEST_LENGTH; ++i) snprintf(hex + 2 * i, 3, "%02x", digest[i]);
+}
+
+/* A file the manifest describes ({"file", "sha256"}), read whole and checked against its
+ * recorded SHA-256: a truncated, damaged or swapped file is refused before anything runs. */
+static int read_checked_file(const jax_target_t *jax, const char *folder, json_object *entry, const char *what,
+                             void **bytes, size_t *size) {
+  const char *file = manifest_string(entry, "file"), *sha256 = manifest_string(entry, "sha256");
+  if (!file) return ds_fail(DS_ERR_INPUT, "%s: manifest.json: %s has no file", jax->what, what);
+  DS_TRY(read_bundle_file(jax, folder, file, bytes, size));
+  if (!sha256) return DS_OK;
+  char hex[2 * SHA256_DIGEST_LENGTH + 1];
+  sha256_hex(*bytes, *size, hex);
+  if (strcmp(hex, sha256) == 0) return DS_OK;
+  free(*bytes);
+  *bytes = NULL;
+  return ds_fail(DS_ERR_INPUT, "%s: %s (%s) is not the file the bundle was exported with (its SHA-256 differs: "
+                 "truncated, damaged or replaced; export the bundle again)", jax->what, file, what);
+}
+
+/* The program's inputs as the exporter recorded them ("inputs": [{"dtype", "shape"}, ...]) must
+ * end with the data inputs as the bundle holds them, and begin with rows [block, dim] float32:
+ * a manifest edited after the export (a data input's dtype or shape) is refused here, since a
+ * plugin may check only a buffer's size. */
+static int check_program_inputs(const jax_target_t *jax, json_object *entry, const char *name, int64_t block) {
+  json_object *inputs = member(entry, "inputs");
+  if (!inputs || !json_object_is_type(inputs, json_type_array) ||
+      json_object_array_length(inputs) < (size_t)jax->n_data + 1)
+    return ds_fail(DS_ERR_INPUT, "%s: manifest.json: the %s program's inputs are missing or too few (export the "
+                   "bundle again)", jax->what, name);
+  const size_t first_data = json_object_array_length(inputs) - (size_t)jax->n_data;
+  for (size_t i = 0; i < json_object_array_length(inputs); ++i) {
+    json_object *input = json_object_array_get_idx(inputs, i);
+    const char *dtype = manifest_string(input, "dtype");
+    int rank = 0;
+    int64_t dims[DSAMPLER_TARGET_MAX_RANK];
+    char of[160];
+    snprintf(of, sizeof of, "the %s program's input %zu", name, i);
+    DS_TRY(manifest_shape(jax, member(input, "shape"), of, &rank, dims));
+    if (i == 0 && (!dtype || strcmp(dtype, "float32") != 0 || rank != 2 || dims[0] != block || dims[1] != jax->dim))
+      return ds_fail(DS_ERR_INPUT, "%s: the %s program takes rows other than float32 [%lld, %lld] (its block and the "
+                     "bundle's dim disagree; export the bundle again)", jax->what, name, (long long)block,
+                     (long long)jax->dim);
+    if (i < first_data) continue;
+    const jax_data_t *data = &jax->data[i - first_data];
+    const char *want = data->type == PJRT_ELEMENT_F32 ? "float32" : "int32";
+    int same = dtype && strcmp(dtype, want) == 0 && rank == data->rank;
+    for (int axis = 0; same && axis < rank; ++axis) same = dims[axis] == data->dims[axis];
+    if (!same)
+      return ds_fail(DS_ERR_INPUT, "%s: data input %s is %s of rank %d in the manifest, but the %s program takes %s "
+                     "(the manifest was edited after the export? export the bundle again)", jax->what, data->name,
+                     want, data->rank, name, dtype ? dtype : "another shape");
+  }
+  return DS_OK;
+}
+
+/* programs.NAME.<platform> of the manifest: its code and block. DS_OK with *code NULL when an
+ * optional program is absent. */
+static int read_program_code(jax_target_t *jax, const char *folder, json_object *manifest, const char *name,
+                             int optional, void **code, size_t *size, int64_t *block) {
+  *code = NULL;
   const char *platform = jax->on_gpu ? "cuda" : "cpu";
   json_object *entry = member(member(member(manifest, "programs"), name), platform);
-  const char *file = manifest_string(entry, "file");
-  if (!file && optional) return DS_OK;
-  if (!file)
+  if (!entry && optional) return DS_OK;
+  if (!entry)
     return ds_fail(DS_ERR_INPUT, "%s: the bundle has no %s program for the %s (export it with --platforms cpu,cuda)",
                    jax->what, name, jax->on_gpu ? "GPU" : "CPU");
-  DS_TRY(manifest_int(jax, entry, "block", &out->block));
-  if (out->block < 1 || out->block > ((int64_t)1 << 30))
-    return ds_fail(DS_ERR_INPUT, "%s: the %s program's block is %lld", jax->what, name, (long long)out->block);
+  DS_TRY(manifest_int(jax, entry, "block", block));
+  if (*block < 1 || *block > ((int64_t)1 << 30))
+    return ds_fail(DS_ERR_INPUT, "%s: the %s program's block is %lld", jax->what, name, (long long)*block);
+  DS_TRY(check_program_inputs(jax, entry, name, *block));
+  char what[96];
+  snprintf(what, sizeof what, "the %s program", name);
+  return read_checked_file(jax, folder, entry, what, code, size);
+}
+
+/* Reads and compiles programs.NAME.<platform>. */
+static int read_program(jax_target_t *jax, const char *folder, json_object *manifest, const char *name,
+                        jax_program_t *out) {
   void *code;
   size_t size;
-  DS_TRY(read_bundle_file(jax, folder, file, &code, &size));
-  int64_t bytes = 0;
-  int status = DS_OK;
-  if (member(entry, "bytes") && manifest_int(jax, entry, "bytes", &bytes) == DS_OK && (size_t)bytes != size)
-    status = ds_fail(DS_ERR_INPUT, "%s: %s holds %zu bytes, the manifest says %lld (a truncated or replaced file? "
-                     "export the bundle again)", jax->what, file, size, (long long)bytes);
-  char label[96];
-  snprintf(label, sizeof label, "%s (%s)", name, file);
-  if (status == DS_OK) status = pjrt_compile(jax->runtime, code, size, label, &out->program);
+  DS_TRY(read_program_code(jax, folder, manifest, name, 0, &code, &size, &out->block));
+  const int status = pjrt_compile(jax->runtime, code, size, name, &out->program);
   free(code);
   return status;
+}
+
+/* The trajectory programs trajectory_<metric>_<steps> the bundle has (steps 1, 2, 4, ...), read
+ * now and compiled when first used; all of one block. */
+static int read_trajectories(jax_target_t *jax, const char *folder, json_object *manifest) {
+  static const char *const metrics[2] = {"trajectory_shared", "trajectory_chain"};
+  for (int m = 0; m < 2; ++m)
+    for (int steps = 1; steps <= 1 << 12 && jax->n_trajectory[m] < JAX_TRAJECTORY_MAX; steps *= 2) {
+      jax_trajectory_t *program = &jax->trajectory[m][jax->n_trajectory[m]];
+      char name[64];
+      snprintf(name, sizeof name, "%s_%d", metrics[m], steps);
+      DS_TRY(read_program_code(jax, folder, manifest, name, 1, &program->code, &program->size,
+                               &program->program.block));
+      if (!program->code) continue;
+      if (program->program.block != jax->trajectory[0][0].program.block)
+        return ds_fail(DS_ERR_INPUT, "%s: the trajectory programs have different blocks", jax->what);
+      program->steps = steps;
+      snprintf(program->label, sizeof program->label, "%s", name);
+      jax->n_trajectory[m]++;
+    }
+  /* Both metrics from one step up, or none: the backend asks for either at any time. */
+  if (jax->n_trajectory[0] != jax->n_trajectory[1] || (jax->n_trajectory[0] && jax->trajectory[0][0].steps != 1))
+    jax->n_trajectory[0] = jax->n_trajectory[1] = 0;
+  return DS_OK;
 }
 
 /* ---- finding the plugin ---- */
@@ -418,7 +523,7 @@ static int jax_logp_grad_cuda(void *self, const float *x, int64_t n, float *logp
  * [dim] when the metric is shared). The outputs land in q, p, grad and lp (donated; copied
  * there when XLA put them elsewhere). */
 static int trajectory_block(jax_target_t *jax, const jax_program_t *program, float *q, float *p, float *grad,
-                            float *lp, float *eps, float *inv, int shared) {
+                            float *lp, float *eps, float *inv, int shared, int first) {
   const int64_t block = program->block, dim = jax->dim;
   const int64_t rows_dims[2] = {block, dim}, inv_dims[2] = {block, dim}, shared_dims[1] = {dim};
   float *outs[4] = {q, p, grad, lp};
@@ -431,7 +536,8 @@ static int trajectory_block(jax_target_t *jax, const jax_program_t *program, flo
   if (status == DS_OK)
     status = pjrt_view(jax->runtime, inv, shared ? shared_dims : inv_dims, shared ? 1 : 2, PJRT_ELEMENT_F32,
                        &args[n_args++]);
-  if (status == DS_OK) status = pjrt_view(jax->runtime, jax->steps_device, NULL, 0, PJRT_ELEMENT_S32, &args[n_args++]);
+  if (status == DS_OK)
+    status = pjrt_view(jax->runtime, jax->first_device + (first ? 0 : 1), NULL, 0, PJRT_ELEMENT_S32, &args[n_args++]);
   const int own = n_args;
   for (int d = 0; d < jax->n_data; ++d) args[n_args++] = jax->data[d].buffer;
   if (status == DS_OK) status = pjrt_execute(jax->runtime, program->program, args, (size_t)n_args, results, 4);
@@ -446,37 +552,60 @@ static int trajectory_block(jax_target_t *jax, const jax_program_t *program, flo
   return status;
 }
 
+/* The programs that make a trajectory of n_steps: the largest first (10 = 8 + 2), each
+ * compiled when first needed. Fills order [JAX_TRAJECTORY_MAX * 64]; returns its length or -1. */
+static int trajectory_plan(jax_target_t *jax, int metric, int n_steps, jax_trajectory_t **order, int capacity) {
+  int count = 0;
+  for (int k = jax->n_trajectory[metric] - 1; k >= 0 && n_steps > 0; --k) {
+    jax_trajectory_t *program = &jax->trajectory[metric][k];
+    while (n_steps >= program->steps) {
+      if (count == capacity) return -1;
+      if (!program->program.program &&
+          pjrt_compile(jax->runtime, program->code, program->size, program->label, &program->program.program) != DS_OK)
+        return -1;
+      order[count++] = program;
+      n_steps -= program->steps;
+    }
+  }
+  return count;
+}
+
 /* dsampler_target's leapfrog_cuda: whole blocks in place, the last through the scratch. */
 static int jax_leapfrog_cuda(void *self, float *q, float *p, float *grad, float *logp, const float *step_size,
                              const float *inv_metric, int shared_metric, int n_steps, int64_t n, void *stream) {
   jax_target_t *jax = self;
-  const jax_program_t *program = shared_metric ? &jax->trajectory_shared : &jax->trajectory_chain;
-  const int64_t block = program->block, dim = jax->dim;
-  const int32_t steps = n_steps;
+  const int metric = shared_metric ? 0 : 1;
+  const int64_t block = jax->trajectory[metric][0].program.block, dim = jax->dim;
+  jax_trajectory_t *order[JAX_TRAJECTORY_MAX * 64];
   pthread_mutex_lock(&jax->lock);
-  int status = jax_device_sync(stream);
-  if (status == DS_OK) status = jax_device_upload(jax->steps_device, &steps, sizeof steps);
+  const int calls = trajectory_plan(jax, metric, n_steps, order, JAX_TRAJECTORY_MAX * 64);
+  int status = calls < 0 ? ds_fail(DS_ERR_TARGET, "%s: no trajectory programs for %d steps", jax->what, n_steps)
+                         : jax_device_sync(stream);
   for (int64_t first = 0; status == DS_OK && first < n; first += block) {
     const int64_t rows = n - first < block ? n - first : block;
     float *q_rows = q + first * dim, *p_rows = p + first * dim, *grad_rows = grad + first * dim;
     float *lp_rows = logp + first, *eps_rows = (float *)step_size + first;
     float *inv_rows = (float *)inv_metric + (shared_metric ? 0 : first * dim);
-    if (rows == block) {
-      status = trajectory_block(jax, program, q_rows, p_rows, grad_rows, lp_rows, eps_rows, inv_rows, shared_metric);
-      continue;
+    float *state[4] = {q_rows, p_rows, grad_rows, lp_rows}, *eps = eps_rows, *inv = inv_rows;
+    if (rows < block) {
+      state[0] = jax->scratch_x, state[1] = jax->scratch_p, state[2] = jax->scratch_grad, state[3] = jax->scratch_lp;
+      eps = jax->scratch_eps;
+      inv = shared_metric ? inv_rows : jax->scratch_inv;
+      status = copy_rows(jax, state[0], q_rows, rows, dim);
+      if (status == DS_OK) status = copy_rows(jax, state[1], p_rows, rows, dim);
+      if (status == DS_OK) status = copy_rows(jax, state[2], grad_rows, rows, dim);
+      if (status == DS_OK) status = copy_rows(jax, eps, eps_rows, rows, 1);
+      if (status == DS_OK && !shared_metric) status = copy_rows(jax, inv, inv_rows, rows, dim);
     }
-    status = copy_rows(jax, jax->scratch_x, q_rows, rows, dim);
-    if (status == DS_OK) status = copy_rows(jax, jax->scratch_p, p_rows, rows, dim);
-    if (status == DS_OK) status = copy_rows(jax, jax->scratch_grad, grad_rows, rows, dim);
-    if (status == DS_OK) status = copy_rows(jax, jax->scratch_eps, eps_rows, rows, 1);
-    if (status == DS_OK && !shared_metric) status = copy_rows(jax, jax->scratch_inv, inv_rows, rows, dim);
-    if (status == DS_OK)
-      status = trajectory_block(jax, program, jax->scratch_x, jax->scratch_p, jax->scratch_grad, jax->scratch_lp,
-                                jax->scratch_eps, shared_metric ? inv_rows : jax->scratch_inv, shared_metric);
-    if (status == DS_OK) status = copy_rows(jax, q_rows, jax->scratch_x, rows, dim);
-    if (status == DS_OK) status = copy_rows(jax, p_rows, jax->scratch_p, rows, dim);
-    if (status == DS_OK) status = copy_rows(jax, grad_rows, jax->scratch_grad, rows, dim);
-    if (status == DS_OK) status = copy_rows(jax, lp_rows, jax->scratch_lp, rows, 1);
+    for (int c = 0; c < calls && status == DS_OK; ++c)
+      status = trajectory_block(jax, &order[c]->program, state[0], state[1], state[2], state[3], eps, inv,
+                                shared_metric, c == 0);
+    if (rows < block) {
+      if (status == DS_OK) status = copy_rows(jax, q_rows, state[0], rows, dim);
+      if (status == DS_OK) status = copy_rows(jax, p_rows, state[1], rows, dim);
+      if (status == DS_OK) status = copy_rows(jax, grad_rows, state[2], rows, dim);
+      if (status == DS_OK) status = copy_rows(jax, lp_rows, state[3], rows, 1);
+    }
   }
   pthread_mutex_unlock(&jax->lock);
   return status == DS_OK ? 0 : 1;
@@ -520,8 +649,8 @@ static void jax_destroy(void *self) {
     for (int d = 0; d < jax->n_data; ++d) pjrt_buffer_free(jax->runtime, jax->data[d].buffer);
     pjrt_program_free(jax->runtime, jax->logp_grad.program);
     pjrt_program_free(jax->runtime, jax->constrain.program);
-    pjrt_program_free(jax->runtime, jax->trajectory_shared.program);
-    pjrt_program_free(jax->runtime, jax->trajectory_chain.program);
+    for (int m = 0; m < 2; ++m)
+      for (int k = 0; k < jax->n_trajectory[m]; ++k) pjrt_program_free(jax->runtime, jax->trajectory[m][k].program.program);
     pjrt_close(jax->runtime);
   }
   for (int d = 0; d < jax->n_data; ++d) {
@@ -535,7 +664,9 @@ static void jax_destroy(void *self) {
   jax_device_free(jax->scratch_p);
   jax_device_free(jax->scratch_eps);
   jax_device_free(jax->scratch_inv);
-  jax_device_free(jax->steps_device);
+  jax_device_free(jax->first_device);
+  for (int m = 0; m < 2; ++m)
+    for (int k = 0; k < JAX_TRAJECTORY_MAX; ++k) free(jax->trajectory[m][k].code);
   for (int v = 0; jax->vars && v < jax->n_vars; ++v) free((char *)jax->vars[v].name);
   free(jax->vars);
   pthread_mutex_destroy(&jax->lock);
@@ -552,8 +683,8 @@ static int read_manifest(jax_target_t *jax, const char *folder, json_object **ou
     return ds_fail(DS_ERR_INPUT, "%s: no such bundle folder (make one with dsampler-export)", jax->what);
   json_object *manifest = json_object_from_file(path);
   if (!manifest)
-    return ds_fail(DS_ERR_INPUT, "%s: cannot read %s: %s", jax->what, path, json_util_get_last_err()
-                   ? json_util_get_last_err() : "not JSON");
+    return ds_fail(DS_ERR_INPUT, "%s: %s is not valid JSON (truncated or damaged? export the bundle again)",
+                   jax->what, path);
   *out = manifest;
   const char *format = manifest_string(manifest, "format");
   if (!format || strcmp(format, JAX_BUNDLE_FORMAT) != 0)
@@ -585,8 +716,7 @@ static int make_scratch(jax_target_t *jax) {
   DS_TRY(jax_device_alloc((void **)&jax->scratch_out,
                           (size_t)(jax->constrain.block * (jax->constrained_dim ? jax->constrained_dim : 1)) *
                               sizeof(float)));
-  int64_t trajectory = jax->trajectory_shared.block > jax->trajectory_chain.block ? jax->trajectory_shared.block
-                                                                                  : jax->trajectory_chain.block;
+  const int64_t trajectory = jax->n_trajectory[0] ? jax->trajectory[0][0].program.block : 0;
   if (trajectory > 0) {
     /* q, grad and logp of a padded block reuse the scratch above, grown to the trajectory's block. */
     if (trajectory > block) {
@@ -601,7 +731,9 @@ static int make_scratch(jax_target_t *jax) {
     DS_TRY(jax_device_alloc((void **)&jax->scratch_p, (size_t)(trajectory * jax->dim) * sizeof(float)));
     DS_TRY(jax_device_alloc((void **)&jax->scratch_eps, (size_t)trajectory * sizeof(float)));
     DS_TRY(jax_device_alloc((void **)&jax->scratch_inv, (size_t)(trajectory * jax->dim) * sizeof(float)));
-    DS_TRY(jax_device_alloc((void **)&jax->steps_device, sizeof(int32_t)));
+    DS_TRY(jax_device_alloc((void **)&jax->first_device, 2 * sizeof(int32_t)));
+    const int32_t first[2] = {1, 0};
+    DS_TRY(jax_device_upload(jax->first_device, first, sizeof first));
   }
   return DS_OK;
 }
@@ -622,12 +754,12 @@ static int open_bundle(jax_target_t *jax, const char *folder, const char *args, 
     status = ds_fail(DS_ERR_INPUT, "%s: the plugin %s runs on '%s', and this run's arrays are on the CPU (give a CPU "
                      "plugin: %s, or --backend cuda)", jax->what, plugin, pjrt_platform(jax->runtime),
                      JAX_PLUGIN_HINT_CPU);
-  if (status == DS_OK) status = read_program(jax, folder, manifest, "logp_grad", &jax->logp_grad, 0);
-  if (status == DS_OK && jax->n_vars > 0) status = read_program(jax, folder, manifest, "constrain", &jax->constrain, 0);
-  if (status == DS_OK && jax->on_gpu && !getenv("DSAMPLER_JAX_NO_TRAJECTORY")) {
-    status = read_program(jax, folder, manifest, "trajectory_shared", &jax->trajectory_shared, 1);
-    if (status == DS_OK) status = read_program(jax, folder, manifest, "trajectory_chain", &jax->trajectory_chain, 1);
-  }
+  if (status == DS_OK) status = read_program(jax, folder, manifest, "logp_grad", &jax->logp_grad);
+  if (status == DS_OK && jax->n_vars > 0) status = read_program(jax, folder, manifest, "constrain", &jax->constrain);
+  /* DSAMPLER_JAX_NO_TRAJECTORY=1: a gradient call per leapfrog step (for measurements). */
+  const char *no_trajectory = getenv("DSAMPLER_JAX_NO_TRAJECTORY");
+  if (status == DS_OK && jax->on_gpu && !(no_trajectory && no_trajectory[0] == '1'))
+    status = read_trajectories(jax, folder, manifest);
   if (status == DS_OK) status = make_data_buffers(jax);
   if (status == DS_OK) status = make_scratch(jax);
   json_object_put(manifest);
@@ -685,7 +817,7 @@ int jax_target_create(const char *bundle, const char *args, const char *data_pat
   out->logp_grad = jax_logp_grad;
   out->logp_grad_cuda = jax->on_gpu ? jax_logp_grad_cuda : NULL;
   /* Both metrics' programs, or neither: the backend picks by the metric of the moment. */
-  out->leapfrog_cuda = jax->trajectory_shared.program && jax->trajectory_chain.program ? jax_leapfrog_cuda : NULL;
+  out->leapfrog_cuda = jax->n_trajectory[0] > 0 ? jax_leapfrog_cuda : NULL;
   out->destroy = jax_destroy;
   out->n_vars = jax->n_vars;
   out->vars = jax->vars;
