@@ -8,9 +8,10 @@ another runs. Prints one JSON line per measurement.
   bench_jax.py dsampler-run BIN BUNDLE CHAINS     defaults (warmup 1000 + 1000 draws): wall s
   bench_jax.py blackjax-iter CASE CHAINS          fixed L = 10, step 0.1: ms per iteration (the
                                                   walls of 20- and 220-iteration scans, compiled)
-  bench_jax.py blackjax-run CASE CHAINS           ChEES warmup 1000 + dynamic HMC 1000 draws at
-                                                  the most chains (CHAINS, halved on running out of
-                                                  memory) that fit: wall s, compile included
+  bench_jax.py blackjax-run CASE CHAINS           ChEES warmup 1000 + dynamic HMC 1000 draws:
+                                                  wall s, compile included (exit 3: out of memory)
+  bench_jax.py blackjax-run-max CASE CHAINS       the same at the most chains that fit (CHAINS,
+                                                  halved after each run out of memory)
   bench_jax.py numpyro-iter CASE CHAINS           NumPyro HMC, vectorized chains, L = 10
 """
 import json
@@ -112,35 +113,49 @@ def blackjax_iter(case, chains):
 
 
 def blackjax_run(case, chains):
+    """One attempt at CHAINS chains; exit 3 when it runs out of the GPU's memory."""
     jax, jnp, logdensity, dim = _flat(case)
     import blackjax
     import optax
     chains = int(chains)
-    while chains >= 1024:
-        try:
-            start = time.perf_counter()
-            with jax.default_matmul_precision("highest"):
-                key = jax.random.PRNGKey(0)
-                x0 = jax.random.uniform(key, (chains, dim), minval=-2, maxval=2)
-                warm = blackjax.chees_adaptation(logdensity, num_chains=chains)
-                (last, params), _ = warm.run(key, x0, step_size=0.1, optim=optax.adam(0.025), num_steps=1000)
-                kernel = blackjax.dynamic_hmc(logdensity, **params)
+    try:
+        start = time.perf_counter()
+        with jax.default_matmul_precision("highest"):
+            key = jax.random.PRNGKey(0)
+            x0 = jax.random.uniform(key, (chains, dim), minval=-2, maxval=2)
+            warm = blackjax.chees_adaptation(logdensity, num_chains=chains)
+            (last, params), _ = warm.run(key, x0, step_size=0.1, optim=optax.adam(0.025), num_steps=1000)
+            kernel = blackjax.dynamic_hmc(logdensity, **params)
 
-                def draws(states, key):
-                    def one(st, k):
-                        st, info = jax.vmap(kernel.step)(jax.random.split(k, chains), st)
-                        return st, info.acceptance_rate.mean()
-                    return jax.lax.scan(one, states, jax.random.split(key, 1000))
-                states, accept = jax.jit(draws)(last, key)
-                jax.block_until_ready(states)
-            emit(what="blackjax-run", case=case, chains=chains, wall_s=round(time.perf_counter() - start, 2),
-                 accept=float(accept.mean()), step=float(params["step_size"]))
+            def draws(states, key):
+                def one(st, k):
+                    st, info = jax.vmap(kernel.step)(jax.random.split(k, chains), st)
+                    return st, info.acceptance_rate.mean()
+                return jax.lax.scan(one, states, jax.random.split(key, 1000))
+            states, accept = jax.jit(draws)(last, key)
+            jax.block_until_ready(states)
+        emit(what="blackjax-run", case=case, chains=chains, wall_s=round(time.perf_counter() - start, 2),
+             accept=float(accept.mean()), step=float(params["step_size"]))
+    except Exception as err:  # XLA's RESOURCE_EXHAUSTED
+        if "RESOURCE_EXHAUSTED" not in str(err) and "out of memory" not in str(err).lower():
+            raise
+        emit(what="blackjax-run", case=case, chains=chains, failed="out of memory")
+        sys.exit(3)
+
+
+def blackjax_run_max(case, chains):
+    """blackjax-run at CHAINS, halved after each attempt that runs out of memory, each attempt
+    in a fresh process (a process that ran out keeps its allocator's state)."""
+    chains = int(chains)
+    while chains >= 1024:
+        proc = subprocess.run([sys.executable, __file__, "blackjax-run", case, str(chains)], capture_output=True,
+                              text=True)
+        for line in proc.stdout.splitlines():
+            if line.startswith("{"):
+                print(line, flush=True)
+        if proc.returncode != 3:
             return
-        except Exception as err:  # XLA's RESOURCE_EXHAUSTED: try half the chains
-            if "RESOURCE_EXHAUSTED" not in str(err) and "out of memory" not in str(err).lower():
-                raise
-            emit(what="blackjax-run", case=case, chains=chains, failed="out of memory")
-            chains //= 2
+        chains //= 2
 
 
 def numpyro_iter(case, chains):
@@ -166,4 +181,4 @@ def numpyro_iter(case, chains):
 if __name__ == "__main__":
     verb, args = sys.argv[1], sys.argv[2:]
     {"export": export, "dsampler-iter": dsampler_iter, "dsampler-run": dsampler_run, "blackjax-iter": blackjax_iter,
-     "blackjax-run": blackjax_run, "numpyro-iter": numpyro_iter}[verb](*args)
+     "blackjax-run": blackjax_run, "blackjax-run-max": blackjax_run_max, "numpyro-iter": numpyro_iter}[verb](*args)

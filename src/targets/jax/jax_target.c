@@ -74,7 +74,7 @@ typedef struct {
   pthread_mutex_t lock;
   float *scratch_x, *scratch_lp, *scratch_grad, *scratch_out;
   float *scratch_p, *scratch_eps, *scratch_inv; /* a trajectory's padded block */
-  int32_t *first_device;                        /* int32 1 and 0: does a call begin the trajectory */
+  int32_t *first_device[2];                     /* int32 1 and 0: does a call begin the trajectory */
 } jax_target_t;
 
 static void *aligned_zeroed(size_t bytes) {
@@ -450,6 +450,14 @@ static int copy_rows(const jax_target_t *jax, void *dst, const void *src, int64_
   return DS_OK;
 }
 
+/* 1 when every pointer given may be viewed in place: XLA takes device buffers 16-byte aligned,
+ * and the CPU plugin's views need JAX_ALIGN. */
+static int aligned_rows(const jax_target_t *jax, const void *a, const void *b, const void *c, const void *d,
+                        const void *e) {
+  const uintptr_t any = (uintptr_t)a | (uintptr_t)b | (uintptr_t)c | (uintptr_t)d | (uintptr_t)e;
+  return any % (jax->on_gpu ? 16 : JAX_ALIGN) == 0;
+}
+
 /* logp_grad over rows x [n, dim] in the client's memory, outputs there too. Whole blocks run
  * in place (on the CPU only when aligned); the rest through scratch (x_pad, lp_pad, grad_pad:
  * one block each). */
@@ -460,7 +468,7 @@ static int logp_grad_rows(jax_target_t *jax, const float *x, int64_t n, float *l
   for (int64_t first = 0; first < n; first += block) {
     const int64_t rows = n - first < block ? n - first : block;
     float *x_rows = (float *)x + first * dim, *lp_rows = logp + first, *grad_rows = grad + first * dim;
-    const int aligned = jax->on_gpu || (((uintptr_t)x_rows | (uintptr_t)lp_rows | (uintptr_t)grad_rows) % JAX_ALIGN) == 0;
+    const int aligned = aligned_rows(jax, x_rows, lp_rows, grad_rows, NULL, NULL);
     if (rows == block && aligned) {
       float *outs[2] = {lp_rows, grad_rows};
       DS_TRY(run_block(jax, &jax->logp_grad, x_rows, rows, outs, widths, 2, 1));
@@ -537,7 +545,7 @@ static int trajectory_block(jax_target_t *jax, const jax_program_t *program, flo
     status = pjrt_view(jax->runtime, inv, shared ? shared_dims : inv_dims, shared ? 1 : 2, PJRT_ELEMENT_F32,
                        &args[n_args++]);
   if (status == DS_OK)
-    status = pjrt_view(jax->runtime, jax->first_device + (first ? 0 : 1), NULL, 0, PJRT_ELEMENT_S32, &args[n_args++]);
+    status = pjrt_view(jax->runtime, jax->first_device[first ? 0 : 1], NULL, 0, PJRT_ELEMENT_S32, &args[n_args++]);
   const int own = n_args;
   for (int d = 0; d < jax->n_data; ++d) args[n_args++] = jax->data[d].buffer;
   if (status == DS_OK) status = pjrt_execute(jax->runtime, program->program, args, (size_t)n_args, results, 4);
@@ -587,7 +595,9 @@ static int jax_leapfrog_cuda(void *self, float *q, float *p, float *grad, float 
     float *lp_rows = logp + first, *eps_rows = (float *)step_size + first;
     float *inv_rows = (float *)inv_metric + (shared_metric ? 0 : first * dim);
     float *state[4] = {q_rows, p_rows, grad_rows, lp_rows}, *eps = eps_rows, *inv = inv_rows;
-    if (rows < block) {
+    const int staged = rows < block || !aligned_rows(jax, q_rows, p_rows, grad_rows, lp_rows, eps_rows) ||
+                       !aligned_rows(jax, inv_rows, NULL, NULL, NULL, NULL);
+    if (staged) {
       state[0] = jax->scratch_x, state[1] = jax->scratch_p, state[2] = jax->scratch_grad, state[3] = jax->scratch_lp;
       eps = jax->scratch_eps;
       inv = shared_metric ? inv_rows : jax->scratch_inv;
@@ -600,7 +610,7 @@ static int jax_leapfrog_cuda(void *self, float *q, float *p, float *grad, float 
     for (int c = 0; c < calls && status == DS_OK; ++c)
       status = trajectory_block(jax, &order[c]->program, state[0], state[1], state[2], state[3], eps, inv,
                                 shared_metric, c == 0);
-    if (rows < block) {
+    if (staged) {
       if (status == DS_OK) status = copy_rows(jax, q_rows, state[0], rows, dim);
       if (status == DS_OK) status = copy_rows(jax, p_rows, state[1], rows, dim);
       if (status == DS_OK) status = copy_rows(jax, grad_rows, state[2], rows, dim);
@@ -664,7 +674,8 @@ static void jax_destroy(void *self) {
   jax_device_free(jax->scratch_p);
   jax_device_free(jax->scratch_eps);
   jax_device_free(jax->scratch_inv);
-  jax_device_free(jax->first_device);
+  jax_device_free(jax->first_device[0]);
+  jax_device_free(jax->first_device[1]);
   for (int m = 0; m < 2; ++m)
     for (int k = 0; k < JAX_TRAJECTORY_MAX; ++k) free(jax->trajectory[m][k].code);
   for (int v = 0; jax->vars && v < jax->n_vars; ++v) free((char *)jax->vars[v].name);
@@ -731,9 +742,12 @@ static int make_scratch(jax_target_t *jax) {
     DS_TRY(jax_device_alloc((void **)&jax->scratch_p, (size_t)(trajectory * jax->dim) * sizeof(float)));
     DS_TRY(jax_device_alloc((void **)&jax->scratch_eps, (size_t)trajectory * sizeof(float)));
     DS_TRY(jax_device_alloc((void **)&jax->scratch_inv, (size_t)(trajectory * jax->dim) * sizeof(float)));
-    DS_TRY(jax_device_alloc((void **)&jax->first_device, 2 * sizeof(int32_t)));
-    const int32_t first[2] = {1, 0};
-    DS_TRY(jax_device_upload(jax->first_device, first, sizeof first));
+    /* Apart, each at an allocation's alignment: XLA refuses a buffer that is not 16-byte aligned. */
+    for (int k = 0; k < 2; ++k) {
+      const int32_t first = k == 0;
+      DS_TRY(jax_device_alloc((void **)&jax->first_device[k], sizeof first));
+      DS_TRY(jax_device_upload(jax->first_device[k], &first, sizeof first));
+    }
   }
   return DS_OK;
 }
