@@ -1,7 +1,11 @@
 """posteriordb's reference posteriors (tests/posteriordb/NAME/: the Stan model, its data and a
 summary of the reference draws) sampled by `dsampler hmc` with default options.
 
-  test_posteriordb.py [--json FILE] [--count-gradients] NAME... | all
+  test_posteriordb.py [--json FILE] [--count-gradients] [--jax] NAME... | all
+
+--jax samples NAME/model.py instead, the same posterior written as a NumPyro model, exported by
+dsampler-export into a CPU bundle (`--target jax:`, the export's time standing for compile_s);
+`all` then means every posterior with a model.py.
 
 Each posterior runs on 2 ranks with the defaults only: `--chains 64 --backend cpu --seed S`
 (plus `--save-warmup`, which only writes the warmup's draws and statistics, `--quiet` and
@@ -110,21 +114,43 @@ def recorded_gradients(out):
     return grads, divergent, warmup_divergent, chains, draws
 
 
-def check_posterior(name, count_lib):
+def export_bundle(name):
+    """NAME/model.py (the posterior as a NumPyro model) exported with NAME/data.json into the work
+    folder as a CPU bundle (dsampler-export's API); its path."""
+    from dsampler_export.bundle import export_bundle as export
+    folder = os.path.join(PDB_DIR, name)
+    bundle = t.path(f"{name}.dsj")
+    export(f"{folder}/model.py:model", os.path.join(folder, "data.json"), bundle, kind="numpyro",
+           platforms=["cpu"])
+    return bundle
+
+
+def jax_posteriors():
+    return [n for n in all_posteriors() if os.path.isfile(os.path.join(PDB_DIR, n, "model.py"))]
+
+
+def check_posterior(name, count_lib, jax=False):
     folder = os.path.join(PDB_DIR, name)
     model, data = os.path.join(folder, "model.stan"), os.path.join(folder, "data.json")
     with open(os.path.join(folder, "reference.json")) as f:
         ref = json.load(f)["params"]
     start = time.time()
-    library = compile_model(model)
+    try:
+        library = export_bundle(name) if jax else compile_model(model)
+    except Exception as err:  # the exporter's refusal, or a model that does not build
+        t.check(False, f"{name}: {'export' if jax else 'compile'} failed: {(str(err) or repr(err)).splitlines()[0][:300]}")
+        return {"posterior": name, "passed": False, "why": f"export failed: {(str(err) or repr(err)).splitlines()[0][:200]}",
+                "wall_s": 0.0, "target": "jax" if jax else "stan"}
     compile_s = time.time() - start
-    out = t.path(f"{name}.h5")
+    out = t.path(f"{name}{'_jax' if jax else ''}.h5")
     if os.path.exists(out):
         os.remove(out)
     args = ["hmc", "--data", data, "--chains", CHAINS, "--backend", "cpu", "--seed", SEED,
             "--save-warmup", "--quiet", "--out", out]
     env, counts = None, None
-    if count_lib:
+    if jax:
+        args = ["hmc", "--target", f"jax:{library}", *args[3:]]
+    elif count_lib:
         counts = t.path(f"{name}_counts.txt")
         if os.path.exists(counts):
             os.remove(counts)
@@ -134,7 +160,7 @@ def check_posterior(name, count_lib):
         args = ["hmc", "--target", f"stan:{model}", *args[1:]]
     rc, stdout, stderr, wall = run_limited(args, env)
     result = {"posterior": name, "compile_s": round(compile_s, 1), "wall_s": round(wall, 1), "chains": CHAINS,
-              "ranks": RANKS, "seed": SEED}
+              "ranks": RANKS, "seed": SEED, "target": "jax" if jax else "stan"}
     if rc is None:
         result.update(passed=False, why=f"stopped after {RUN_LIMIT:.0f} s")
         t.check(False, f"{name}: the run ends within {RUN_LIMIT:.0f} s")
@@ -222,18 +248,33 @@ def main():
     if "--count-gradients" in argv:
         argv.remove("--count-gradients")
         count = True
-    names = all_posteriors() if argv in ([], ["all"]) else argv
+    jax = "--jax" in argv
+    if jax:
+        argv.remove("--jax")
+    known = jax_posteriors() if jax else all_posteriors()
+    names = known if argv in ([], ["all"]) else argv
     for name in names:
-        if not os.path.isfile(os.path.join(PDB_DIR, name, "reference.json")):
-            print(f"unknown posterior {name}; known: {' '.join(all_posteriors())}")
+        if name not in known:
+            print(f"unknown posterior {name}; known: {' '.join(known)}")
             sys.exit(2)
-    t.stan_toolchain_or_skip()
-    count_lib = counting_plugin() if count else None
+    if jax:
+        try:
+            import dsampler_export  # noqa: F401
+            import numpyro  # noqa: F401
+        except ImportError as err:
+            print(f"skipped: {err} (the JAX tests' environment, tests/jax/requirements.txt, has it)")
+            sys.exit(77)
+        # dsampler finds the CPU plugin in this interpreter's installation.
+        if not os.environ.get("DSAMPLER_PJRT_PLUGIN"):
+            os.environ.setdefault("DSAMPLER_PYTHON", sys.executable)
+    else:
+        t.stan_toolchain_or_skip()
+    count_lib = counting_plugin() if count and not jax else None
     if count and not count_lib:
-        print("note: no mpicc, so the gradients are the recorded n_steps only")
+        print("note: no mpicc or a JAX target, so the gradients are the recorded n_steps only")
     results = []
     for name in names:
-        results.append(check_posterior(name, count_lib))
+        results.append(check_posterior(name, count_lib, jax))
         if json_path:
             with open(json_path, "w") as f:
                 json.dump(results, f, indent=1)
