@@ -20,6 +20,7 @@ def build(model, static, inputs):
     import numpyro
     from jax.flatten_util import ravel_pytree
     from numpyro import handlers
+    from numpyro.infer.initialization import init_to_uniform
     from numpyro.infer.util import (constrain_fn, initialize_model, potential_energy,
                                     unconstrain_fn)
 
@@ -30,8 +31,11 @@ def build(model, static, inputs):
         return {**static, **dict(zip(names, arrays))}
 
     concrete = [jnp.asarray(a) for _, a in inputs]
-    with user_code("running the model", names):
-        tr = handlers.trace(handlers.seed(model, 0)).get_trace(**kwargs(concrete))
+    # The first trace takes each latent site's value from init_to_uniform rather than a draw:
+    # improper priors (ImproperUniform, Stan's flat priors) cannot be sampled.
+    with user_code("running the model", names), numpyro.validation_enabled(False):
+        tr = handlers.trace(handlers.substitute(handlers.seed(model, 0), substitute_fn=init_to_uniform)
+                            ).get_trace(**kwargs(concrete))
 
     for name, site in tr.items():
         if site["type"] in ("sample", "deterministic", "param"):

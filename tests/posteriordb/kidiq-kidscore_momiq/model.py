@@ -1,0 +1,15 @@
+# NumPyro version of kidscore_momiq.stan (posteriordb kidiq-kidscore_momiq) for dsampler's
+# --target jax: a linear regression, flat priors on beta and a half-Cauchy on sigma, the same
+# parameters, constraints, priors and likelihood as model.stan beside it.
+import jax.numpy as jnp
+import numpyro
+import numpyro.distributions as dist
+from numpyro.distributions import constraints
+
+
+def model(N, kid_score, mom_iq, **unused):
+    real = jnp.result_type(float)
+    kid_score, mom_iq = jnp.asarray(kid_score, dtype=real), jnp.asarray(mom_iq, dtype=real)
+    beta = numpyro.sample("beta", dist.ImproperUniform(constraints.real_vector, (), (2,)))
+    sigma = numpyro.sample("sigma", dist.HalfCauchy(2.5))  # real<lower=0> ~ cauchy(0, 2.5)
+    numpyro.sample("kid_score", dist.Normal(beta[0] + beta[1] * mom_iq, sigma), obs=kid_score)

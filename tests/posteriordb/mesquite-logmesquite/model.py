@@ -1,0 +1,18 @@
+# NumPyro version of logmesquite.stan (posteriordb mesquite-logmesquite) for dsampler's --target jax: a
+# linear regression on log predictors with flat priors, the same parameters, constraints and
+# likelihood as model.stan beside it.
+import jax.numpy as jnp
+import numpyro
+import numpyro.distributions as dist
+from numpyro.distributions import constraints
+
+
+def model(N, weight, diam1, diam2, canopy_height, total_height, density, group):
+    real = jnp.result_type(float)
+    weight, diam1, diam2, canopy_height, total_height, density, group = (
+        jnp.asarray(a, dtype=real) for a in (weight, diam1, diam2, canopy_height, total_height, density, group))
+    beta = numpyro.sample("beta", dist.ImproperUniform(constraints.real_vector, (), (7,)))
+    sigma = numpyro.sample("sigma", dist.ImproperUniform(constraints.positive, (), ()))
+    mu = (beta[0] + beta[1] * jnp.log(diam1) + beta[2] * jnp.log(diam2) + beta[3] * jnp.log(canopy_height)
+          + beta[4] * jnp.log(total_height) + beta[5] * jnp.log(density) + beta[6] * group)
+    numpyro.sample("log_weight", dist.Normal(mu, sigma), obs=jnp.log(weight))
