@@ -728,15 +728,102 @@ def part_errors():
     refused("no_bundle", [*hmc, *target(nowhere)], [nowhere])
 
 
+def gpu_usable():
+    """(ok, why): dsampler's CUDA backend runs here, and this Python has jax's CUDA plugin."""
+    if importlib.util.find_spec("jax_plugins") is None or not any(
+            importlib.util.find_spec(f"jax_plugins.{m}") for m in ("xla_cuda13", "xla_cuda12")):
+        return False, f"{sys.executable} has no jax CUDA plugin (jax[cuda13])"
+    rc, _, stderr = t.run(1, "svgd", "--dim", 2, "--particles", 4, "--iters", 1, "--backend", "cuda", "--out",
+                          t.path("gpu_probe.h5"), "--quiet", expect_ok=False, timeout=120)
+    return rc == 0, (stderr.strip().splitlines() or ["no GPU"])[-1]
+
+
+def schools_against_reference(out, tag, names):
+    """mu, tau and theta of a run against posteriordb's reference draws: |z| < 4 with both MCSEs
+    (tests/posteriordb/README.md's criterion), R-hat < 1.01."""
+    with open(os.path.join(HERE, "..", "posteriordb", "eight_schools-eight_schools_noncentered",
+                           "reference.json")) as f:
+        ref = json.load(f)["params"]
+    csv = t.path(f"{tag}_summary.csv")
+    t.run(1, "summary", out, "--csv", csv)
+    _, rows = t.read_csv(csv)
+    header, _ = t.read_csv(csv)
+    col = {name: i for i, name in enumerate(header[1:])}
+    for name in names:
+        got, r = rows.get(name), ref[name]
+        if got is None:
+            t.check(False, f"{tag}: {name} in the summary")
+            continue
+        mean, mcse, rhat = got[col["mean"]], got[col["mcse_mean"]], got[col["r_hat"]]
+        z = (mean - r["mean"]) / np.sqrt(mcse ** 2 + r["mcse_mean"] ** 2)
+        t.check(abs(z) < 4 and rhat < 1.01, f"{tag}: {name} mean {mean:.4g} vs {r['mean']:.4g} (|z| {abs(z):.2f} < 4), "
+                                            f"R-hat {rhat:.4f} < 1.01")
+
+
+def part_gpu():
+    """The CUDA plugin on the GPU: eight schools with the defaults (the trajectory programs for a
+    shared metric), per chain (one metric a chain) and with a dense metric (a gradient call a
+    step) against posteriordb's reference; the same bits on 1 and 2 ranks sharing the GPU; SVGD
+    on a bundle against the built-in on the GPU."""
+    ok, why = gpu_usable()
+    if not ok:
+        print(f"skipped: {why}")
+        sys.exit(77)
+    from dsampler_export.bundle import export_bundle
+    out = t.path("schools_gpu.dsj")
+    # Blocks of 1024 chains: runs of 1500 and 2500 chains walk whole blocks and a padded one.
+    # posteriordb's data (integer y), so that its reference draws apply.
+    data = os.path.join(HERE, "..", "posteriordb", "eight_schools-eight_schools_noncentered", "data.json")
+    export_bundle(f"{models_file()}:eight_schools", data, out,
+                  kind="numpyro", blocks={"cpu": 64, "cuda": 1024}, platforms=["cuda"])
+    names = ["mu", "tau"] + [f"theta[{k}]" for k in range(8)]
+    base = ["hmc", "--target", f"jax:{out}", "--backend", "cuda", "--seed", 11, "--quiet"]
+    for tag, extra in (("gpu_defaults", ["--chains", 2500]), ("gpu_per_chain", ["--chains", 1500, "--adapt", "per-chain"]),
+                       ("gpu_dense", ["--chains", 1500, "--metric", "dense"])):
+        h5 = t.path(f"{tag}.h5")
+        t.run(1, *base, *extra, "--out", h5, timeout=600)
+        schools_against_reference(h5, tag, names)
+    one, two = t.path("gpu_np1.h5"), t.path("gpu_np2.h5")
+    small = [*base, "--chains", 1500, "--warmup", 200, "--draws", 100]
+    t.run(1, *small, "--out", one, timeout=600)
+    t.run(2, *small, "--out", two, timeout=600)
+    diff = h5_same(one, two, allowed=(": attribute config_ranks differs",))
+    same, count = same_datasets(one, two)
+    t.check(not diff and same, f"GPU: 1 and 2 ranks (one GPU, two clients) give the same bits ({count} datasets; {diff})")
+    bundle, _ = export("scaled_gpu", "scaled_gaussian", {"s": SVGD_SCALES}, kind="jax",
+                       init={"x": [0.0] * len(SVGD_SCALES)})
+    from dsampler_export.bundle import export_bundle as again
+    again(f"{models_file()}:scaled_gaussian", t.path("scaled_gpu.data.json"), bundle, kind="jax",
+          init=t.path("scaled_gpu.init.json"), blocks={"cpu": 64, "cuda": 256}, platforms=["cuda"])
+    common = ["svgd", "--particles", 300, "--iters", 100, "--step-size", 0.05, "--seed", 6, "--quiet", "--backend", "cuda"]
+    a_out, b_out = t.path("svgd_gpu_jax.h5"), t.path("svgd_gpu_builtin.h5")
+    t.run(1, *common, "--target", f"jax:{bundle}", "--out", a_out)
+    t.run(1, *common, "--target", "gaussian", "--dim", len(SVGD_SCALES), "--target-args",
+          "scale=" + ":".join(str(v) for v in SVGD_SCALES), "--out", b_out)
+    a, b = t.read(a_out, "unconstrained_posterior/x"), t.read(b_out, "posterior/x")
+    # The same as part svgd's bound (the gradients differ in float32 rounding only).
+    diff, bound = float(np.max(np.abs(a.astype(np.float64) - b))), 1e-5 * float(np.max(np.abs(b)))
+    t.check(a.shape == b.shape and diff <= bound, f"GPU SVGD: bundle and built-in agree, max |dx| {diff:.2e} <= {bound:.2e}")
+
+
 PARTS = {"export": part_export, "density": part_density, "names": part_names, "invariance": part_invariance,
-         "restart": part_restart, "svgd": part_svgd, "errors": part_errors}
+         "restart": part_restart, "svgd": part_svgd, "errors": part_errors, "gpu": part_gpu}
 
 
 if __name__ == "__main__":
     if len(sys.argv) != 2 or sys.argv[1] not in PARTS:
         sys.exit(f"usage: test_jax_target.py {'|'.join(PARTS)}")
     part = sys.argv[1]
-    require_jax()
+    if part == "gpu":
+        # The GPU machine's own Python (jax with its CUDA plugin) runs this part: no CPU plugin needed.
+        if importlib.util.find_spec("jax") is None or importlib.util.find_spec("numpyro") is None:
+            print(f"skipped: {sys.executable} lacks jax or numpyro")
+            sys.exit(77)
+        os.environ.setdefault("DSAMPLER_PYTHON", sys.executable)
+        sys.path.insert(0, EXPORT_SRC)
+        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (EXPORT_SRC, os.environ.get("PYTHONPATH")) if p)
+    else:
+        require_jax()
     began = time.time()
     PARTS[part]()
     print(f"jax {part}: {time.time() - began:.1f} s")
