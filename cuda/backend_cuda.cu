@@ -281,10 +281,11 @@ int cuda_hmc_transition(backend_t *b, const dsampler_target *t, hmc_batch_t *bat
   float *p_work = q_work + elems, *grad_work = p_work + elems;
   float *logp_work = grad_work + elems, *uniform = logp_work + n;
   DS_TRY(hmc_launch_begin(batch, q_work, p_work, grad_work, uniform, h0, impl->stream));
-  if (!batch->metric_factor && t->leapfrog_cuda && batch->n_leapfrog > 0) {
+  if (!batch->metric_factor && batch->leapfrog_cuda && batch->n_leapfrog > 0) {
     /* The target's own trajectory: its kicks, drifts and gradients in one call. */
-    int rc = t->leapfrog_cuda(t->self, q_work, p_work, grad_work, logp_work, batch->step_size, batch->inv_metric,
-                              batch->shared_metric, batch->n_leapfrog, batch->n_chains, impl->stream);
+    int rc = batch->leapfrog_cuda(batch->leapfrog_self, q_work, p_work, grad_work, logp_work, batch->step_size,
+                                  batch->inv_metric, batch->shared_metric, batch->n_leapfrog, batch->n_chains,
+                                  impl->stream);
     if (rc != 0) return ds_fail(DS_ERR_TARGET, "target '%s': leapfrog_cuda failed (returned %d)", t->name, rc);
     return hmc_launch_finish(batch, q_work, p_work, grad_work, logp_work, uniform, h0, impl->stream);
   }

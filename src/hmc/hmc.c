@@ -652,7 +652,8 @@ static int constrain_block(run_ctx_t *run, hmc_output_t *output, hmc_phase_out_t
       phase->keys[r * count + slot] = target_output_key(run->cfg->seed, run->item_begin + r, sampling, phase->first_draw + slot);
     }
   const float *points = count < capacity ? phase->gathered : host->q;
-  DS_TRY(target_constrain(t, points, rows * count, phase->keys, phase->packed));
+  DS_TRY(target_constrain(t, points, rows * count, phase->keys, phase->packed,
+                          run->target_extra.constrain_rows_per_call));
   target_unpack_outputs(t, phase->packed, rows, count, capacity, phase->values, data);
   return DS_OK;
 }
@@ -1077,6 +1078,8 @@ int hmc_run(run_ctx_t *run) {
   batch->chain_begin = run->item_begin;
   batch->dim = dim;
   batch->seed = cfg->seed;
+  batch->leapfrog_cuda = run->target_extra.leapfrog_cuda;
+  batch->leapfrog_self = run->target_extra.leapfrog_self;
   batch->n_leapfrog = hmc_fixed_steps(cfg);
   batch->jitter = (float)cfg->jitter;
   output.rows = max64(0, min64(run->item_end, output_chains) - run->item_begin);

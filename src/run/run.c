@@ -448,6 +448,7 @@ int run_main(comm_ctx_t *comm, const config_t *cfg, const char *resume_path, con
   if (status == DS_OK) status = comm_agree(comm, target_open(cfg->target, cfg->target_args, cfg->data, cfg->dim, cfg->seed, backend->on_device ? backend->device : -1, comm->world, &target));
   if (status == DS_OK) {
     run.target = &target.target;
+    run.target_extra = target.extra;
     status = comm_agree(comm, check_target(&run));
   }
   if (status == DS_OK && target.stan_library[0]) {

@@ -301,7 +301,7 @@ int run_write_particles(run_ctx_t *run, h5out_t *out, int64_t n, const float *x_
   int status = vars && shapes && data && keys && packed && values
                    ? DS_OK : DS_FAIL_ALLOC("the particles' variables", (size_t)(cells * width) * 16);
   for (int64_t r = 0; status == DS_OK && r < rows; ++r) keys[r] = target_output_key(run->cfg->seed, 0, 1, run->item_begin + r);
-  if (status == DS_OK && rows > 0) status = target_constrain(t, x_host, rows, keys, packed);
+  if (status == DS_OK && rows > 0) status = target_constrain(t, x_host, rows, keys, packed, run->target_extra.constrain_rows_per_call);
   /* Each particle is one draw of one chain: slots of one. */
   if (status == DS_OK) {
     run_output_vars(run, vars, shapes);

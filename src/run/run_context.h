@@ -10,12 +10,14 @@
 #include "dsampler_target.h"
 #include "h5out.h"
 #include "progress.h"
+#include "target.h"
 
 typedef struct run_ctx {
   comm_ctx_t *comm;
   backend_t *backend;
   const config_t *cfg;
   const dsampler_target *target;
+  target_extra_t target_extra;  /* what the target offers beyond the plugin ABI (target.h) */
   progress_t progress;
   int64_t item_begin, item_end; /* this rank's global items */
   const char *resume_path;      /* the checkpoint to continue from, or NULL */

@@ -66,6 +66,9 @@ static inline void svgd_adam_bias(int64_t iteration, float *correction1, float *
 
 /* One HMC iteration for a rank's chains: momenta, the accept uniform and the step's jitter come
  * from Philox keyed by (seed, chain_begin + c, iteration); see rng.h for the word layout. */
+typedef int (*hmc_leapfrog_fn)(void *self, float *q, float *p, float *grad, float *logp, const float *step_size,
+                              const float *inv_metric, int shared_metric, int n_steps, int64_t n, void *stream);
+
 typedef struct hmc_batch {
   int64_t n_chains;        /* local chains */
   int64_t chain_begin;     /* global id of local chain 0 */
@@ -103,6 +106,15 @@ typedef struct hmc_batch {
   int64_t moment_count;
   /* 1: a probe (the initial step-size search): the outputs are written, the state is not. */
   int probe;
+  /* The target's own leapfrog trajectory on the device, or NULL (a JAX bundle's; dsampler's own,
+   * not part of the plugin ABI). The CUDA backend then calls it, for a diagonal metric, instead
+   * of logp_grad_cuda between its kick-drift kernels: for rows [n], n_steps times, with
+   * eps = step_size[row] and m = inv_metric[row, k] (inv_metric[k] when shared_metric), kick
+   * p += (first step ? eps / 2 : eps) grad, drift q += (eps m) p, then logp, grad at the new q;
+   * q, p, grad [n, dim] in place, logp [n] at the last q. The final half kick, the energy and
+   * the acceptance stay the backend's. */
+  hmc_leapfrog_fn leapfrog_cuda;
+  void *leapfrog_self;
   /* When chees_center ([dim], the mean of all chains' positions) is not NULL, each chain's
    * ChEES terms (adapt.h) go to chees [n_chains, 2]: with x the start, x' the proposal, p' its
    * momentum after the last half kick, m = chees_center and s2 = inv_metric, the change of the

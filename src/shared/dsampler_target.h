@@ -100,20 +100,6 @@ typedef struct dsampler_target {
    * item) alone. Used unless --init is given; without it items start uniform in (-2, 2). */
   int (*initial_point)(void *self, uint64_t seed, int64_t item, double *x);
 
-  /* Rows per call of constrain. 0 (the default): a few rows a call, from several threads at
-   * once. A positive value: calls of up to this many rows, from one thread, for a target whose
-   * every call has a fixed cost (a compiled program run on a device). */
-  int64_t constrain_rows_per_call;
-
-  /* HMC's leapfrog steps in one call, on device memory in the given cudaStream_t (optional; the
-   * CUDA backend then calls it instead of logp_grad_cuda between its own kick and drift
-   * kernels, for a diagonal metric). For rows [n]: n_steps times, with eps = step_size[row]
-   * and m = inv_metric[row, k] (inv_metric[k] when shared_metric), kick p += (first step ?
-   * eps / 2 : eps) grad, drift q += (eps m) p, then logp, grad at the new q. q, p, grad [n, dim]
-   * are updated in place; logp [n] receives log p at the last q. The final half kick, the
-   * energy and the acceptance stay dsampler's. */
-  int (*leapfrog_cuda)(void *self, float *q, float *p, float *grad, float *logp, const float *step_size,
-                       const float *inv_metric, int shared_metric, int n_steps, int64_t n, void *stream);
 } dsampler_target;
 
 /* What dsampler gives a version 2 plugin's create. It lives only during the call: copy what

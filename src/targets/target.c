@@ -134,7 +134,7 @@ static void name_calls(const char *spec, target_handle_t *handle) {
       [TARGET_CALL_CREATE] = "create", [TARGET_CALL_LOGP_GRAD] = "logp_grad",
       [TARGET_CALL_LOGP_GRAD_CUDA] = "logp_grad_cuda", [TARGET_CALL_LOGP_GRAD_F64] = "logp_grad_f64",
       [TARGET_CALL_CONSTRAIN] = "constrain", [TARGET_CALL_INITIAL_POINT] = "initial_point",
-      [TARGET_CALL_DESTROY] = "destroy", [TARGET_CALL_LEAPFROG_CUDA] = "leapfrog_cuda"};
+      [TARGET_CALL_DESTROY] = "destroy"};
   const char *path = strchr(spec, ':') ? strchr(spec, ':') + 1 : spec;
   const char *file = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
   const char *kind = target_is_stan(spec) ? "Stan model" : "plugin";
@@ -183,16 +183,6 @@ static int watched_initial_point(void *self, uint64_t seed, int64_t item, double
   return rc;
 }
 
-static int watched_leapfrog_cuda(void *self, float *q, float *p, float *grad, float *logp, const float *step_size,
-                                 const float *inv_metric, int shared_metric, int n_steps, int64_t n, void *stream) {
-  const target_handle_t *handle = self;
-  const int token = target_deadline_begin(handle->calls[TARGET_CALL_LEAPFROG_CUDA]);
-  const int rc = handle->plugin.leapfrog_cuda(handle->plugin.self, q, p, grad, logp, step_size, inv_metric,
-                                              shared_metric, n_steps, n, stream);
-  target_deadline_end(token);
-  return rc;
-}
-
 /* target becomes the plugin's entries behind deadlines; what was absent stays absent (the
  * run tells what a target offers by which entries are NULL). */
 static void watch_plugin(target_handle_t *handle) {
@@ -205,7 +195,6 @@ static void watch_plugin(target_handle_t *handle) {
     if (t->logp_grad_f64) t->logp_grad_f64 = watched_logp_grad_f64;
     if (t->constrain) t->constrain = watched_constrain;
     if (t->initial_point) t->initial_point = watched_initial_point;
-    if (t->leapfrog_cuda) t->leapfrog_cuda = watched_leapfrog_cuda;
   }
   t->destroy = NULL; /* target_close destroys the plugin's own */
   handle->watched = 1;
@@ -302,7 +291,7 @@ int target_open(const char *spec, const char *args, const char *data_path, int64
       memset(&out->target, 0, sizeof out->target);
     }
   } else if (target_is_jax(spec)) {
-    status = jax_target_create(spec + 4, args, data_path, device, comm, &out->target);
+    status = jax_target_create(spec + 4, args, data_path, device, comm, &out->target, &out->extra);
   } else {
     if (strchr(data_path, ','))
       status = ds_fail(DS_ERR_INPUT, "--data %s: the built-in targets take a file name without a comma", data_path);
@@ -368,7 +357,7 @@ uint64_t target_output_key(uint64_t seed, int64_t chain, int phase, int64_t draw
  * call, few enough that the threads share the work. */
 #define TARGET_ROWS_PER_CALL 8
 
-/* constrain in calls of `per_call` rows from this thread (constrain_rows_per_call). */
+/* constrain in calls of `per_call` rows from this thread (target_extra_t). */
 static int constrain_serial(const dsampler_target *t, const float *x, int64_t n, const uint64_t *keys, double *out,
                             int64_t per_call) {
   const int64_t dim = t->dim, width = t->constrained_dim;
@@ -386,9 +375,10 @@ static int constrain_serial(const dsampler_target *t, const float *x, int64_t n,
   return status;
 }
 
-int target_constrain(const dsampler_target *t, const float *x, int64_t n, const uint64_t *keys, double *out) {
+int target_constrain(const dsampler_target *t, const float *x, int64_t n, const uint64_t *keys, double *out,
+                     int64_t rows_per_call) {
   const int64_t dim = t->dim, width = t->constrained_dim;
-  if (t->constrain_rows_per_call > 0) return constrain_serial(t, x, n, keys, out, t->constrain_rows_per_call);
+  if (rows_per_call > 0) return constrain_serial(t, x, n, keys, out, rows_per_call);
   int status = DS_OK;
 #pragma omp parallel if (n > TARGET_ROWS_PER_CALL)
   {

@@ -6,6 +6,7 @@
 #ifndef DSAMPLER_TARGET_LOAD_H
 #define DSAMPLER_TARGET_LOAD_H
 
+#include "backend.h"
 #include "config.h"
 #include "dsampler_target.h"
 #include "target_args.h" /* target_args_get for the run's --data check */
@@ -13,10 +14,21 @@
 /* Output variables a version 2 target may report (each is a dataset of the output). */
 #define TARGET_MAX_OUTPUT_VARS 240
 
+/* What a target of dsampler's own (a JAX bundle's) offers beyond the plugin ABI, kept out of
+ * dsampler_target so that the ABI's struct does not grow. */
+typedef struct target_extra {
+  /* Rows per call of constrain: 0, a few rows a call from several threads; positive, calls of
+   * up to this many rows from one thread (each call has a fixed cost: a program's launch). */
+  int64_t constrain_rows_per_call;
+  /* HMC's leapfrog steps on the device in one call (backend.h's hmc_batch_t.leapfrog_cuda). */
+  hmc_leapfrog_fn leapfrog_cuda;
+  void *leapfrog_self;
+} target_extra_t;
+
 /* The entries of a plugin or Stan model that run under --call-timeout (target_deadline.h). */
 typedef enum {
   TARGET_CALL_CREATE, TARGET_CALL_LOGP_GRAD, TARGET_CALL_LOGP_GRAD_CUDA, TARGET_CALL_LOGP_GRAD_F64,
-  TARGET_CALL_CONSTRAIN, TARGET_CALL_INITIAL_POINT, TARGET_CALL_DESTROY, TARGET_CALL_LEAPFROG_CUDA, TARGET_CALL_COUNT
+  TARGET_CALL_CONSTRAIN, TARGET_CALL_INITIAL_POINT, TARGET_CALL_DESTROY, TARGET_CALL_COUNT
 } target_call_t;
 
 typedef struct target_handle {
@@ -32,6 +44,8 @@ typedef struct target_handle {
   /* A Stan model's compiled library in the cache, model-<hash>/<name>.so ("" otherwise): which
    * model a run was made with. */
   char stan_library[CONFIG_PATH_MAX];
+  /* What dsampler's own JAX target offers beyond the plugin ABI (zero for every other target). */
+  target_extra_t extra;
 } target_handle_t;
 
 /* Collective over comm. data_path is --data ("" when not given): a version 2 plugin receives
@@ -64,8 +78,10 @@ int target_has_outputs(const dsampler_target *t);
 uint64_t target_output_key(uint64_t seed, int64_t chain, int phase, int64_t draw);
 /* Output variables of rows x [n, dim] (float32, as the sampler keeps them) into out
  * [n, constrained_dim], keys [n] as target_output_key gives them; rows spread over OpenMP
- * threads. DS_ERR_TARGET naming the target when it fails. */
-int target_constrain(const dsampler_target *t, const float *x, int64_t n, const uint64_t *keys, double *out);
+ * threads, or in calls of rows_per_call from this thread when it is positive
+ * (target_extra_t). DS_ERR_TARGET naming the target when it fails. */
+int target_constrain(const dsampler_target *t, const float *x, int64_t n, const uint64_t *keys, double *out,
+                     int64_t rows_per_call);
 /* Values in output variable v: the product of its shape (1 for a scalar). */
 int64_t target_var_size(const dsampler_target_var *v);
 /* Lays out target_constrain's rows ([rows count, constrained_dim], row r count + slot) per

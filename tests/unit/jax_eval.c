@@ -96,7 +96,7 @@ int main(int argc, char **argv) {
   const int64_t width = t->n_vars > 0 ? t->constrained_dim : 0;
   double *constrained = calloc((size_t)(n * (width ? width : 1)), sizeof(double));
   uint64_t *keys = calloc(rows, sizeof *keys);
-  if (!failed && width && target_constrain(t, x, n, keys, constrained) != DS_OK) {
+  if (!failed && width && target_constrain(t, x, n, keys, constrained, handle.extra.constrain_rows_per_call) != DS_OK) {
     fprintf(stderr, "jax_eval: constrain failed: %s\n", ds_error_message());
     failed = 1;
   }

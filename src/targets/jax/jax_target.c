@@ -578,7 +578,7 @@ static int trajectory_plan(jax_target_t *jax, int metric, int n_steps, jax_traje
   return count;
 }
 
-/* dsampler_target's leapfrog_cuda: whole blocks in place, the last through the scratch. */
+/* backend.h's leapfrog_cuda: whole blocks in place, the last through the scratch. */
 static int jax_leapfrog_cuda(void *self, float *q, float *p, float *grad, float *logp, const float *step_size,
                              const float *inv_metric, int shared_metric, int n_steps, int64_t n, void *stream) {
   jax_target_t *jax = self;
@@ -794,8 +794,9 @@ static int probe(jax_target_t *jax) {
 }
 
 int jax_target_create(const char *bundle, const char *args, const char *data_path, int device, MPI_Comm comm,
-                      dsampler_target *out) {
+                      dsampler_target *out, target_extra_t *extra) {
   memset(out, 0, sizeof *out);
+  memset(extra, 0, sizeof *extra);
   jax_target_t *jax = calloc(1, sizeof *jax);
   if (!jax) return DS_FAIL_ALLOC("a JAX target", sizeof *jax);
   pthread_mutex_init(&jax->lock, NULL);
@@ -831,13 +832,14 @@ int jax_target_create(const char *bundle, const char *args, const char *data_pat
   out->logp_grad = jax_logp_grad;
   out->logp_grad_cuda = jax->on_gpu ? jax_logp_grad_cuda : NULL;
   /* Both metrics' programs, or neither: the backend picks by the metric of the moment. */
-  out->leapfrog_cuda = jax->n_trajectory[0] > 0 ? jax_leapfrog_cuda : NULL;
+  extra->leapfrog_cuda = jax->n_trajectory[0] > 0 ? jax_leapfrog_cuda : NULL;
+  extra->leapfrog_self = jax;
   out->destroy = jax_destroy;
   out->n_vars = jax->n_vars;
   out->vars = jax->vars;
   out->constrained_dim = jax->constrained_dim;
   out->constrain = jax->n_vars > 0 ? jax_constrain : NULL;
   /* A call costs a program's launch: whole blocks from one thread (XLA has its own). */
-  out->constrain_rows_per_call = jax->n_vars > 0 ? jax->constrain.block : 0;
+  extra->constrain_rows_per_call = jax->n_vars > 0 ? jax->constrain.block : 0;
   return DS_OK;
 }
