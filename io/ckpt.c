@@ -229,43 +229,62 @@ static int compare_newest_first(const void *a, const void *b) {
   return (x < y) - (x > y);
 }
 
-/* Rank 0: the directory's checkpoints, newest first. */
-static int scan_dir(const char *dir, entry_t *entries, int max, int *count) {
+/* Rank 0: every checkpoint in the directory, newest first, into *entries (allocated; free it). */
+static int scan_dir(const char *dir, entry_t **entries, int *count) {
+  *entries = NULL;
   *count = 0;
   DIR *d = opendir(dir);
   if (!d) return ds_fail(DS_ERR_INPUT, "checkpoint directory %s: cannot open: %s", dir, strerror(errno));
   struct dirent *e;
-  int n = 0;
+  int n = 0, capacity = 0, status = DS_OK;
   entry_t *all = NULL;
   while ((e = readdir(d)) != NULL) {
     long long number = checkpoint_number(e->d_name);
     if (number < 0) continue;
-    entry_t *grown = realloc(all, (size_t)(n + 1) * sizeof *all);
-    if (!grown) break;
-    all = grown;
+    if (n == capacity) {
+      capacity = capacity ? 2 * capacity : 64;
+      entry_t *grown = realloc(all, (size_t)capacity * sizeof *all);
+      if (!grown) {
+        status = DS_FAIL_ALLOC("the checkpoint listing", (size_t)capacity * sizeof *all);
+        break;
+      }
+      all = grown;
+    }
     all[n].number = number;
     snprintf(all[n].name, sizeof all[n].name, "%s", e->d_name);
     n++;
   }
   closedir(d);
+  if (status != DS_OK) {
+    free(all);
+    return status;
+  }
   if (n > 0) qsort(all, (size_t)n, sizeof *all, compare_newest_first);
-  for (int i = 0; i < n && i < max; ++i) entries[i] = all[i];
-  *count = n < max ? n : max;
-  free(all);
+  *entries = all;
+  *count = n;
   return DS_OK;
 }
 
-/* Rank 0: whether `path` is a checkpoint of the run `run_id` (read serially; anything else, a
- * user's own file of that name or another run's checkpoint, is not). */
-static int is_checkpoint_of_run(const char *path, const char *run_id) {
+/* Rank 0: the run id of the checkpoint at `path` into id (read serially); 0 where the file is no
+ * readable checkpoint (a user's own file of that name, a damaged one). */
+static int checkpoint_run_id(const char *path, char *id, size_t size) {
   hid_t file;
-  H5E_BEGIN_TRY { file = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT); }
+  id[0] = '\0';
+  H5E_BEGIN_TRY { file = H5Fis_hdf5(path) > 0 ? H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT) : H5I_INVALID_HID; }
   H5E_END_TRY;
   if (file < 0) return 0;
-  char id[sizeof ((ckpt_meta_t *)0)->run_id] = "";
-  const int same = read_string(file, "run_id", id, sizeof id) == DS_OK && strcmp(id, run_id) == 0;
+  int read = 0;
+  H5E_BEGIN_TRY { read = read_string(file, "run_id", id, size) == DS_OK && id[0]; }
+  H5E_END_TRY;
   H5Fclose(file);
-  return same;
+  return read;
+}
+
+/* Rank 0: whether `path` is a checkpoint of the run `run_id` (anything else, a user's own file of
+ * that name or another run's checkpoint, is not). */
+static int is_checkpoint_of_run(const char *path, const char *run_id) {
+  char id[sizeof ((ckpt_meta_t *)0)->run_id];
+  return checkpoint_run_id(path, id, sizeof id) && strcmp(id, run_id) == 0;
 }
 
 /* Rank 0: refuses to start a checkpoint that the free space in `dir` cannot hold, before any
@@ -322,13 +341,13 @@ int ckpt_write(MPI_Comm comm, const char *dir, const ckpt_meta_t *meta, const ck
   if (rank == 0) {
     if (sync_path(tmp, 0) != 0 || rename(tmp, final_path) != 0 || sync_path(dir, 1) != 0)
       status = ds_fail(DS_ERR_IO, "checkpoint %s: rename or sync failed: %s", final_path, strerror(errno));
-    entry_t entries[CKPT_LIST_MAX];
+    entry_t *entries = NULL;
     int count = 0;
     /* Only this run's checkpoints older than this one count and go: a newer number is one a
      * resume passed over (damaged, another version), left for the user, and it must not push
      * this run's good checkpoints out of the newest `keep`; a file of another run, or one that
      * is no checkpoint at all, is never removed. */
-    if (status == DS_OK && keep > 0 && scan_dir(dir, entries, CKPT_LIST_MAX, &count) == DS_OK) {
+    if (status == DS_OK && keep > 0 && scan_dir(dir, &entries, &count) == DS_OK) {
       int kept = 0;
       for (int i = 0; i < count; ++i) {
         if (entries[i].number > (long long)meta->iteration) continue;
@@ -339,26 +358,36 @@ int ckpt_write(MPI_Comm comm, const char *dir, const ckpt_meta_t *meta, const ck
         unlink(old);
       }
     }
+    free(entries);
   }
   MPI_CHECK(MPI_Bcast(&status, 1, MPI_INT, 0, comm));
   if (status != DS_OK && rank != 0) return ds_fail(status, "checkpoint %s: rank 0 could not rename it", final_path);
   return status;
 }
 
-int ckpt_dir_has_checkpoints(MPI_Comm comm, const char *dir, int *found) {
+int ckpt_dir_checkpoints(MPI_Comm comm, const char *dir, const char *run_id, int *found, char *other,
+                         size_t other_size) {
   int rank;
-  *found = 0;
   MPI_Comm_rank(comm, &rank);
+  struct { int found; char other[64]; } head = {0, ""};
   if (rank == 0) {
-    entry_t entries[1];
+    entry_t *entries = NULL;
     int count = 0;
     DIR *d = opendir(dir);
     if (d) {
       closedir(d);
-      if (scan_dir(dir, entries, 1, &count) == DS_OK) *found = count > 0;
+      if (scan_dir(dir, &entries, &count) == DS_OK) head.found = count > 0;
     }
+    char path[4400], id[sizeof head.other];
+    for (int i = 0; run_id && i < count && !head.other[0]; ++i) {
+      snprintf(path, sizeof path, "%s/%s", dir, entries[i].name);
+      if (checkpoint_run_id(path, id, sizeof id) && strcmp(id, run_id) != 0) snprintf(head.other, sizeof head.other, "%s", id);
+    }
+    free(entries);
   }
-  MPI_CHECK(MPI_Bcast(found, 1, MPI_INT, 0, comm));
+  MPI_CHECK(MPI_Bcast(&head, (int)sizeof head, MPI_BYTE, 0, comm));
+  *found = head.found;
+  if (other) snprintf(other, other_size, "%s", head.other);
   return DS_OK;
 }
 
@@ -371,9 +400,12 @@ int ckpt_list(MPI_Comm comm, const char *where, char paths[][4096], int *count) 
     if (stat(where, &st) != 0) {
       head.status = ds_fail(DS_ERR_INPUT, "resume %s: no such file or directory", where);
     } else if (S_ISDIR(st.st_mode)) {
-      entry_t entries[CKPT_LIST_MAX];
-      head.status = scan_dir(where, entries, CKPT_LIST_MAX, &head.count);
+      entry_t *entries = NULL;
+      head.status = scan_dir(where, &entries, &head.count);
+      /* The newest CKPT_LIST_MAX: resume tries them in turn. */
+      if (head.count > CKPT_LIST_MAX) head.count = CKPT_LIST_MAX;
       for (int i = 0; i < head.count; ++i) snprintf(paths[i], 4096, "%s/%s", where, entries[i].name);
+      free(entries);
       if (head.status == DS_OK && head.count == 0)
         head.status = ds_fail(DS_ERR_INPUT, "resume %s: the directory holds no checkpoint (ckpt-<iteration>.h5)", where);
     } else if (h5util_check_input("resume", where, 0) == DS_OK) {

@@ -68,8 +68,10 @@ int ckpt_read(MPI_Comm comm, const char *path, const ckpt_array_t *arrays, int n
  * output may overwrite or be mistaken for. */
 int ckpt_is_checkpoint_path(const char *path);
 
-/* *found = 1 when DIR holds at least one ckpt-*.h5 (rank 0 looks; the answer is broadcast).
- * Collective. */
-int ckpt_dir_has_checkpoints(MPI_Comm comm, const char *dir, int *found);
+/* *found = 1 when DIR holds at least one ckpt-*.h5; with run_id, `other` (other_size bytes) gets
+ * the run id of a checkpoint there that belongs to another run ("" where none does). Rank 0
+ * looks; the answers are broadcast. Collective. */
+int ckpt_dir_checkpoints(MPI_Comm comm, const char *dir, const char *run_id, int *found, char *other,
+                         size_t other_size);
 
 #endif

@@ -11,7 +11,7 @@
 
 /* Groups a job writes (posterior, sample_stats, and unconstrained_posterior for a target with
  * output variables) and the variables of each (a Stan model's outputs are one each). */
-enum { DRAW_WRITER_MAX_GROUPS = 3, DRAW_WRITER_MAX_VARS = 256 };
+enum { DRAW_WRITER_MAX_GROUPS = 3, DRAW_WRITER_MAX_VARS = 4096 };
 
 /* One block: draws [first_draw, first_draw + count) of chains [chain_begin, + rows), from
  * buffers holding buffer_draws draws per chain; each group's variables in its order. */

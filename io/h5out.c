@@ -20,8 +20,8 @@
 #include "status.h"
 
 #define H5OUT_MAX_GROUPS 8
-/* Variables per group: a Stan model's outputs are one each (target.h allows 240). */
-#define H5OUT_MAX_VARS 256
+/* Variables per group: a Stan model's outputs are one each (target.h allows 4096). */
+#define H5OUT_MAX_VARS 4096
 /* Elements per chunk: about 1 MiB of float32. */
 #define H5OUT_CHUNK_ELEMENTS ((hsize_t)1 << 18)
 

@@ -1,10 +1,9 @@
-/* config.c: options from the command line and from a --config file (inih), one table. */
+/* config.c: options from the command line and from a --config file (INI: key = value), one table. */
 #include "config.h"
 
 #include <ctype.h>
 #include <errno.h>
 #include <getopt.h>
-#include <ini.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdlib.h>
@@ -77,10 +76,10 @@ static const option_spec_t option_table[] = {
     {"output-chains", NUM(OPT_INT, output_chains), FOR_HMC, "M",
      "write draws of chains 0..M-1 only (default: all); moments cover every chain"},
     {"update", CHOICE(update, update_words), FOR_SVGD, "KIND", "SVGD update: sgd (default), adagrad or adam (0.9, 0.999, 1e-8)"},
-    {"bandwidth", STR(bandwidth), FOR_SVGD, "H", "median (default) or a fixed positive bandwidth"},
+    {"bandwidth", STR(bandwidth), FOR_SVGD, "H", "median (default) or a fixed bandwidth in [1e-12, 1e12]"},
     {"kernel", CHOICE(kernel, kernel_words), FOR_SVGD, "K",
      "SVGD kernel: rbf (default), exp(-D / 2h), or imq, (c^2 + D / h)^beta; D the squared distance, h the bandwidth"},
-    {"imq-c", NUM(OPT_DOUBLE, imq_c), FOR_SVGD, "C", "the IMQ kernel's c > 0 (default 1)"},
+    {"imq-c", NUM(OPT_DOUBLE, imq_c), FOR_SVGD, "C", "the IMQ kernel's c, in [1e-6, 1e6] (default 1)"},
     {"imq-beta", NUM(OPT_DOUBLE, imq_beta), FOR_SVGD, "BETA", "the IMQ kernel's exponent, in (-1, 0) (default -0.5)"},
     {"ksd-every", NUM(OPT_INT, ksd_every), FOR_SVGD, "K",
      "kernel Stein discrepancy of the particles every K iterations (default 0: only after the last)"},
@@ -244,6 +243,12 @@ static int config_set(config_t *cfg, const option_spec_t *spec, const char *valu
 /* Counts (items, iterations, draws, dim) beyond this are surely mistakes; with it, sums and
  * the products in the run's sizes cannot wrap 64 bits unnoticed. */
 #define CONFIG_COUNT_MAX ((int64_t)1 << 40)
+/* A fixed --bandwidth and --imq-c: where the kernels' float32 arithmetic stays finite and normal
+ * (1/h^2 for h; c^2 to c^-6 for c, beta in (-1, 0)). */
+#define CONFIG_BANDWIDTH_MIN 1e-12
+#define CONFIG_BANDWIDTH_MAX 1e12
+#define CONFIG_IMQ_C_MIN 1e-6
+#define CONFIG_IMQ_C_MAX 1e6
 /* Checkpoints kept: ckpt_write's int, and a directory listing of that many is already huge. */
 #define CONFIG_KEEP_MAX 1000000
 
@@ -292,31 +297,91 @@ static int config_ini_entry(void *user, const char *section, const char *name, c
   return ctx->status == DS_OK;
 }
 
+/* The INI text, read whole (it is at most CONFIG_FILE_MAX_BYTES): lines of any length, so a long
+ * path is a value like any other and no tail of a long comment is ever read as a key.
+ *   key = value        (or key: value); spaces around key and value are dropped
+ *   [hmc] / [svgd]     the keys below it apply to that algorithm only
+ *   ; or # at the start of a line, or ; after a space: a comment
+ * An indented line, a NUL byte or a line of neither form is an error naming its line. */
+static int config_parse_text(ini_context_t *ctx, char *text, size_t length) {
+  const char *path = ctx->path;
+  if (memchr(text, '\0', length))
+    return ds_fail(DS_ERR_INPUT, "--config %s: holds a NUL byte at offset %zu (not a text file)", path,
+                   (size_t)((char *)memchr(text, '\0', length) - text));
+  char section[64] = "";
+  char *line = text;
+  if (length >= 3 && memcmp(line, "\xEF\xBB\xBF", 3) == 0) line += 3; /* a UTF-8 byte order mark */
+  for (int number = 1; line && *line; ++number) {
+    char *next = strchr(line, '\n');
+    if (next) *next++ = '\0';
+    size_t n = strlen(line);
+    if (n && line[n - 1] == '\r') line[--n] = '\0';
+    if (isspace((unsigned char)line[0])) {
+      char *rest = line;
+      while (isspace((unsigned char)*rest)) ++rest;
+      if (*rest && *rest != ';' && *rest != '#')
+        return ds_fail(DS_ERR_INPUT, "--config %s: line %d is indented; give each key = value at the start of "
+                       "its line (continuation lines are not read)", path, number);
+      line = next;
+      continue;
+    }
+    if (line[0] == '\0' || line[0] == ';' || line[0] == '#') {
+      line = next;
+      continue;
+    }
+    /* An inline comment: ';' after a space or tab. */
+    for (char *c = line + 1; *c; ++c)
+      if (*c == ';' && (c[-1] == ' ' || c[-1] == '\t')) {
+        *c = '\0';
+        break;
+      }
+    n = strlen(line);
+    while (n && isspace((unsigned char)line[n - 1])) line[--n] = '\0';
+    if (line[0] == '[') {
+      if (line[n - 1] != ']' || n - 2 >= sizeof section)
+        return ds_fail(DS_ERR_INPUT, "--config %s: line %d: a section is written [hmc] or [svgd]", path, number);
+      memcpy(section, line + 1, n - 2);
+      section[n - 2] = '\0';
+      line = next;
+      continue;
+    }
+    char *sep = line + strcspn(line, "=:");
+    if (!*sep || sep == line)
+      return ds_fail(DS_ERR_INPUT, "--config %s: syntax error on line %d (expected key = value)", path, number);
+    char *value = sep + 1;
+    *sep = '\0';
+    for (size_t k = strlen(line); k && isspace((unsigned char)line[k - 1]);) line[--k] = '\0';
+    while (isspace((unsigned char)*value)) ++value;
+    if (!config_ini_entry(ctx, section, line, value)) return ctx->status;
+    line = next;
+  }
+  return DS_OK;
+}
+
 static int config_read_file(config_t *cfg, const char *path) {
   ini_context_t ctx = {cfg, path, DS_OK, {{0}}};
   /* A regular file of sane size: /dev/zero or a FIFO would never end. */
   DS_TRY(h5util_check_input("--config", path, CONFIG_FILE_MAX_BYTES));
-  FILE *file = fopen(path, "r");
+  FILE *file = fopen(path, "rb");
   if (!file) return ds_fail(DS_ERR_INPUT, "--config %s: cannot open: %s", path, strerror(errno));
-  /* inih reads an indented line as the continuation of the value above it, which would take
-   * "  chains = 6" under "out = run.h5" as part of the file name: refuse it instead. */
-  char line[4096];
-  for (int number = 1; fgets(line, sizeof line, file); ++number) {
-    const char *text = line;
-    while (*text == ' ' || *text == '\t') ++text;
-    if (text != line && *text && *text != '\n' && *text != '\r' && *text != ';' && *text != '#') {
-      fclose(file);
-      return ds_fail(DS_ERR_INPUT, "--config %s: line %d is indented; give each key = value at the start of its "
-                     "line (continuation lines are not read)", path, number);
-    }
-    while (!strchr(line, '\n') && fgets(line, sizeof line, file)) {} /* the rest of a long line */
+  char *text = malloc((size_t)CONFIG_FILE_MAX_BYTES + 1);
+  if (!text) {
+    fclose(file);
+    return ds_fail(DS_ERR_MEMORY, "--config %s: out of memory", path);
   }
-  rewind(file);
-  int rc = ini_parse_file(file, config_ini_entry, &ctx);
+  size_t length = fread(text, 1, (size_t)CONFIG_FILE_MAX_BYTES + 1, file);
+  const int failed = ferror(file);
   fclose(file);
-  if (ctx.status != DS_OK) return ctx.status;
-  if (rc != 0) return ds_fail(DS_ERR_INPUT, "--config %s: syntax error on line %d", path, rc);
-  return DS_OK;
+  int status = DS_OK;
+  if (failed) status = ds_fail(DS_ERR_INPUT, "--config %s: cannot read: %s", path, strerror(errno));
+  else if (length > (size_t)CONFIG_FILE_MAX_BYTES)
+    status = ds_fail(DS_ERR_INPUT, "--config %s: larger than %lld bytes", path, (long long)CONFIG_FILE_MAX_BYTES);
+  if (status == DS_OK) {
+    text[length] = '\0';
+    status = config_parse_text(&ctx, text, length);
+  }
+  free(text);
+  return status;
 }
 
 static void print_help(FILE *out, algorithm_t algorithm) {
@@ -399,10 +464,17 @@ static int config_validate(config_t *cfg) {
     double h = strtod(cfg->bandwidth, &end);
     if (end == cfg->bandwidth || *end != '\0' || !(h > 0) || !isfinite(h))
       return ds_fail(DS_ERR_INPUT, "--bandwidth: expected median or a positive number, got '%s'", cfg->bandwidth);
+    /* The kernels take 1 / h and 1 / h^2 in float32: outside this range they overflow or vanish. */
+    if (!(h >= CONFIG_BANDWIDTH_MIN && h <= CONFIG_BANDWIDTH_MAX))
+      return ds_fail(DS_ERR_INPUT, "--bandwidth: expected a number in [%.0e, %.0e] (1/h^2 must be a normal float32), "
+                     "got %s; rescale the target instead", CONFIG_BANDWIDTH_MIN, CONFIG_BANDWIDTH_MAX, cfg->bandwidth);
     cfg->bandwidth_value = h;
   }
-  if (!(cfg->imq_c > 0) || !isfinite(cfg->imq_c))
-    return ds_fail(DS_ERR_INPUT, "--imq-c: expected a positive number, got %g", cfg->imq_c);
+  /* The IMQ kernel takes c^2 and c^(2 (beta - 2)) in float32: beyond this range they overflow to
+   * infinity or vanish, and the KSD would read 0. */
+  if (!(cfg->imq_c >= CONFIG_IMQ_C_MIN && cfg->imq_c <= CONFIG_IMQ_C_MAX))
+    return ds_fail(DS_ERR_INPUT, "--imq-c: expected a number in [%.0e, %.0e] (c^2 and its powers must be normal "
+                   "float32 numbers), got %.17g", CONFIG_IMQ_C_MIN, CONFIG_IMQ_C_MAX, cfg->imq_c);
   /* Gorham and Mackey: KSD with the IMQ kernel detects non-convergence for beta in (-1, 0). */
   if (!(cfg->imq_beta > -1 && cfg->imq_beta < 0))
     return ds_fail(DS_ERR_INPUT, "--imq-beta: expected a number in (-1, 0), got %g", cfg->imq_beta);
@@ -418,8 +490,8 @@ static int config_validate(config_t *cfg) {
   if (cfg->keep < 1 || cfg->keep > CONFIG_KEEP_MAX)
     return ds_fail(DS_ERR_INPUT, "--keep: expected an integer in [1, %d], got %lld", CONFIG_KEEP_MAX, (long long)cfg->keep);
   if (!(cfg->call_timeout > 0 && cfg->call_timeout <= CONFIG_CALL_TIMEOUT_MAX))
-    return ds_fail(DS_ERR_INPUT, "--call-timeout: expected a positive number of seconds (at most %g), got %g",
-                   CONFIG_CALL_TIMEOUT_MAX, cfg->call_timeout);
+    return ds_fail(DS_ERR_INPUT, "--call-timeout: expected a positive number of seconds (at most %.0f, about 31 "
+                   "years), got %.17g", CONFIG_CALL_TIMEOUT_MAX, cfg->call_timeout);
   if (!cfg->checkpoint_dir[0]) {
     size_t length = strlen(cfg->out);
     if (length > 3 && strcmp(cfg->out + length - 3, ".h5") == 0) length -= 3;

@@ -1,5 +1,5 @@
 /* config.h: the run's configuration: one table of options serves the command line, the
- * --config file (the same keys, read with inih), --help, and the attributes stored in the
+ * --config file (the same keys, read by config.c), --help, and the attributes stored in the
  * output, so the four never disagree. */
 #ifndef DSAMPLER_CONFIG_H
 #define DSAMPLER_CONFIG_H

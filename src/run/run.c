@@ -24,6 +24,7 @@
 #include "target.h"
 #include "target_args.h"
 #include "target_deadline.h"
+#include "targets_builtin.h"
 
 /* Local: `path` as something this run will write: an existing regular, writable file, or a
  * new name in an existing, writable directory. */
@@ -169,7 +170,12 @@ static int fingerprint_inputs(run_ctx_t *run) {
       /* A JAX bundle's plugin runs the programs the bundle fixes: another build of it may run
        * a resume (and it is hundreds of megabytes to read). */
       const int runtime_only = target_is_jax(cfg->target) && strcmp(key, "plugin") == 0;
-      if (value[0] && !runtime_only && stat(value, &st) == 0 && S_ISREG(st.st_mode))
+      /* A built-in reads the one file argument it declares (scale=2 beside a file named 2 is a
+       * number); a plugin's arguments are its own, so any that names a file counts. */
+      const char *file_key = NULL;
+      const int builtin = builtin_target_file_key(cfg->target, &file_key);
+      const int file_arg = builtin ? file_key && strcmp(key, file_key) == 0 : !runtime_only;
+      if (value[0] && file_arg && stat(value, &st) == 0 && S_ISREG(st.st_mode))
         status = fingerprint_file(what, value, out, size);
     }
   }
@@ -287,7 +293,9 @@ static int lock_output(run_ctx_t *run, int *lock_fd) {
       run->output_created = created;
     }
   }
-  return comm_agree(run->comm, status);
+  DS_TRY(comm_agree(run->comm, status));
+  /* Every rank knows whether the output is new (a resumed SVGD run decides on it together). */
+  return comm_bcast(run->comm, &run->output_created, sizeof run->output_created, 0);
 }
 
 static void unlock_output(run_ctx_t *run, int lock_fd, int status) {
@@ -354,6 +362,26 @@ static void unlock_checkpoint_dir(run_ctx_t *run, int lock_fd, int created) {
     }
   }
   close(lock_fd);
+}
+
+/* Local, after the target is loaded: what a plugin (or a library it loads) may change in the
+ * process and dsampler relies on. The working directory anchors every relative path the run
+ * writes: a change is undone and refused. The stop signals' handler: put back, with a warning,
+ * so that a stop still checkpoints. */
+static int check_process_state(run_ctx_t *run, const char *cwd) {
+  char now[CONFIG_PATH_MAX] = "";
+  if (cwd[0] && getcwd(now, sizeof now) && strcmp(now, cwd) != 0) {
+    const int back = chdir(cwd);
+    return ds_fail(DS_ERR_INPUT, "--target %s: changed the working directory (from %s to %s) while loading%s; "
+                   "relative paths (--out, --checkpoint-dir) would move with it: a target must not chdir",
+                   run->cfg->target, cwd, now, back == 0 ? "" : " (and it could not be changed back)");
+  }
+  const char *changed = signals_reinstate();
+  if (changed && run->comm->rank == 0)
+    fprintf(stderr, "dsampler: warning: --target %s: changed how %s is handled (a handler of its own, ignored or "
+            "blocked) while loading; dsampler's handler is back, so a stop signal still ends the run with a "
+            "checkpoint\n", run->cfg->target, changed);
+  return DS_OK;
 }
 
 /* Collective: the target's dimension is the same on every rank and the run's sizes do not
@@ -445,7 +473,10 @@ int run_main(comm_ctx_t *comm, const config_t *cfg, const char *resume_path, con
   /* From here on a call into the target that never returns ends the job instead of hanging it. */
   if (status == DS_OK)
     status = comm_agree(comm, target_deadline_start(cfg->call_timeout, comm->rank, comm->host, signals_pending));
+  char cwd[CONFIG_PATH_MAX] = "";
+  if (!getcwd(cwd, sizeof cwd)) cwd[0] = '\0';
   if (status == DS_OK) status = comm_agree(comm, target_open(cfg->target, cfg->target_args, cfg->data, cfg->dim, cfg->seed, backend->on_device ? backend->device : -1, comm->world, &target));
+  if (status == DS_OK) status = comm_agree(comm, check_process_state(&run, cwd));
   if (status == DS_OK) {
     run.target = &target.target;
     run.target_extra = target.extra;

@@ -330,9 +330,15 @@ int run_stop_requested(run_ctx_t *run, int *stop) {
 
 int run_check_checkpoint_dir(run_ctx_t *run) {
   int found = 0;
-  if (run->resume_path) return DS_OK;
-  DS_TRY(ckpt_dir_has_checkpoints(run->comm->world, run->cfg->checkpoint_dir, &found));
-  if (!found) return DS_OK;
+  char other[64] = "";
+  DS_TRY(ckpt_dir_checkpoints(run->comm->world, run->cfg->checkpoint_dir, run->run_id, &found, other, sizeof other));
+  /* A resume writes its checkpoints beside its own run's only: in another run's folder the next
+   * `resume` of that folder would continue this run under the other's name. */
+  if (run->resume_path && other[0])
+    return ds_fail(DS_ERR_INPUT, "--checkpoint-dir %s holds the checkpoints of another run (run id %s; this run's is "
+                   "%s): resume each run into its own folder (leave out --checkpoint-dir to keep this run's)",
+                   run->cfg->checkpoint_dir, other, run->run_id);
+  if (run->resume_path || !found) return DS_OK;
   return ds_fail(DS_ERR_INPUT,
                  "--checkpoint-dir %s already holds checkpoints: continue that run with `dsampler resume %s`, "
                  "or give another --checkpoint-dir (or remove them)",
@@ -378,6 +384,16 @@ static int update_output_config(run_ctx_t *run) {
     return ds_fail(DS_ERR_INPUT, "output %s belongs to another run than checkpoint %s (run ids %s and %s): was it "
                                  "overwritten? Refusing to append to it",
                    run->cfg->out, run->resume_path, run_id, run->run_id);
+  /* A Stan model is compiled from its file's content: a file edited since the run started
+   * compiles to another library, which must not continue the run's chains. Checked before
+   * anything is written, so that a refused resume leaves the output as it was. */
+  char stan_model[64] = "";
+  if (run->stan_model[0])
+    DS_TRY(h5util_read_root_attr(run->comm->world, "output", run->cfg->out, "stan_model", stan_model, sizeof stan_model));
+  if (run->stan_model[0] && strcmp(stan_model, run->stan_model) != 0)
+    return ds_fail(DS_ERR_INPUT, "--target %s: the model is not the one this run started with (it compiles to %s, "
+                   "the run's was %s): resume with the model file as it was", run->cfg->target, run->stan_model,
+                   stan_model);
   attr_list_t *list = calloc(1, sizeof *list);
   if (!list) return comm_agree(run->comm, DS_FAIL_ALLOC("output attributes", sizeof *list));
   config_for_each(run->cfg, add_attr, list);
@@ -404,14 +420,6 @@ int run_reopen_output(run_ctx_t *run, h5out_t **out) {
     status = ds_fail(DS_ERR_INPUT, "output %s belongs to another run than checkpoint %s (run ids %s and %s): was it "
                                    "overwritten? Refusing to append to it",
                      run->cfg->out, run->resume_path, run_id, run->run_id);
-  /* A Stan model is compiled from its file's content: a file edited since the run started
-   * compiles to another library, which must not continue the run's chains. */
-  char stan_model[64] = "";
-  if (status == DS_OK && run->stan_model[0]) status = h5out_read_attr(*out, "stan_model", stan_model, sizeof stan_model);
-  if (status == DS_OK && run->stan_model[0] && strcmp(stan_model, run->stan_model) != 0)
-    status = ds_fail(DS_ERR_INPUT, "--target %s: the model is not the one this run started with (it compiles to %s, "
-                     "the run's was %s): resume with the model file as it was", run->cfg->target, run->stan_model,
-                     stan_model);
   return comm_agree(run->comm, status);
 }
 

@@ -23,7 +23,7 @@ typedef struct run_ctx {
   const char *resume_path;      /* the checkpoint to continue from, or NULL */
   const ckpt_meta_t *resume_meta;
   char run_id[64];              /* made at a fresh start, kept across resumes */
-  int output_created;           /* rank 0: the output did not exist before this run */
+  int output_created;           /* the output did not exist before this run (rank 0 decides) */
   char inputs[CKPT_INPUTS_MAX]; /* fingerprints of the files the run reads: "what\tsize\thash\tpath"
                                  * lines (rank 0's, the same on every rank); checkpoints and the
                                  * output keep them, and a resume must find the same */

@@ -20,6 +20,14 @@ void signals_install(void) {
   sigaction(SIGTERM, &action, NULL);
   sigaction(SIGUSR1, &action, NULL);
   sigaction(SIGINT, &action, NULL);
+  /* The `dsampler` launcher (launcher.c) blocked them before this program was loaded: one sent
+   * meanwhile is pending and arrives now, as a stop request like any later one. */
+  sigset_t stops;
+  sigemptyset(&stops);
+  sigaddset(&stops, SIGTERM);
+  sigaddset(&stops, SIGUSR1);
+  sigaddset(&stops, SIGINT);
+  sigprocmask(SIG_UNBLOCK, &stops, NULL);
 }
 
 void signals_restore_default(void) {
@@ -30,3 +38,19 @@ void signals_restore_default(void) {
 }
 
 int signals_pending(void) { return stop_signal; }
+
+const char *signals_reinstate(void) {
+  static const struct { int number; const char *name; } stops[] = {{SIGTERM, "SIGTERM"}, {SIGUSR1, "SIGUSR1"},
+                                                                   {SIGINT, "SIGINT"}};
+  const char *changed = NULL;
+  sigset_t blocked;
+  sigprocmask(SIG_BLOCK, NULL, &blocked);
+  for (size_t i = 0; i < sizeof stops / sizeof stops[0]; ++i) {
+    struct sigaction now;
+    if (sigaction(stops[i].number, NULL, &now) != 0) continue;
+    if ((now.sa_handler != on_stop_signal || sigismember(&blocked, stops[i].number) == 1) && !changed)
+      changed = stops[i].name;
+  }
+  if (changed) signals_install();
+  return changed;
+}

@@ -13,5 +13,9 @@ void signals_install(void);
 void signals_restore_default(void);
 /* The number of the first stop signal received, 0 if none. */
 int signals_pending(void);
+/* Whether the stop signals still reach the flag (and are not blocked): where code run in this
+ * process (a plugin) replaced the handler, ignored a signal or blocked it, the handler is put
+ * back; returns the name of the first signal that was changed, or NULL when none was. */
+const char *signals_reinstate(void);
 
 #endif

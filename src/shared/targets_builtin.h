@@ -29,6 +29,9 @@ int builtin_target_create(const char *name, const char *args, MPI_Comm comm, dsa
 int builtin_target_set_batch(const dsampler_target *t, int64_t batch_size, uint64_t seed, int64_t iteration);
 /* Prints each built-in with its parameters (`dsampler targets`). */
 void builtin_targets_print(FILE *out);
+
+/* 1 when `name` is a built-in target, with *key its file argument ("cov", "data") or NULL. */
+int builtin_target_file_key(const char *name, const char **key);
 /* The destroy entry of every built-in: frees its parameters (and their device state). A target
  * is a built-in when this is its destroy. */
 void builtin_params_free(void *self);

@@ -42,7 +42,7 @@ static int64_t summary_read_values(void) {
 /* Vehtari et al. (2021): trust R-hat below 1.01 and ESS above 400. */
 #define SUMMARY_RHAT_WARN 1.01
 #define SUMMARY_ESS_WARN 400.0
-#define SUMMARY_MAX_VARS 256
+#define SUMMARY_MAX_VARS 4096
 /* Rows travel and print as arrays of DIAG_N_STATS doubles. */
 _Static_assert(sizeof(diag_stats_t) == DIAG_N_STATS * sizeof(double), "diag_stats_t is DIAG_N_STATS doubles");
 #define SUMMARY_NAME_LEN 256
@@ -118,6 +118,7 @@ typedef struct {
   hid_t group;
   int status;
   const char *path;
+  const char *only; /* --var: list that variable alone (any number of others may be there) */
 } list_context_t;
 
 /* H5Literate callback: every dataset of /posterior that is not a coordinate is a variable. */
@@ -138,6 +139,7 @@ static herr_t list_variable(hid_t group, const char *name, const H5L_info_t *inf
   H5Sclose(space);
   H5Oclose(dataset);
   if (is_scale || ndims < 2) return 0; /* coordinates: chain, draw, x_dim_0 */
+  if (ctx->only && strcmp(name, ctx->only) != 0) return 0;
   if (ctx->result->n_vars == SUMMARY_MAX_VARS) {
     ctx->status = ds_fail(DS_ERR_INPUT, "summary %s: more than %d posterior variables; pick one with --var",
                           ctx->path, SUMMARY_MAX_VARS);
@@ -149,8 +151,8 @@ static herr_t list_variable(hid_t group, const char *name, const H5L_info_t *inf
 }
 
 /* Lists the variables, in creation order where the file tracks it, else by name. */
-static int list_variables(hid_t posterior, const char *path, summary_result_t *result) {
-  list_context_t ctx = {result, posterior, DS_OK, path};
+static int list_variables(hid_t posterior, const char *path, const char *only, summary_result_t *result) {
+  list_context_t ctx = {result, posterior, DS_OK, path, only};
   herr_t rc;
   H5E_BEGIN_TRY { rc = H5Literate(posterior, H5_INDEX_CRT_ORDER, H5_ITER_INC, NULL, list_variable, &ctx); }
   H5E_END_TRY;
@@ -311,11 +313,11 @@ static int inspect_posterior(hid_t file, const summary_options_t *options, summa
                    "[chain, draw, dim], as dsampler hmc writes)", path);
   hid_t posterior = H5Gopen2(file, "posterior", H5P_DEFAULT);
   if (posterior < 0) return ds_fail(DS_ERR_INPUT, "summary %s: 'posterior' is not a group", path);
-  int status = list_variables(posterior, path, result);
+  int status = list_variables(posterior, path, options->var_name, result);
   if (status == DS_OK && options->var_name) {
-    int found = -1;
-    for (int v = 0; v < result->n_vars; ++v)
-      if (strcmp(result->vars[v].name, options->var_name) == 0) found = v;
+    const int found = result->n_vars == 1 ? 0 : -1;
+    /* Not there: the others, for the message (at most SUMMARY_MAX_VARS of them are read). */
+    if (found < 0 && list_variables(posterior, path, NULL, result) != DS_OK) ds_error_clear();
     if (found < 0) {
       char names[512] = "";
       for (int v = 0, used = 0; v < result->n_vars && used < (int)sizeof names; ++v)
@@ -472,6 +474,13 @@ static int summarize_variable(comm_ctx_t *comm, hid_t posterior, const summary_v
 
 /* sample_stats/NAME opened into *dataset, or *dataset < 0 when the file has none. Collective
  * on failure. */
+/* The name a file was opened with, for messages (a static buffer: one message at a time). */
+static const char *file_name(hid_t object) {
+  static char name[4096];
+  if (H5Fget_name(object, name, sizeof name) < 0) snprintf(name, sizeof name, "(the file)");
+  return name;
+}
+
 static int open_sample_stat(comm_ctx_t *comm, hid_t file, const char *name, hid_t *dataset) {
   char path[64];
   snprintf(path, sizeof path, "sample_stats/%s", name);
@@ -506,7 +515,7 @@ static int count_divergent(comm_ctx_t *comm, hid_t file, int64_t *divergent) {
   H5T_class_t type_class = H5Tget_class(file_type);
   int status = DS_OK;
   if (ndims != 2 || !(type_class == H5T_ENUM || type_class == H5T_INTEGER || type_class == H5T_FLOAT))
-    status = ds_fail(DS_ERR_INPUT, "summary: sample_stats/diverging must be booleans of shape [chain, draw]");
+    status = ds_fail(DS_ERR_INPUT, "summary %s: sample_stats/diverging must be booleans of shape [chain, draw]", file_name(file));
   /* Booleans are stored as an integer enum: read them raw in their native integer type. */
   hid_t mem_type = type_class == H5T_FLOAT ? H5Tcopy(H5T_NATIVE_DOUBLE) : H5Tget_native_type(file_type, H5T_DIR_ASCEND);
   size_t element_size = mem_type >= 0 ? H5Tget_size(mem_type) : 0;
@@ -514,7 +523,7 @@ static int count_divergent(comm_ctx_t *comm, hid_t file, int64_t *divergent) {
   size_t bytes = 0;
   if (status == DS_OK)
     status = h5util_checked_bytes("summary", "sample_stats", "diverging", 2, dims, element_size ? element_size : 1, &bytes);
-  if (status == DS_OK && dims[0] > (hsize_t)INT64_MAX) status = ds_fail(DS_ERR_INPUT, "summary: sample_stats/diverging has too many chains");
+  if (status == DS_OK && dims[0] > (hsize_t)INT64_MAX) status = ds_fail(DS_ERR_INPUT, "summary %s: sample_stats/diverging has too many chains", file_name(file));
   if (status == DS_OK) comm_partition((int64_t)dims[0], comm->size, comm->rank, &chain_begin, &chain_end);
   hsize_t elements = (hsize_t)(chain_end - chain_begin) * dims[1];
   unsigned char *buffer = malloc((size_t)(elements ? elements : 1) * (element_size ? element_size : 1));
@@ -564,7 +573,7 @@ static int find_lp_outliers(comm_ctx_t *comm, hid_t file, summary_result_t *resu
   H5Sclose(file_space);
   int status = DS_OK;
   size_t bytes = 0;
-  if (ndims != 2) status = ds_fail(DS_ERR_INPUT, "summary: sample_stats/lp must have shape [chain, draw]");
+  if (ndims != 2) status = ds_fail(DS_ERR_INPUT, "summary %s: sample_stats/lp must have shape [chain, draw]", file_name(file));
   if (status == DS_OK) status = h5util_checked_bytes("summary", "sample_stats", "lp", 2, dims, sizeof(float), &bytes);
   const int64_t chains = status == DS_OK ? (int64_t)dims[0] : 0, draws = status == DS_OK ? (int64_t)dims[1] : 0;
   int64_t begin = 0, end = 0;
@@ -633,12 +642,17 @@ static int summarize_moments(comm_ctx_t *comm, hid_t file, summary_result_t *res
   const int64_t dim = result->n_rows, n = result->draws;
   hid_t datasets[2] = {H5Dopen2(file, "moments/chain_mean", H5P_DEFAULT), H5Dopen2(file, "moments/chain_var", H5P_DEFAULT)};
   hsize_t dims[2] = {0, 0};
-  int status = datasets[0] >= 0 && datasets[1] >= 0 ? DS_OK : h5util_fail(DS_ERR_INPUT, "summary: moments cannot be opened");
+  int status = DS_OK;
+  if (datasets[0] < 0 || datasets[1] < 0) {
+    char what[4200];
+    snprintf(what, sizeof what, "summary %s: moments cannot be opened", file_name(file));
+    status = h5util_fail(DS_ERR_INPUT, what);
+  }
   if (status == DS_OK) {
     hid_t space = H5Dget_space(datasets[0]);
     if (H5Sget_simple_extent_ndims(space) != 2 || H5Sget_simple_extent_dims(space, dims, NULL) < 0 ||
         dims[1] != (hsize_t)dim || dims[0] < 2)
-      status = ds_fail(DS_ERR_INPUT, "summary: moments/chain_mean is not [chains >= 2, %lld]", (long long)dim);
+      status = ds_fail(DS_ERR_INPUT, "summary %s: moments/chain_mean is not [chains >= 2, %lld]", file_name(file), (long long)dim);
     H5Sclose(space);
   }
   status = comm_agree(comm, status);

@@ -212,7 +212,12 @@ static int svgd_step(run_ctx_t *run, svgd_state_t *s, svgd_median_state_t *media
 static int svgd_open_output(run_ctx_t *run, int64_t completed, svgd_snapshots_t *snapshots, h5out_t **out) {
   const config_t *cfg = run->cfg;
   const int64_t n = config_items(cfg), dim = run->target->dim, rows = run->item_end - run->item_begin;
-  int status = run->resume_path ? run_reopen_output(run, out) : run_open_output(run, out);
+  /* Without snapshots the output holds nothing before the end but its attributes: a resumed
+   * run whose output is gone (deleted, or never on disk) writes it afresh. */
+  const int reopen = run->resume_path && !(cfg->save_every == 0 && run->output_created);
+  int status = reopen ? run_reopen_output(run, out) : run_open_output(run, out);
+  /* On disk at once: a run killed hard before its end leaves an output its resume can open. */
+  if (status == DS_OK) status = comm_agree(run->comm, h5out_flush(*out));
   if (status != DS_OK) {
     if (*out) h5out_close(*out); /* opened, then failed: close it before MPI ends */
     *out = NULL;
@@ -368,11 +373,8 @@ static int svgd_checkpoint(run_ctx_t *run, svgd_state_t *s, int64_t completed, i
   const size_t bytes = (size_t)(rows * dim) * sizeof(float);
   const int state_floats = svgd_update_state_floats(svgd_update_kind(run->cfg));
   int status = DS_OK;
-  if (snapshots->writer) {
-    status = comm_agree(run->comm, draw_writer_wait(snapshots->writer));
-    if (status == DS_OK) status = comm_agree(run->comm, h5out_flush(out));
-    DS_TRY(status);
-  }
+  if (snapshots->writer) DS_TRY(comm_agree(run->comm, draw_writer_wait(snapshots->writer)));
+  DS_TRY(comm_agree(run->comm, h5out_flush(out)));
   status = b->download(b, x_host, s->x_all + run->item_begin * dim, bytes);
   if (status == DS_OK && state_floats > 0)
     status = b->download(b, state_host, s->history, bytes * (size_t)state_floats);

@@ -31,6 +31,7 @@
 
 #include "comm.h"
 #include "config.h"
+#include "shared_object.h"
 #include "status.h"
 
 extern char **environ;
@@ -540,6 +541,38 @@ static int run_stanc(stan_toolchain_t *tool, const char *model_path, const char 
   return DS_OK;
 }
 
+/* LIBRARY.sha256: the library's SHA-256, written beside it when it is built. */
+static int write_library_checksum(const char *library) {
+  char hex[65], path[CONFIG_PATH_MAX + 340];
+  DS_TRY(shared_object_sha256(library, hex));
+  snprintf(path, sizeof path, "%s.sha256", library);
+  FILE *file = fopen(path, "w");
+  if (!file || fprintf(file, "%s\n", hex) < 0 || fclose(file) != 0)
+    return ds_fail(DS_ERR_IO, "the Stan cache: cannot write %s: %s", path, strerror(errno));
+  return DS_OK;
+}
+
+/* A cached library is used only when whole: its ELF structure inside the file and its SHA-256
+ * the one recorded when it was built (a cache from before the checksums gets one now). */
+static int cached_library_intact(const char *library) {
+  if (shared_object_check("the cached Stan library", library) != DS_OK) {
+    ds_error_clear();
+    return 0;
+  }
+  char path[CONFIG_PATH_MAX + 340], recorded[80] = "", hex[65];
+  snprintf(path, sizeof path, "%s.sha256", library);
+  FILE *file = fopen(path, "r");
+  if (!file) return write_library_checksum(library) == DS_OK || (ds_error_clear(), 1);
+  const int read = fgets(recorded, sizeof recorded, file) != NULL;
+  fclose(file);
+  recorded[strcspn(recorded, "\n")] = '\0';
+  if (!read || shared_object_sha256(library, hex) != DS_OK) {
+    ds_error_clear();
+    return 0;
+  }
+  return strcmp(recorded, hex) == 0;
+}
+
 /* Under the lock: tmp/model.cpp (stanc's) into model-<key>/<class>.so, unless it is there. */
 static int build_model(stan_toolchain_t *tool, const char *model_path, const char *tmp, const char *class_name,
                        int verbose, char *library, size_t size) {
@@ -557,7 +590,16 @@ static int build_model(stan_toolchain_t *tool, const char *model_path, const cha
   if ((size_t)snprintf(path, sizeof path, "%s/%s.so", model_dir, class_name) >= size)
     return ds_fail(DS_ERR_INPUT, "the Stan cache %s: its path is too long (set DSAMPLER_STAN_CACHE)", tool->cache);
   snprintf(library, size, "%s", path);
-  if (is_file(library)) return DS_OK;
+  if (is_file(library)) {
+    if (cached_library_intact(library)) return DS_OK;
+    /* Damaged (cut short, altered): set aside for a look, and built again. */
+    char aside[sizeof model_dir + 48];
+    snprintf(aside, sizeof aside, "%s.damaged-%ld", model_dir, (long)getpid());
+    if (rename(model_dir, aside) != 0)
+      return ds_fail(DS_ERR_IO, "the Stan cache: %s is damaged and cannot be moved aside: %s", library, strerror(errno));
+    fprintf(stderr, "dsampler: the cached Stan library %s was damaged (its checksum or size is wrong); moved to %s and "
+            "compiled again\n", library, aside);
+  }
 
   DS_TRY(toolchain_build(tool, verbose));
   struct timespec start;
@@ -582,6 +624,7 @@ static int build_model(stan_toolchain_t *tool, const char *model_path, const cha
                        "-lsundials_idas", "-lsundials_kinsol", "-lsundials_nvecserial", "-ltbb", rpath, NULL};
   DS_TRY(compile_step(tool, "linking the model", link_tail, log, 0));
   remove(object);
+  DS_TRY(write_library_checksum(shared));
   chmod(tmp, 0755);
   if (rename(tmp, model_dir) != 0 && !is_file(library))
     return ds_fail(DS_ERR_IO, "the Stan cache: cannot rename %s to %s: %s", tmp, model_dir, strerror(errno));

@@ -11,6 +11,7 @@
 #include "config.h"
 #include "jax_target.h"
 #include "rng.h"
+#include "shared_object.h"
 #include "stan_build.h"
 #include "status.h"
 #include "target_args.h"
@@ -78,6 +79,18 @@ static int check_outputs(const char *spec, const dsampler_target *t) {
     for (int w = 0; w < v; ++w)
       if (strcmp(t->vars[w].name, var->name) == 0)
         return ds_fail(DS_ERR_INPUT, "--target %s: two output variables are named '%s'", spec, var->name);
+    /* Each variable's axes are datasets named <name>_dim_<k> beside it: no variable may take
+     * one of those names. */
+    for (int w = 0; w < t->n_vars; ++w) {
+      const size_t length = strlen(t->vars[w].name);
+      if (w == v || strncmp(var->name, t->vars[w].name, length) != 0 || strncmp(var->name + length, "_dim_", 5) != 0)
+        continue;
+      const char *digits = var->name + length + 5;
+      if (*digits && strspn(digits, "0123456789") == strlen(digits))
+        return ds_fail(DS_ERR_INPUT, "--target %s: output variable '%s' has the name of an axis of variable '%s' "
+                       "(%s_dim_<k> names its axes in the output): rename it", spec, var->name, t->vars[w].name,
+                       t->vars[w].name);
+    }
     if (var->rank < 0 || var->rank > DSAMPLER_TARGET_MAX_RANK)
       return ds_fail(DS_ERR_INPUT, "--target %s: output variable %s has %d axes (at most %d)", spec, var->name,
                      var->rank, DSAMPLER_TARGET_MAX_RANK);
@@ -115,8 +128,42 @@ static int check_reported(const char *spec, const dsampler_target *t, int64_t di
   return DS_OK;
 }
 
+/* Stan's JSON reader recurses once per level and its time grows with the square of the depth:
+ * a file nested deeper than any Stan data can be (arrays of a few dimensions, in objects of one
+ * level) is refused after one linear pass, before the reader meets it. */
+#define TARGET_JSON_DEPTH_MAX 32
+
+static int check_json_nesting(const char *what, const char *path) {
+  FILE *file = fopen(path, "rb");
+  if (!file) return DS_OK; /* the reader says why */
+  int depth = 0, deepest = 0, in_string = 0, escaped = 0, c;
+  long long at = 0;
+  while ((c = getc(file)) != EOF && deepest <= TARGET_JSON_DEPTH_MAX) {
+    ++at;
+    if (in_string) {
+      if (escaped) escaped = 0;
+      else if (c == '\\') escaped = 1;
+      else if (c == '"') in_string = 0;
+    } else if (c == '"') {
+      in_string = 1;
+    } else if (c == '[' || c == '{') {
+      if (++depth > deepest) deepest = depth;
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+  fclose(file);
+  if (deepest > TARGET_JSON_DEPTH_MAX)
+    return ds_fail(DS_ERR_INPUT, "%s %s: JSON nested more than %d levels deep (at byte %lld); Stan data are arrays of "
+                   "a few dimensions in one object", what, path, TARGET_JSON_DEPTH_MAX, at);
+  return DS_OK;
+}
+
 /* dlopen's handle of a plugin library, or DS_ERR_INPUT naming it. */
 static int load_library(const char *spec, const char *path, target_handle_t *out) {
+  char what[CONFIG_PATH_MAX + 32];
+  snprintf(what, sizeof what, "--target %.*s", (int)(strchr(spec, ':') ? strchr(spec, ':') - spec + 1 : 0), spec);
+  DS_TRY(shared_object_check(target_is_stan(spec) ? "--target stan: the compiled library" : what, path));
   out->library = dlopen(path, RTLD_NOW | RTLD_LOCAL);
   if (out->library) return DS_OK;
   const char *why = dlerror();
@@ -273,7 +320,11 @@ int target_open(const char *spec, const char *args, const char *data_path, int64
   if (strncmp(spec, "plugin:", 7) == 0 || target_is_stan(spec)) {
     char library[CONFIG_PATH_MAX];
     if (target_is_stan(spec)) {
-      status = stan_build_library(spec + 5, comm, 1, library, sizeof library);
+      char init[CONFIG_PATH_MAX] = "";
+      status = data_path[0] ? check_json_nesting("--data", data_path) : DS_OK;
+      if (status == DS_OK && target_args_get(args, "init", init, sizeof init) && init[0])
+        status = check_json_nesting("--target-args init", init);
+      if (status == DS_OK) status = stan_build_library(spec + 5, comm, 1, library, sizeof library);
       if (status == DS_OK) snprintf(out->stan_library, sizeof out->stan_library, "%s", library);
     } else {
       snprintf(library, sizeof library, "%s", spec + 7);

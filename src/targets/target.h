@@ -12,7 +12,7 @@
 #include "target_args.h" /* target_args_get for the run's --data check */
 
 /* Output variables a version 2 target may report (each is a dataset of the output). */
-#define TARGET_MAX_OUTPUT_VARS 240
+#define TARGET_MAX_OUTPUT_VARS 4096
 
 /* What a target of dsampler's own (a JAX bundle's) offers beyond the plugin ABI, kept out of
  * dsampler_target so that the ABI's struct does not grow. */

@@ -92,8 +92,11 @@ static int get_number(const char *target, const char *args, const char *key, dou
 static int get_dim(const char *target, const char *args, int64_t default_dim, int64_t *dim) {
   double value = 0;
   DS_TRY(get_number(target, args, "dim", (double)default_dim, &value));
+  if (value == 0 && default_dim == 0)
+    return ds_fail(DS_ERR_INPUT, "--dim: the %s target needs its dimension: give --dim D", target);
   if (value < 1 || value != floor(value) || value > 1e12)
-    return ds_fail(DS_ERR_INPUT, "--dim: the %s target needs a positive integer dimension", target);
+    return ds_fail(DS_ERR_INPUT, "--dim: the %s target takes a whole number of dimensions in [1, 1e12], got %.17g",
+                   target, value);
   *dim = (int64_t)value;
   return DS_OK;
 }
@@ -512,6 +515,12 @@ static const builtin_row_t *builtin_row_named(const char *name) {
 }
 
 /* ---- creation, the steps every model shares ------------------------------------------------- */
+
+int builtin_target_file_key(const char *name, const char **key) {
+  const builtin_row_t *row = builtin_row_named(name);
+  *key = row ? row->file_key : NULL;
+  return row != NULL;
+}
 
 static int unknown_target(const char *name) {
   char list[256] = "";

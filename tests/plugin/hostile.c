@@ -12,8 +12,13 @@
  *   nan_logp         log p is NaN everywhere
  *   crash            logp_grad dereferences NULL from its third call (on HOSTILE_RANK)
  *   long_message     create reports an error of 100000 characters
+ *   chdir            create changes the working directory to /
+ *   ignore_signals   create ignores SIGTERM and blocks SIGUSR1
+ *   many_vars        declares HOSTILE_VARS (default 241) scalar output variables v0, v1, ...
  * Anything else (or none): a well-behaved N(0, I). */
+#define _POSIX_C_SOURCE 200809L
 #include <math.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,6 +35,9 @@ typedef struct hostile {
   void (*report_error)(void *context, const char *message);
   void *context;
   dsampler_target_var var;
+  dsampler_target_var *many;   /* many_vars: n_many scalars v0, v1, ... */
+  char (*many_names)[16];
+  int n_many;
 } hostile_t;
 
 static int mode_is(const hostile_t *h, const char *mode) { return h->mode && strcmp(h->mode, mode) == 0; }
@@ -85,11 +93,20 @@ static int hostile_initial_point(void *self, uint64_t seed, int64_t item, double
 }
 
 static int hostile_constrain(void *self, const double *x, int64_t n, const uint64_t *keys, double *out) {
-  (void)self, (void)x, (void)n, (void)keys, (void)out;
+  hostile_t *h = self;
+  (void)keys;
+  /* many_vars: v_k = (k + 1) x_(k mod dim) */
+  for (int64_t i = 0; i < n && h->n_many; ++i)
+    for (int k = 0; k < h->n_many; ++k) out[i * h->n_many + k] = (k + 1) * x[i * h->dim + k % h->dim];
   return 0;
 }
 
-static void hostile_destroy(void *self) { free(self); }
+static void hostile_destroy(void *self) {
+  hostile_t *h = self;
+  free(h->many);
+  free(h->many_names);
+  free(h);
+}
 
 int dsampler_target_create_v2(const dsampler_target_host *host, dsampler_target *out) {
   hostile_t *h = calloc(1, sizeof *h);
@@ -116,6 +133,17 @@ int dsampler_target_create_v2(const dsampler_target_host *host, dsampler_target 
     free(h);
     return 3;
   }
+  if (mode_is(h, "chdir") && chdir("/") != 0) {
+    free(h);
+    return 3;
+  }
+  if (mode_is(h, "ignore_signals")) {
+    signal(SIGTERM, SIG_IGN);
+    sigset_t usr1;
+    sigemptyset(&usr1);
+    sigaddset(&usr1, SIGUSR1);
+    sigprocmask(SIG_BLOCK, &usr1, NULL);
+  }
   memset(out, 0, sizeof *out);
   out->abi_version = DSAMPLER_TARGET_ABI_VERSION;
   out->name = "hostile";
@@ -134,6 +162,22 @@ int dsampler_target_create_v2(const dsampler_target_host *host, dsampler_target 
     out->n_vars = 1;
     out->vars = &h->var;
     out->constrained_dim = 0;
+    out->constrain = hostile_constrain;
+  }
+  if (mode_is(h, "many_vars")) {
+    const char *count = getenv("HOSTILE_VARS");
+    h->n_many = count ? atoi(count) : 241;
+    h->many = calloc((size_t)h->n_many, sizeof *h->many);
+    h->many_names = calloc((size_t)h->n_many, sizeof *h->many_names);
+    if (!h->many || !h->many_names) return 2;
+    for (int k = 0; k < h->n_many; ++k) {
+      snprintf(h->many_names[k], sizeof h->many_names[k], "v%d", k);
+      h->many[k].name = h->many_names[k];
+      h->many[k].kind = DSAMPLER_VAR_PARAMETER;
+    }
+    out->n_vars = h->n_many;
+    out->vars = h->many;
+    out->constrained_dim = h->n_many;
     out->constrain = hostile_constrain;
   }
   return 0;

@@ -39,7 +39,7 @@ def main():
         ("bad_bandwidth", ["svgd", "--dim", 2, "--bandwidth", "-1"], "--bandwidth"),
         ("bad_kernel", ["svgd", "--dim", 2, "--kernel", "laplace"], "--kernel: expected rbf or imq, got 'laplace'"),
         ("bad_imq_beta", ["svgd", "--dim", 2, "--kernel", "imq", "--imq-beta", "0.5"], "--imq-beta: expected a number in (-1, 0)"),
-        ("bad_imq_c", ["svgd", "--dim", 2, "--imq-c", "0"], "--imq-c: expected a positive number"),
+        ("bad_imq_c", ["svgd", "--dim", 2, "--imq-c", "0"], "--imq-c: expected a number in [1e-06, 1e+06]"),
         ("bad_ksd_every", ["svgd", "--dim", 2, "--ksd-every", "-3"], "--ksd-every: expected >= 0"),
         ("bad_ksd_kernel", ["svgd", "--dim", 2, "--ksd-kernel", "rbf"], "--ksd-kernel: expected run or imq"),
         ("bad_save_every", ["svgd", "--dim", 2, "--save-every", "-1"], "--save-every: expected >= 0"),

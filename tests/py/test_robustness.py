@@ -444,8 +444,9 @@ def job_signals():
 def startup_signals():
     """SIGUSR1 in the first moments of a run (Slurm's --signal may come just after a requeue):
     the ranks never die of it; each run ends 75 with a checkpoint (or 0 where the signal reached
-    mpirun before it had started the ranks). From 0.3 s on: before that the ranks may still be in
-    the dynamic loader, before the first instruction of main, where no program can handle it."""
+    mpirun before it had started the ranks). Signals sent to mpirun itself, from 0.3 s on (before
+    that mpirun may not have its own handler yet); test_guards.py signals the ranks directly from
+    the moment they exist."""
     # The run to resume is made once, in this test run (a folder left by an earlier one may hold
     # another version's checkpoints).
     shutil.rmtree(t.path("rb_sig_resume.ckpt"), ignore_errors=True)

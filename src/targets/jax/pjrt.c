@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "status.h"
+#include "shared_object.h"
 
 /* Oldest plugin API whose calls and structs this file relies on. */
 #define PJRT_OLDEST_MINOR 40
@@ -79,6 +80,9 @@ static int initialize_once(pjrt_runtime_t *runtime) {
 }
 
 static int load_plugin(const char *plugin_path, pjrt_runtime_t *runtime) {
+  char what[512];
+  snprintf(what, sizeof what, "%s: the PJRT plugin", runtime->what);
+  DS_TRY(shared_object_check(what, plugin_path));
   runtime->library = dlopen(plugin_path, RTLD_NOW | RTLD_LOCAL);
   if (!runtime->library) {
     const char *why = dlerror();

@@ -1,0 +1,53 @@
+/* launcher.c: the `dsampler` command. It blocks the stop signals (SIGTERM, SIGUSR1, SIGINT) and
+ * executes the program proper, dsampler-bin, beside it (or in ../libexec/dsampler/).
+ *
+ * Why: the program links some sixty shared libraries (MPI, HDF5, CUDA, ...); the dynamic loader
+ * takes a few tenths of a second to map them before main can install its handler, and a stop
+ * signal in that window (Slurm's --signal after a requeue, a scheduler's SIGTERM) would kill the
+ * rank with no checkpoint and no message. A blocked signal stays pending across execve, so the
+ * program's main, which installs its handler and then unblocks (signals.h), receives it and stops
+ * at its first checkpoint as it would later. This file needs nothing but the C library and is
+ * linked statically where the toolchain can, so that its own start-up is microseconds. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#define PROGRAM "dsampler-bin"
+
+/* DIR/suffix into out when that file is executable. */
+static int candidate(char *out, size_t size, const char *dir, const char *suffix) {
+  int n = snprintf(out, size, "%s/%s", dir, suffix);
+  return n > 0 && (size_t)n < size && access(out, X_OK) == 0;
+}
+
+int main(int argc, char **argv) {
+  (void)argc;
+  sigset_t stops;
+  sigemptyset(&stops);
+  sigaddset(&stops, SIGTERM);
+  sigaddset(&stops, SIGUSR1);
+  sigaddset(&stops, SIGINT);
+  sigprocmask(SIG_BLOCK, &stops, NULL);
+
+  char self[PATH_MAX], path[PATH_MAX + 64];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n <= 0) {
+    fprintf(stderr, "dsampler: error: cannot find this program's own path (/proc/self/exe): %s\n", strerror(errno));
+    return 1;
+  }
+  self[n] = '\0';
+  char *slash = strrchr(self, '/');
+  if (slash) *slash = '\0';
+  if (!candidate(path, sizeof path, self, PROGRAM) && !candidate(path, sizeof path, self, "../libexec/dsampler/" PROGRAM)) {
+    fprintf(stderr, "dsampler: error: the program %s is missing: looked for %s/%s and %s/../libexec/dsampler/%s "
+            "(install both files of dsampler together)\n", PROGRAM, self, PROGRAM, self, PROGRAM);
+    return 1;
+  }
+  execv(path, argv);
+  fprintf(stderr, "dsampler: error: cannot run %s: %s\n", path, strerror(errno));
+  return 1;
+}
