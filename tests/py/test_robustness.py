@@ -468,6 +468,14 @@ def startup_signals():
                 args = ["resume", ckpt, "--quiet"]
             proc = subprocess.Popen([t.MPIEXEC, t.NP_FLAG, "2", *t.PREFLAGS, t.DSAMPLER, *map(str, args)],
                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            # The delay counts from the ranks' start: mpirun has its handlers by then, however
+            # loaded the machine (a signal to mpirun before that is Open MPI's to lose).
+            pattern = f"dsampler(-bin)? resume {ckpt}" if command == "resume" else f"dsampler(-bin)? hmc .*--out {out}"
+            deadline = time.time() + 30
+            while time.time() < deadline and not [
+                    p for p in subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True).stdout.split()
+                    if int(p) != proc.pid]:
+                time.sleep(0.005)
             time.sleep(delay)
             proc.send_signal(signal.SIGUSR1)
             try:
