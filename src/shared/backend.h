@@ -184,9 +184,10 @@ struct backend {
   /* One median pass (above; added into hist, a host array of SVGD_HIST_BINS counts, or
    * SVGD_WINDOW_COUNTS for PASS_WINDOW) over this rank's share of the unordered pairs: each
    * local row i in [row_begin, row_end) with j = (i + k) mod n for k = 1 .. floor(n/2), except
-   * k = n/2 for i >= n/2 when n is even. Each pair counts 2. D_ij = sum_k (x_ik - x_jk)^2
-   * with fmaf in k order from 0 up to 128 coordinates, beyond them the GEMM identity on
-   * centred coordinates (svgd_kernel_math.h). The n zeros of the diagonal are not counted here. */
+   * k = n/2 for i >= n/2 when n is even. Each pair counts 2. D_ij as the backend computes it
+   * (which form for which dimensions and GPUs, and how closely the backends agree, is stated
+   * once, in README.md's "What is computed"; the CPU backend's forms are svgd_kernel_math.h's).
+   * The median is exact for those D_ij. The n zeros of the diagonal are not counted here. */
   int (*svgd_pair_histogram)(backend_t *b, const float *x_all, int64_t n, int64_t dim,
                              int64_t row_begin, int64_t row_end, int pass, uint32_t select_bits,
                              uint64_t *hist);

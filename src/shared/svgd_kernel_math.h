@@ -30,12 +30,14 @@ SVGD_KERNEL_FN float svgd_imq_power(float q, float beta) {
   return beta == -0.5f ? 1.0f / sqrtf(q) : powf(q, beta);
 }
 
-/* The median's squared distances (DESIGN.md). Up to SVGD_DIRECT_MAX_DIM coordinates the
- * difference-square sum. Beyond, the GEMM identity on coordinates centred at particle 0,
- * y_j = x_j - x_0 (one subtraction each, so |y| is on the scale of the distances and the
- * identity cancels little): D_ij = |y_i|^2 + |y_j|^2 - 2 y_i . y_j, each of |y|^2 and y_i . y_j
- * an fma chain from 0, k ascending, and D clamped at +0 (a negative or -0 result is +0; NaN
- * stays NaN). Both backends compute it this way, so the median is the same bits on both. */
+/* The median's squared distances on the CPU backend (DESIGN.md). Up to SVGD_DIRECT_MAX_DIM
+ * coordinates the difference-square sum. Beyond, the GEMM identity on coordinates centred at
+ * particle 0, y_j = x_j - x_0 (one subtraction each, so |y| is on the scale of the distances and
+ * the identity cancels little): D_ij = |y_i|^2 + |y_j|^2 - 2 y_i . y_j, each of |y|^2 and
+ * y_i . y_j an fma chain from 0, k ascending, and D clamped at +0 (a negative or -0 result is +0;
+ * NaN stays NaN). The GPU uses these forms for some dimensions and tensor-core forms for others,
+ * so the backends' medians agree bit for bit only where both use the same form: README.md's
+ * "What is computed" says which, and is the one statement of it. */
 #define SVGD_DIRECT_MAX_DIM 128
 SVGD_KERNEL_FN int svgd_median_by_gemm(long long dim) { return dim > SVGD_DIRECT_MAX_DIM; }
 
