@@ -1,5 +1,5 @@
 /* backend_cuda.cu: the CUDA backend: backend.h's interface over device memory, one compute
- * stream per backend. Kernels live in svgd_kernels.cu and hmc_kernels.cu; this file owns the
+ * stream per backend. Kernels live in cuda/svgd/ and cuda/hmc/; this file owns the
  * device buffers (histogram, phi scratch, HMC work arrays, pinned staging) and chooses fused
  * kernels for the built-in gaussian, a target's own device gradient, or host staging. */
 #include <cuda_runtime.h>

@@ -1,4 +1,4 @@
-/* hmc_kernels.h: launchers of the HMC kernels (hmc_kernels.cu), as plain C. The batch's
+/* hmc_kernels.h: launchers of the HMC kernels (cuda/hmc/), as plain C. The batch's
  * arrays are device memory. Randomness follows rng.h: the momentum's normals and the accept
  * uniform of chain c come from Philox blocks keyed by (seed, chain_begin + c, iteration). */
 #ifndef DSAMPLER_HMC_KERNELS_H

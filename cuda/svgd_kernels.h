@@ -1,4 +1,4 @@
-/* svgd_kernels.h: launchers of the SVGD kernels (svgd_kernels.cu) and of the fused built-in
+/* svgd_kernels.h: launchers of the SVGD kernels (cuda/svgd/) and of the fused built-in
  * gradient, as plain C. Every array is device memory; every launcher checks its sizes, runs
  * on `stream` and checks the launch. Semantics are those of backend.h. */
 #ifndef DSAMPLER_SVGD_KERNELS_H
@@ -16,6 +16,8 @@ extern "C" {
 #endif
 
 /* Kernel variant, chosen by measurement (tests/bench/BENCHMARKS.md); settable for benchmarks.
+ * The family fields are the overrides of the routing table (src/shared/svgd_route.h), which the
+ * dispatch asks for every choice of family: they take effect only where the table allows.
  * hist_chunk: coordinates staged per step of the histogram kernel (16 or 32; 0, the default:
  * 16 for direct differences, 32 for the GEMM identity, the faster of each on the H200).
  * wide_slab: columns per kernel slab of phi for dim > 128 (a multiple of 128; 0, the default:
@@ -52,7 +54,7 @@ int svgd_launch_pair_histogram(const float *x_all, int64_t n, int64_t dim, int64
                                unsigned long long *hist_dev, float *scratch, float *dist, int sm_count,
                                cudaStream_t stream);
 /* Whether the GPU's squared distances are the tensor cores' (dim <= 64: the GEMM identity on
- * centred rows in 3xTF32, the same in the median's passes and in phi; svgd_kernels.cu). */
+ * centred rows in 3xTF32, the same in the median's passes and in phi; cuda/svgd/). */
 int svgd_distances_on_tensor_cores(int64_t dim);
 /* D [row_end - row_begin][n] of those rows against every column, as the median and phi take
  * them (diagonal entries included, as computed): for tests. scratch: the floats

@@ -7,8 +7,8 @@ NAME is a folder of tests/posteriordb with model.stan and model.py. The NumPyro 
 to a CPU bundle (dsampler-export's API, as test_posteriordb.py --jax does), the Stan model
 compiled (`dsampler stan`). Each target then runs `dsampler hmc` on 2 ranks with a fixed
 trajectory: --warmup 0 --adapt none --metric unit --steps 10 --step-size 0.01, 64 chains, the
-same seed; once with 20 draws and once with 220. The gradient's cost is the difference of the two
-walls over the 200 x 10 x 64 extra gradient evaluations (start-up, compilation and output cancel
+same seed; once with 20 draws and once with 2020. The gradient's cost is the difference of the two
+walls over the 2000 x 10 x 64 extra gradient evaluations (start-up, compilation and output cancel
 out), in microseconds of wall a gradient of one chain (two ranks at once on two cores). Run with
 the tests' jax venv python (tests/jax/requirements.txt: jax, numpyro and the CPU PJRT plugin)."""
 import json
@@ -22,7 +22,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "src", "export"))
 PDB = os.path.join(ROOT, "tests", "posteriordb")
-CHAINS, STEPS, SHORT, LONG = 64, 10, 20, 220
+CHAINS, STEPS, SHORT, LONG = 64, 10, 20, 2020
 MPIEXEC = os.environ.get("MPIEXEC", "mpiexec")
 
 

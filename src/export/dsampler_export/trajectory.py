@@ -4,7 +4,7 @@
 # kick-drift kernel and XLA's gradient. dsampler keeps the momentum draw, the last half kick,
 # the energy and the acceptance.
 #
-# The arithmetic is that of dsampler's own kernels (cuda/hmc_kernels.cu, hmc_kick_drift_kernel):
+# The arithmetic is that of dsampler's own kernels (cuda/hmc/hmc_generic.cu, hmc_kick_drift_kernel):
 # kick p + k g with k = eps / 2 on the first step and eps after, drift q + (eps m) p.
 #
 # Layout: "aos" (the default) keeps dsampler's rows; "soa" carries the state chains-minor ([dim, block]) inside the loop, transposing once
