@@ -2,6 +2,7 @@
 #include "h5util.h"
 
 #include <errno.h>
+#include <sys/file.h>
 #include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -118,6 +119,16 @@ static int agree_or_close(MPI_Comm comm, int status, hid_t *file) {
   return status;
 }
 
+/* Whether another process holds an exclusive lock on `path`, as a running dsampler run holds one
+ * on its output (run.c): a file mid-write, not a damaged one. */
+static int held_by_a_run(const char *path) {
+  const int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  const int held = flock(fd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+  close(fd); /* releases the shared lock, if it was taken */
+  return held;
+}
+
 int h5util_open_read(MPI_Comm comm, const char *option, const char *path, hid_t *file) {
   *file = H5I_INVALID_HID;
   DS_TRY(h5util_agree(comm, h5util_check_input(option, path, 0)));
@@ -132,7 +143,10 @@ int h5util_open_read(MPI_Comm comm, const char *option, const char *path, hid_t 
     *file = H5Fopen(path, H5F_ACC_RDONLY, fapl);
     H5Pclose(fapl);
     if (*file < 0) {
-      snprintf(what, sizeof what, "%s %s: not an HDF5 file (or a truncated or damaged one)", option, path);
+      snprintf(what, sizeof what, "%s %s: %s", option, path,
+               held_by_a_run(path) ? "is being written by a running dsampler run (it holds the file's lock): read it "
+                                     "once that run has ended"
+                                   : "not an HDF5 file (or a truncated or damaged one)");
       status = h5util_fail(DS_ERR_INPUT, what);
     }
   }

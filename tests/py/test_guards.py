@@ -8,7 +8,8 @@ working directory (refused) or the stop signals' handling (put back: a stop stil
 truncated or non-ELF shared objects refused before dlopen; JSON data nested past any Stan data's
 depth refused before a model is built; 241 output variables (summary and --var on them); a
 built-in's numeric --target-args value beside a file of that name; clear errors for --dim,
---call-timeout and axis-like variable names. Each case: bounded time, a non-zero exit where it
+--call-timeout and axis-like variable names, and for an --init that a running run is still
+writing. Each case: bounded time, a non-zero exit where it
 fails, one error line naming the input, inputs unchanged."""
 import glob
 import os
@@ -310,6 +311,22 @@ def clear_errors():
             "at most 1000000000, about 31 years), got 1000000000000")
 
 
+def input_being_written():
+    """--init naming the output of a run still writing it: said so, not called damaged."""
+    out, ckpt = t.path("g_writing.h5"), t.path("g_writing.ckpt")
+    shutil.rmtree(ckpt, ignore_errors=True)
+    proc = launch(1, "hmc", "--dim", 2, "--chains", 8, "--warmup", 10000000, "--draws", 10, "--backend", "cpu",
+                  "--quiet", "--out", out, "--checkpoint-dir", ckpt)
+    try:
+        t.check(wait_for(lambda: os.path.exists(out) and os.path.getsize(out) > 0, 30), "writing: the run started")
+        time.sleep(1.0)
+        refused("init_being_written", ["hmc", "--dim", 2, "--chains", 8, "--init", out, "--out", t.path("g_w2.h5")],
+                "is being written by a running dsampler run")
+    finally:
+        proc.send_signal(signal.SIGUSR1)
+        finish_within(proc)
+
+
 def main():
     early_signals()
     svgd_hard_kill()
@@ -323,6 +340,7 @@ def main():
     many_variables()
     numeric_args_beside_files()
     clear_errors()
+    input_being_written()
     t.finish("guards")
 
 
