@@ -1,5 +1,7 @@
 /* main.c: dsampler's entry point: parse, run, and report the one error, ending every rank. */
+#define _XOPEN_SOURCE 700 /* realpath */
 #include <errno.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -98,21 +100,79 @@ static int absolute_checkpoint_dir_option(int argc, char **argv) {
  * when that folder is there on every rank; else from the current one, and rank 0 says so.
  * The resume's own paths (the checkpoints found, a --checkpoint-dir given to it) were made
  * absolute before. Collective. */
-static int enter_start_dir(comm_ctx_t *comm, const ckpt_meta_t *meta) {
+/* The run's --out as its checkpoint recorded it (checkpoint_escaped: %XX for '%', newline and
+ * carriage return), into out; "" where absent. */
+static void recorded_out(const char *config, char *out, size_t size) {
+  out[0] = '\0';
+  const char *line = strstr(config, "\nout = ");
+  if (!line && strncmp(config, "out = ", 6) == 0) line = config - 1;
+  if (!line) return;
+  size_t used = 0;
+  for (const char *c = line + 7; *c && *c != '\n' && used + 1 < size; ++c) {
+    unsigned code;
+    if (c[0] == '%' && c[1] && c[2] && sscanf(c + 1, "%2x", &code) == 1) {
+      out[used++] = (char)code;
+      c += 2;
+    } else {
+      out[used++] = *c;
+    }
+  }
+  out[used] = '\0';
+}
+
+/* Where the run's start folder is gone, the folder that holds the checkpoint folder, when the
+ * run's relative output is there: the run's folder moved whole, checkpoints and all. */
+static int moved_start_dir(const char *checkpoint, const ckpt_meta_t *meta, char *folder, size_t size) {
+  char out[4096];
+  recorded_out(meta->config, out, sizeof out);
+  if (!out[0] || out[0] == '/') return 0;
+  char copy[4096];
+  snprintf(copy, sizeof copy, "%s", checkpoint);
+  char *slash = strrchr(copy, '/'); /* .../FOLDER/CKPT_DIR/ckpt-N.h5 */
+  if (!slash) return 0;
+  *slash = '\0';
+  slash = strrchr(copy, '/');
+  if (!slash) return 0;
+  *slash = '\0';
+  char candidate[8300];
+  snprintf(candidate, sizeof candidate, "%s/%s", copy[0] ? copy : "/", out);
+  struct stat st;
+  if (stat(candidate, &st) != 0 || !S_ISREG(st.st_mode)) return 0;
+  char resolved[PATH_MAX];
+  snprintf(folder, size, "%s", realpath(copy[0] ? copy : "/", resolved) ? resolved : copy[0] ? copy : "/");
+  return 1;
+}
+
+/* Collective: into the folder the run started in, so that its relative paths mean what they
+ * meant. Where that folder is gone, the checkpoints' parent folder when the run's output is
+ * there (the folder was moved or renamed), else the current folder, with a note either way. */
+static int enter_start_dir(comm_ctx_t *comm, const ckpt_meta_t *meta, const char *checkpoint) {
   char here[4096] = "";
   if (!meta->start_dir[0] || (getcwd(here, sizeof here) && strcmp(here, meta->start_dir) == 0)) return DS_OK;
   struct stat st;
   int usable = stat(meta->start_dir, &st) == 0 && S_ISDIR(st.st_mode) && access(meta->start_dir, X_OK) == 0, all = 0;
   MPI_CHECK(MPI_Allreduce(&usable, &all, 1, MPI_INT, MPI_MIN, comm->world));
+  const char *folder = meta->start_dir;
+  char moved[4096] = "";
   if (!all) {
+    int found = moved_start_dir(checkpoint, meta, moved, sizeof moved), everywhere = 0;
+    MPI_CHECK(MPI_Allreduce(&found, &everywhere, 1, MPI_INT, MPI_MIN, comm->world));
+    if (!everywhere) {
+      char out[4096];
+      recorded_out(meta->config, out, sizeof out);
+      if (comm->rank == 0)
+        fprintf(stderr, "dsampler: note: the run started in %s, which is not there%s, and its output %s is not "
+                "beside its checkpoint folder; its relative paths are taken from %s\n", meta->start_dir,
+                comm->size > 1 ? " on every rank" : "", out[0] ? out : "(none recorded)", here);
+      return DS_OK;
+    }
     if (comm->rank == 0)
-      fprintf(stderr, "dsampler: note: the run started in %s, which is not there%s; its relative paths are taken "
-                      "from %s\n", meta->start_dir, comm->size > 1 ? " on every rank" : "", here);
-    return DS_OK;
+      fprintf(stderr, "dsampler: note: the run started in %s, which is not there; its output and checkpoints are in "
+              "%s, so its relative paths are taken from there\n", meta->start_dir, moved);
+    folder = moved;
   }
-  int status = chdir(meta->start_dir) == 0 ? DS_OK
-               : ds_fail(DS_ERR_INPUT, "resume: cannot enter %s, where the run started: %s", meta->start_dir,
-                         strerror(errno));
+  int status = chdir(folder) == 0 ? DS_OK
+               : ds_fail(DS_ERR_INPUT, "resume: cannot enter %s, where the run started: %s", folder, strerror(errno));
   return comm_agree(comm, status);
 }
 
@@ -137,7 +197,7 @@ static int resume_main(comm_ctx_t *comm, int argc, char **argv) {
     int status = ckpt_read_meta(comm->world, paths[i], &meta);
     /* Not a checkpoint of this format: stop, whatever older checkpoints there are. */
     if (status != DS_OK && status != DS_ERR_CHECKPOINT) return status;
-    if (status == DS_OK) DS_TRY(enter_start_dir(comm, &meta));
+    if (status == DS_OK) DS_TRY(enter_start_dir(comm, &meta, paths[i]));
     if (status == DS_OK) {
       status = config_parse_resume(&cfg, config_algorithm_from_name(meta.algorithm), meta.config, argc, argv,
                                    comm->rank == 0 ? stdout : NULL);

@@ -224,7 +224,8 @@ def stopped_in(folder):
 def resume_elsewhere():
     """Run in folder A with relative --out, --checkpoint-dir, --init and cov=, stopped; resumed
     from folder B: it goes on in A and ends bitwise equal to the run never stopped; nothing is
-    written in B. With A moved away, the resume is refused naming the output."""
+    written in B. With A moved whole, the resume goes on in its new place, bitwise the same; with
+    its output gone too, it is refused naming the file."""
     reference = t.path("hs_rel_ref")
     args = relative_run(reference)
     rc, stderr, _ = finish_within(launch(2, *args, cwd=reference), 120)
@@ -256,9 +257,25 @@ def resume_elsewhere():
     os.rename(a, moved)
     rc, stderr, _ = finish_within(launch(2, "resume", "../hs_rel_moved/ck", "--quiet", cwd=b), TIMEOUT)
     lines = t.error_lines(stderr)
-    t.check(rc not in (0, None) and len(lines) == 1 and "init.h5: cannot open" in lines[0]
-            and f"the run started in {a}, which is not there" in stderr,
-            f"relative_moved: refused, naming the file and the folder the run started in ({rc}, {lines})")
+    # The folder moved whole (its output beside its checkpoint folder): the run goes on there.
+    t.check(rc == 0 and f"the run started in {a}, which is not there; its output and checkpoints are in {moved}" in stderr,
+            f"relative_moved: resumed in the moved folder, with a note naming both ({rc}, {lines})")
+    same = subprocess.run([sys.executable, H5_SAME, os.path.join(moved, "run.h5"), os.path.join(reference, "run.h5")],
+                          capture_output=True, text=True)
+    t.check(rc == 0 and same.returncode == 0,
+            f"relative_moved: the output is bitwise the uninterrupted run's ({same.stdout.strip()[:300]})")
+    t.check(os.listdir(b) == ["ck_b"], f"relative_moved: nothing new written in the folder resumed from ({os.listdir(b)})")
+    # Its output gone too: the relative paths are taken from the current folder, and the error
+    # names the missing file and the note the folder the run started in.
+    rc, stderr = stopped_in(a)
+    shutil.rmtree(moved, ignore_errors=True)
+    os.rename(a, moved)
+    os.remove(os.path.join(moved, "run.h5"))
+    rc, stderr, _ = finish_within(launch(2, "resume", "../hs_rel_moved/ck", "--quiet", cwd=b), TIMEOUT)
+    lines = t.error_lines(stderr)
+    t.check(rc not in (0, None) and len(lines) == 1 and "cannot open" in lines[0]
+            and f"the run started in {a}, which is not there" in stderr and "is not beside its checkpoint folder" in stderr,
+            f"relative_moved_no_output: refused, naming the file and the folder the run started in ({rc}, {lines})")
 
 
 # --- 5. an output variable with a zero-length axis ----------------------------------------------
