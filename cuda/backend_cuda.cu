@@ -9,6 +9,7 @@
 #include "backend_cuda.h"
 #include "cuda_check.h"
 #include "hmc_kernels.h"
+#include "order_key.h"
 #include "status.h"
 #include "svgd_kernels.h"
 #include "targets_builtin.h"
@@ -46,6 +47,9 @@ struct cuda_impl {
   float cov_weight[COV_DEFER_MAX];
   void *cov_centred;
   size_t cov_centred_bytes, cov_refused_bytes; /* a size cudaMalloc refused: not asked again */
+  void *key_bins_dev, *key_bins_host; /* key_histogram's bins (device, pinned), made at the first */
+  cudaEvent_t timer[BACKEND_TIMER_SLOTS];          /* --timing's marks, made at the first */
+  int timer_made;
 };
 
 cuda_impl *impl_of(backend_t *b) { return static_cast<cuda_impl *>(b->impl); }
@@ -145,6 +149,42 @@ int cuda_download(backend_t *b, void *host_dst, const void *src, size_t bytes) {
 
 int cuda_synchronize(backend_t *b) {
   CUDA_CHECK(cudaStreamSynchronize(impl_of(b)->stream));
+  return DS_OK;
+}
+
+int cuda_timer_mark(backend_t *b, int slot) {
+  cuda_impl *impl = impl_of(b);
+  if (slot < 0 || slot >= BACKEND_TIMER_SLOTS) return ds_fail(DS_ERR_INTERNAL, "timer slot %d", slot);
+  for (; impl->timer_made < BACKEND_TIMER_SLOTS; ++impl->timer_made)
+    CUDA_CHECK(cudaEventCreate(&impl->timer[impl->timer_made]));
+  CUDA_CHECK(cudaEventRecord(impl->timer[slot], impl->stream));
+  return DS_OK;
+}
+
+int cuda_timer_elapsed(backend_t *b, int from, int to, double *ms) {
+  cuda_impl *impl = impl_of(b);
+  if (from < 0 || to < 0 || from >= impl->timer_made || to >= impl->timer_made)
+    return ds_fail(DS_ERR_INTERNAL, "timer slots %d, %d", from, to);
+  CUDA_CHECK(cudaEventSynchronize(impl->timer[to]));
+  float elapsed = 0.0f;
+  CUDA_CHECK(cudaEventElapsedTime(&elapsed, impl->timer[from], impl->timer[to]));
+  *ms = (double)elapsed;
+  return DS_OK;
+}
+
+int cuda_key_histogram(backend_t *b, const float *values, int64_t rows, int clamp_zero, uint32_t prefix,
+                       int prefix_bits, int shift, int bits, uint64_t *bins) {
+  cuda_impl *impl = impl_of(b);
+  const size_t bytes = ((size_t)(1 << ORDER_KEY_MAX_BITS) + 1) * sizeof(unsigned long long);
+  if (bits < 1 || bits > ORDER_KEY_MAX_BITS) return ds_fail(DS_ERR_INTERNAL, "key_histogram: %d bits", bits);
+  if (!impl->key_bins_dev) CUDA_CHECK(cudaMalloc(&impl->key_bins_dev, bytes));
+  if (!impl->key_bins_host) CUDA_CHECK(cudaMallocHost(&impl->key_bins_host, bytes));
+  unsigned long long *device_bins = static_cast<unsigned long long *>(impl->key_bins_dev);
+  DS_TRY(launch_key_histogram(values, rows, clamp_zero, prefix, prefix_bits, shift, bits, device_bins, impl->sm_count,
+                              impl->stream));
+  const size_t used = ((size_t)(1 << bits) + 1) * sizeof(unsigned long long);
+  DS_TRY(cuda_download(b, impl->key_bins_host, device_bins, used));
+  memcpy(bins, impl->key_bins_host, used);
   return DS_OK;
 }
 
@@ -483,6 +523,9 @@ void cuda_destroy(backend_t *b) {
     if (impl->sums_host) CUDA_CHECK_NORETURN(cudaFreeHost(impl->sums_host));
     if (impl->center_dev) CUDA_CHECK_NORETURN(cudaFree(impl->center_dev));
     if (impl->cov_centred) CUDA_CHECK_NORETURN(cudaFree(impl->cov_centred));
+    if (impl->key_bins_dev) CUDA_CHECK_NORETURN(cudaFree(impl->key_bins_dev));
+    if (impl->key_bins_host) CUDA_CHECK_NORETURN(cudaFreeHost(impl->key_bins_host));
+    for (int k = 0; k < impl->timer_made; ++k) CUDA_CHECK_NORETURN(cudaEventDestroy(impl->timer[k]));
     if (impl->stream) CUDA_CHECK_NORETURN(cudaStreamDestroy(impl->stream));
     free(impl);
   }
@@ -529,6 +572,9 @@ extern "C" int backend_cuda_create(int device, backend_t **out) {
   b->upload = cuda_upload;
   b->download = cuda_download;
   b->synchronize = cuda_synchronize;
+  b->timer_mark = cuda_timer_mark;
+  b->timer_elapsed = cuda_timer_elapsed;
+  b->key_histogram = cuda_key_histogram;
   b->logp_grad = cuda_logp_grad;
   b->svgd_pair_histogram = cuda_svgd_pair_histogram;
   b->svgd_pair_counts = cuda_svgd_pair_counts;

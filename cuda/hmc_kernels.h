@@ -45,6 +45,9 @@ int hmc_launch_dense_kick_drift(const hmc_batch_t *batch, int step, float *q_wor
                                 const float *grad_work, cudaStream_t stream);
 /* backend.h's running_moments_add. */
 int launch_running_moments(const float *x, float *mean, float *m2, int64_t rows, double n, cudaStream_t stream);
+/* backend.h's key_histogram, into bins [2^bits + 1] in device memory (zeroed here). */
+int launch_key_histogram(const float *values, int64_t rows, int clamp_zero, uint32_t prefix, int prefix_bits,
+                         int shift, int bits, unsigned long long *bins, int sm_count, cudaStream_t stream);
 /* Deferred covariance updates (backend_cuda.cu's covariance_add): up to
  * covariance_defer_capacity(dim) updates are kept as the centred states q - mean (centre), then
  * folded into m2 in order (fold: weights[t] = n_t / (n_t - 1)), with the bits of as many

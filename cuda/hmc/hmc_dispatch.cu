@@ -332,6 +332,20 @@ extern "C" int launch_running_moments(const float *x, float *mean, float *m2, in
   return DS_OK;
 }
 
+extern "C" int launch_key_histogram(const float *values, int64_t rows, int clamp_zero, uint32_t prefix,
+                                    int prefix_bits, int shift, int bits, unsigned long long *bins, int sm_count,
+                                    cudaStream_t stream) {
+  if (bits < 1 || bits > ORDER_KEY_MAX_BITS || prefix_bits < 0 || prefix_bits + shift + bits > 32)
+    return ds_fail(DS_ERR_INTERNAL, "launch_key_histogram: bits %d, prefix %d, shift %d", bits, prefix_bits, shift);
+  CUDA_CHECK(cudaMemsetAsync(bins, 0, ((size_t)(1 << bits) + 1) * sizeof *bins, stream));
+  if (rows == 0) return DS_OK;
+  const long long wanted = (rows + 255) / 256, most = 4LL * (sm_count > 0 ? sm_count : 1);
+  key_histogram_kernel<<<(unsigned)(wanted < most ? wanted : most), 256, 0, stream>>>(
+      values, rows, clamp_zero, prefix, prefix_bits, shift, bits, bins);
+  CUDA_CHECK_LAUNCH("key_histogram_kernel");
+  return DS_OK;
+}
+
 extern "C" int hmc_launch_finish(const hmc_batch_t *batch, const float *q_work, float *p_work,
                                  const float *grad_work, const float *logp_work, const float *uniform,
                                  const double *h0, cudaStream_t stream) {

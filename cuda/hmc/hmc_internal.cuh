@@ -22,6 +22,7 @@
 #include "dense_metric.h"
 #include "dual_average.h"
 #include "exactsum_core.h"
+#include "order_key.h"
 
 namespace dsampler_hmc {
 
@@ -170,6 +171,8 @@ __global__ void covariance_centre_kernel(const float *q, const float *mean, floa
 __global__ void covariance_fold_kernel(const float *centred, int updates, const covariance_weights weights, float *m2,
                                        long long rows, long long dim);
 __global__ void running_moments_kernel(const float *x, float *mean, float *m2, long long rows, float n);
+__global__ void key_histogram_kernel(const float *values, long long rows, int clamp_zero, unsigned prefix,
+                                     int prefix_bits, int shift, int bits, unsigned long long *bins);
 
 /* hmc_adapt.cu */
 __global__ void dual_average_kernel(double *state, const float *accept, float *step_out, long long rows,

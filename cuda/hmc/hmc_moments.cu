@@ -98,4 +98,28 @@ __global__ void running_moments_kernel(const float *x, float *mean, float *m2, l
   if (r < rows) welford_add(mean + r, m2 + r, x[r], n);
 }
 
+/* backend.h's key_histogram: a block's counts in shared memory (32 bits: a block sees fewer than
+ * 2^32 rows), then added to bins [2^bits + 1] in global memory. */
+__global__ void key_histogram_kernel(const float *values, long long rows, int clamp_zero, unsigned prefix,
+                                     int prefix_bits, int shift, int bits, unsigned long long *bins) {
+  __shared__ unsigned counts[(1 << ORDER_KEY_MAX_BITS) + 1];
+  const int n_bins = (1 << bits) + 1;
+  const unsigned mask = (1u << bits) - 1u;
+  for (int i = threadIdx.x; i < n_bins; i += blockDim.x) counts[i] = 0u;
+  __syncthreads();
+  for (long long r = (long long)blockIdx.x * blockDim.x + threadIdx.x; r < rows; r += (long long)gridDim.x * blockDim.x) {
+    const unsigned u = __float_as_uint(clamp_zero ? fmaxf(values[r], 0.0f) : values[r]);
+    if (!order_bits_finite(u)) {
+      if (prefix_bits == 0) atomicAdd(&counts[n_bins - 1], 1u);
+      continue;
+    }
+    const unsigned key = order_key_of_bits(u);
+    if (prefix_bits > 0 && (key >> (32 - prefix_bits)) != prefix) continue;
+    atomicAdd(&counts[(key >> shift) & mask], 1u);
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < n_bins; i += blockDim.x)
+    if (counts[i]) atomicAdd(&bins[i], (unsigned long long)counts[i]);
+}
+
 } /* namespace dsampler_hmc */

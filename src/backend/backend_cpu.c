@@ -5,6 +5,7 @@
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "backend.h"
 #include "exactsum.h"
@@ -12,6 +13,7 @@
 #include "status.h"
 #include "dense_metric.h"
 #include "svgd_kernel_math.h"
+#include "order_key.h"
 
 /* Columns processed together: their distances vectorise across lanes, each lane summing
  * over k in the fixed order, so the rounding is that of the scalar loop. */
@@ -29,6 +31,7 @@ typedef struct cpu_impl {
   uint64_t *pair_counts;  /* SVGD_WINDOW_COUNTS: svgd_pair_counts' result */
   float *centred;         /* the GEMM identity's rows y = x - x_0, [n, dim], then |y_j|^2, [n] */
   size_t centred_floats;
+  double marks[BACKEND_TIMER_SLOTS]; /* --timing's marks: the clock, in seconds */
 } cpu_impl_t;
 
 static int cpu_alloc(backend_t *b, void **ptr, size_t bytes) {
@@ -55,6 +58,41 @@ static int cpu_copy(backend_t *b, void *dst, const void *src, size_t bytes) {
 
 static int cpu_synchronize(backend_t *b) {
   (void)b;
+  return DS_OK;
+}
+
+static int cpu_timer_mark(backend_t *b, int slot) {
+  if (slot < 0 || slot >= BACKEND_TIMER_SLOTS) return ds_fail(DS_ERR_INTERNAL, "timer slot %d", slot);
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  ((cpu_impl_t *)b->impl)->marks[slot] = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+  return DS_OK;
+}
+
+static int cpu_timer_elapsed(backend_t *b, int from, int to, double *ms) {
+  if (from < 0 || to < 0 || from >= BACKEND_TIMER_SLOTS || to >= BACKEND_TIMER_SLOTS)
+    return ds_fail(DS_ERR_INTERNAL, "timer slots %d, %d", from, to);
+  const double *marks = ((cpu_impl_t *)b->impl)->marks;
+  *ms = 1e3 * (marks[to] - marks[from]);
+  return DS_OK;
+}
+
+static int cpu_key_histogram(backend_t *b, const float *values, int64_t rows, int clamp_zero, uint32_t prefix,
+                             int prefix_bits, int shift, int bits, uint64_t *bins) {
+  (void)b;
+  const uint32_t mask = (1u << bits) - 1u;
+  memset(bins, 0, ((size_t)mask + 2) * sizeof *bins);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float v = clamp_zero ? fmaxf(values[r], 0.0f) : values[r];
+    const uint32_t u = order_float_bits(v);
+    if (!order_bits_finite(u)) {
+      if (prefix_bits == 0) bins[mask + 1] += 1;
+      continue;
+    }
+    const uint32_t key = order_key_of_bits(u);
+    if (prefix_bits > 0 && (key >> (32 - prefix_bits)) != prefix) continue;
+    bins[(key >> shift) & mask] += 1;
+  }
   return DS_OK;
 }
 
@@ -810,6 +848,9 @@ int backend_cpu_create(backend_t **out) {
   b->upload = cpu_copy;
   b->download = cpu_copy;
   b->synchronize = cpu_synchronize;
+  b->timer_mark = cpu_timer_mark;
+  b->timer_elapsed = cpu_timer_elapsed;
+  b->key_histogram = cpu_key_histogram;
   b->logp_grad = cpu_logp_grad;
   b->svgd_pair_histogram = cpu_svgd_pair_histogram;
   b->svgd_pair_counts = cpu_svgd_pair_counts;

@@ -106,6 +106,9 @@ static const option_spec_t option_table[] = {
     {"checkpoint-dir", STR(checkpoint_dir), FOR_BOTH, "DIR", "where checkpoints go (default: OUT with .ckpt)"},
     {"keep", NUM(OPT_INT, keep), FOR_BOTH, "K", "newest checkpoints kept (default 2)"},
     {"quiet", NUM(OPT_FLAG, quiet), FOR_BOTH, NULL, "no progress output"},
+    {"timing", NUM(OPT_FLAG, timing), FOR_BOTH, NULL,
+     "at the end, where each phase's iterations spent their time, section by section (rank 0, stderr; on the GPU "
+     "from CUDA events)"},
     {"call-timeout", NUM(OPT_DOUBLE, call_timeout), FOR_BOTH, "SECONDS",
      "end the job (every rank, exit 1) when a call into a plugin or Stan model has not returned after this long "
      "(default 600)"},
@@ -509,7 +512,7 @@ static int apply_command_line(config_t *cfg, int argc, char **argv, int skip, in
   const algorithm_t algorithm = cfg->algorithm;
   const int mask = algorithm == ALGO_HMC ? FOR_HMC : FOR_SVGD;
   static const char *const resume_allowed[] = {"draws", "iters", "checkpoint-every", "checkpoint-dir", "keep",
-                                               "comm", "quiet", "call-timeout", NULL};
+                                               "comm", "quiet", "timing", "call-timeout", NULL};
   const char *command = resume ? "resume" : argv[1];
 
   struct option long_options[OPTION_COUNT + 2];
@@ -552,7 +555,7 @@ static int apply_command_line(config_t *cfg, int argc, char **argv, int skip, in
           return ds_fail(DS_ERR_INPUT,
                          "resume: --%s would change the answer; a resumed run keeps the checkpoint's settings "
                          "(allowed: --draws, --iters, --checkpoint-every, --checkpoint-dir, --keep, --comm, --quiet, "
-                         "--call-timeout)",
+                         "--timing, --call-timeout)",
                          spec->name);
       }
       if (pass == 0 && is_config) {

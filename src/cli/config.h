@@ -60,6 +60,7 @@ typedef struct config {
   config_comm_t comm;
   char config_file[CONFIG_PATH_MAX];
   int quiet;
+  int timing; /* --timing: timing.h's table at the end */
   int64_t checkpoint_every;  /* iterations between checkpoints; 0: only on a signal */
   char checkpoint_dir[CONFIG_PATH_MAX]; /* default: the output's name with .ckpt */
   int64_t keep;              /* checkpoints kept */
@@ -74,7 +75,7 @@ int config_parse(config_t *cfg, int argc, char **argv, FILE *help_out);
 /* Parses `dsampler resume WHERE [options]` over a checkpoint's configuration (the text of
  * config_write_checkpoint_text) for `algorithm`. Options that only extend the run or change where and how
  * it reports are allowed (--draws, --iters, --checkpoint-every, --checkpoint-dir, --keep,
- * --comm, --quiet, --call-timeout); any other would change the answer and is refused. */
+ * --comm, --quiet, --timing, --call-timeout); any other would change the answer and is refused. */
 int config_parse_resume(config_t *cfg, algorithm_t algorithm, const char *checkpoint_config, int argc, char **argv,
                         FILE *help_out);
 algorithm_t config_algorithm_from_name(const char *name);

@@ -26,6 +26,7 @@
 #include "h5util.h"
 #include "hmc.h"
 #include "lp_outliers.h"
+#include "order_stats.h"
 #include "signals.h"
 #include "status.h"
 #include "summary.h"
@@ -528,7 +529,13 @@ static int restart_minor_modes(run_ctx_t *run, hmc_chains_t *chains, adapt_t *ad
   const int64_t total = config_items(run->cfg), rows = chains->batch.n_chains;
   const double n = chains->totals.lp_samples;
   int status = DS_OK;
-  if (n >= MINOR_MODE_MIN_SAMPLES) {
+  /* First the count alone, from order statistics on the devices (nothing gathered): at 2^20 chains
+   * the gather and host selection below cost 20 iterations' time. Only where it finds outliers
+   * are every chain's values gathered, to find which (the same rule, the same count). */
+  int64_t outliers = 0;
+  if (n >= MINOR_MODE_MIN_SAMPLES)
+    status = lp_outliers_count(run->comm, b, chains->lp_mean, chains->lp_m2, rows, total, n, &outliers);
+  if (status == DS_OK && outliers > 0) {
     /* Every chain's (mean, sd) of lp, gathered to every rank, [total, 2]; this rank's moments
      * after them; the rule's values and scratch in doubles. */
     float *all = malloc((size_t)(2 * total + 2 * max64(rows, 1)) * sizeof *all);
@@ -553,6 +560,9 @@ static int restart_minor_modes(run_ctx_t *run, hmc_chains_t *chains, adapt_t *ad
       }
       /* The same values on every rank: the same flags. */
       flagged = (uint64_t)lp_outliers(values, values + total, total, flags, &median, &spread, values + 2 * total);
+      if (flagged != (uint64_t)outliers)
+        status = ds_fail(DS_ERR_INTERNAL, "minor modes: %lld outliers counted on the devices, %llu on the host",
+                         (long long)outliers, (unsigned long long)flagged);
     }
     if (status == DS_OK && flagged > 0) {
       restart_plan_t plan;
@@ -937,11 +947,22 @@ static adapt_mode_t adapt_mode(const config_t *cfg) {
   return cfg->adapt == CONFIG_ADAPT_POOLED ? ADAPT_POOLED : ADAPT_PER_CHAIN;
 }
 
+/* --timing's sections of an iteration (timing.h), in order. */
+enum {
+  T_BEFORE, T_TRANSITION, T_STATS, T_LP, T_MINOR, T_ADAPT, T_WINDOW, T_SEARCH, T_STUCK, T_PROGRESS, T_OUTPUT,
+  T_CHECKPOINT, T_SECTIONS
+};
+static const char *const timing_sections[T_SECTIONS] = {
+    "metric, trajectory", "transition", "draw, statistics", "lp moments", "minor-mode checks", "adaptation",
+    "window ends", "step searches", "stuck chains", "progress", "output", "checkpoints"};
+static const char *const timing_phases[2] = {"warmup", "sampling"};
+
 /* The iterations from `first` on; *stopped when a signal ended them after a checkpoint. */
 static int iterate(run_ctx_t *run, hmc_chains_t *chains, adapt_t *adapt, hmc_output_t *output, int64_t first,
                    int *stopped) {
   const config_t *cfg = run->cfg;
   backend_t *b = run->backend;
+  timing_t *timing = &run->timing;
   hmc_batch_t *batch = &chains->batch;
   const int64_t rows = batch->n_chains, total_iterations = cfg->warmup + cfg->draws;
   int status = DS_OK;
@@ -951,6 +972,7 @@ static int iterate(run_ctx_t *run, hmc_chains_t *chains, adapt_t *adapt, hmc_out
     hmc_phase_out_t *phase = &output->phase[in_warmup ? 0 : 1];
     const int keep = phase->enabled && phase_iteration % cfg->thin == 0;
     if (it == cfg->warmup) progress_phase(&run->progress, it);
+    DS_TRY(timing_begin(timing, in_warmup ? 0 : 1));
     batch->iteration = (uint32_t)it;
     batch->moment_mean = batch->moment_m2 = NULL;
     /* Counted apart from the pointers, which are NULL on a rank without chains. */
@@ -965,21 +987,25 @@ static int iterate(run_ctx_t *run, hmc_chains_t *chains, adapt_t *adapt, hmc_out
     batch->n_leapfrog = adapt_leapfrog_steps(adapt, it, cfg->warmup, hmc_fixed_steps(cfg));
     DS_TRY(comm_agree(run->comm, adapt_metric_factor(adapt, &batch->metric_factor, &batch->metric_factor_inv)));
     if (in_warmup && adapt_chees(adapt)) DS_TRY(adapt_chees_prepare(adapt, batch, batch->q, it));
+    DS_TRY(timing_lap(timing, T_BEFORE, 1));
     hmc_stats_t stats;
     int stop = 0;
     /* The transition, the draw's copy and the local sums, then one agreement on all three. */
     status = b->hmc_transition(b, run->target, batch);
+    if (status == DS_OK) status = timing_lap(timing, T_TRANSITION, 1);
     if (status == DS_OK && keep && output->rows > 0) status = b->hmc_record_draw(b, batch, &phase->block, phase->count);
     if (status == DS_OK) status = b->hmc_stats(b, batch, &stats);
     batch->chees_center = NULL;
     batch->chees = NULL;
     DS_TRY(comm_agree(run->comm, status));
     DS_TRY(iteration_stats(run, &stats, &stop));
+    DS_TRY(timing_lap(timing, T_STATS, 1));
     if (add_moments) chains->totals.moment_draws += 1.0;
     if (in_warmup && minor_modes_followed(run, adapt)) {
       chains->totals.lp_samples += 1.0;
       DS_TRY(comm_agree(run->comm, b->running_moments_add(b, batch->logp, chains->lp_mean, chains->lp_m2, rows,
                                                           chains->totals.lp_samples)));
+      DS_TRY(timing_lap(timing, T_LP, 1));
     }
     *(in_warmup ? &chains->totals.divergent_warmup : &chains->totals.divergent_sampling) += (double)stats.divergent;
     if (in_warmup && adapt) {
@@ -987,23 +1013,35 @@ static int iterate(run_ctx_t *run, hmc_chains_t *chains, adapt_t *adapt, hmc_out
       /* Chains in minor modes restart before the window's metric is made, so that their moments
        * (a chain wandering in a flat region has huge ones) do not reach it. */
       if (minor_modes_followed(run, adapt) &&
-          ((it + 1) % MINOR_MODE_CHECK_EVERY == 0 || adapt_window_ends_next(adapt) || it + 1 == cfg->warmup))
+          ((it + 1) % MINOR_MODE_CHECK_EVERY == 0 || adapt_window_ends_next(adapt) || it + 1 == cfg->warmup)) {
         DS_TRY(restart_minor_modes(run, chains, adapt, it));
+        DS_TRY(timing_lap(timing, T_MINOR, 1));
+      }
+      const int window_end = adapt_window_ends_next(adapt);
       DS_TRY(comm_agree(run->comm, adapt_after_iteration(adapt, it, &stats, batch, chains->step_nominal,
                                                          chains->inv_metric, &search)));
+      DS_TRY(timing_lap(timing, window_end ? T_WINDOW : T_ADAPT, 1));
       if (search) DS_TRY(search_initial_steps(run, chains, adapt, it + 1));
-      if (it + 1 == cfg->warmup && cfg->stuck == CONFIG_STUCK_RESTART) DS_TRY(restart_stuck_chains(run, chains, adapt));
+      DS_TRY(timing_lap(timing, T_SEARCH, search));
+      const int last = it + 1 == cfg->warmup && cfg->stuck == CONFIG_STUCK_RESTART;
+      if (last) DS_TRY(restart_stuck_chains(run, chains, adapt));
+      DS_TRY(timing_lap(timing, T_STUCK, last));
     }
     report_progress(run, chains, &stats, in_warmup, it + 1);
+    DS_TRY(timing_lap(timing, T_PROGRESS, 1));
 
     if (keep) phase->count++;
     const int phase_ends = it + 1 == cfg->warmup || it + 1 == total_iterations;
-    if (keep && (phase->count == phase->block.capacity || phase_ends)) DS_TRY(phase_flush(run, output, phase));
+    const int flush = keep && (phase->count == phase->block.capacity || phase_ends);
+    if (flush) DS_TRY(phase_flush(run, output, phase));
+    DS_TRY(timing_lap(timing, T_OUTPUT, flush));
     const int64_t completed = it + 1;
     stop = stop && completed < total_iterations;
     const int scheduled = cfg->checkpoint_every > 0 &&
                           (completed % cfg->checkpoint_every == 0 || completed == total_iterations);
     if (stop || scheduled) DS_TRY(write_checkpoint(run, output, chains, rows, completed, stop));
+    DS_TRY(timing_lap(timing, T_CHECKPOINT, stop || scheduled));
+    DS_TRY(timing_end(timing));
     if (stop) {
       *stopped = 1;
       break;
@@ -1061,6 +1099,7 @@ int hmc_run(run_ctx_t *run) {
     return ds_fail(DS_ERR_INPUT, "--warmup + --draws: at most 2^30 - 1 iterations");
   const int64_t output_chains = cfg->output_chains > 0 ? cfg->output_chains : config_items(cfg);
 
+  timing_init(&run->timing, b, cfg->timing && run->comm->rank == 0, timing_sections, T_SECTIONS, timing_phases, 2);
   hmc_chains_t chains;
   hmc_output_t output;
   memset(&chains, 0, sizeof chains);
@@ -1128,6 +1167,7 @@ int hmc_run(run_ctx_t *run) {
     report_end(run, &chains, output_chains);
     status = print_summary(run, output_chains);
   }
+  if (status == DS_OK || status == DS_INTERRUPTED) timing_report(&run->timing, stderr);
   chains_free(&chains, b);
   for (int p = 0; p < 2; ++p) phase_free(b, &output.phase[p]);
   adapt_free(adapt);

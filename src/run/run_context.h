@@ -10,6 +10,7 @@
 #include "dsampler_target.h"
 #include "h5out.h"
 #include "progress.h"
+#include "timing.h"
 #include "target.h"
 
 typedef struct run_ctx {
@@ -19,6 +20,7 @@ typedef struct run_ctx {
   const dsampler_target *target;
   target_extra_t target_extra;  /* what the target offers beyond the plugin ABI (target.h) */
   progress_t progress;
+  timing_t timing;              /* --timing (timing.h) */
   int64_t item_begin, item_end; /* this rank's global items */
   const char *resume_path;      /* the checkpoint to continue from, or NULL */
   const ckpt_meta_t *resume_meta;

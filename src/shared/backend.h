@@ -160,6 +160,9 @@ typedef struct hmc_draw_block {
   HMC_SAMPLE_STATS(HMC_STAT_BLOCK_MEMBER)
 } hmc_draw_block_t;
 
+/* Marks a backend keeps for --timing (timing.h). */
+#define BACKEND_TIMER_SLOTS 16
+
 typedef struct backend backend_t;
 struct backend {
   const char *name;        /* "cpu" or "cuda" */
@@ -176,6 +179,11 @@ struct backend {
   int (*upload)(backend_t *b, void *dst, const void *host_src, size_t bytes);
   int (*download)(backend_t *b, void *host_dst, const void *src, size_t bytes);
   int (*synchronize)(backend_t *b);
+  /* --timing: mark `slot` (< BACKEND_TIMER_SLOTS) where the work queued so far ends (a CUDA event
+   * on the stream; the clock on the CPU); the milliseconds from mark `from` to mark `to`, waiting
+   * for `to`. */
+  int (*timer_mark)(backend_t *b, int slot);
+  int (*timer_elapsed)(backend_t *b, int from, int to, double *ms);
 
   /* logp [n], grad [n, dim] of the target at x [n, dim]. */
   int (*logp_grad)(backend_t *b, const dsampler_target *t, const float *x, int64_t n,
@@ -264,6 +272,13 @@ struct backend {
    * dual_variance_scale); then mean and m2 are zeroed. */
   int (*moments_to_metric)(backend_t *b, float *mean, float *m2, int64_t rows, int64_t dim, double n,
                            float *inv_metric);
+
+  /* Order statistics (order_stats.h): among values [rows] whose key (order_key.h; of fmaxf(v, 0)
+   * with clamp_zero, NaN counting as 0) has its top prefix_bits bits equal to prefix, bins[(key >>
+   * shift) & (2^bits - 1)] counts them; bins[2^bits] counts the non-finite values (only with
+   * prefix_bits 0). bins: 2^bits + 1 on the host (bits <= ORDER_KEY_MAX_BITS). */
+  int (*key_histogram)(backend_t *b, const float *values, int64_t rows, int clamp_zero, uint32_t prefix,
+                       int prefix_bits, int shift, int bits, uint64_t *bins);
 
   void (*destroy)(backend_t *b);
 };

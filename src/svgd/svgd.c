@@ -125,6 +125,12 @@ static void svgd_ksd_free(svgd_ksd_series_t *series) {
   free(series->bandwidth);
 }
 
+/* --timing's sections of an iteration (timing.h). */
+enum { T_GATHER, T_MEDIAN, T_SCORES, T_KSD, T_PHI, T_UPDATE, T_SNAPSHOTS, T_PROGRESS, T_CHECKPOINT, T_SECTIONS };
+static const char *const timing_sections[T_SECTIONS] = {
+    "gather particles", "median", "scores", "KSD", "phi", "update", "snapshots", "progress", "checkpoints"};
+static const char *const timing_phases[1] = {"svgd"};
+
 /* The bandwidth h: fixed, or m / max(log n, 1) with m the exact lower median (>= 1e-5). The
  * median state carries the last medians from step to step (median.h). */
 static int svgd_bandwidth(run_ctx_t *run, svgd_state_t *s, svgd_median_state_t *median_state, int64_t n,
@@ -140,6 +146,7 @@ static int svgd_bandwidth(run_ctx_t *run, svgd_state_t *s, svgd_median_state_t *
   if (run->backend->svgd_keep_distances) DS_TRY(run->backend->svgd_keep_distances(run->backend));
   DS_TRY(svgd_exact_median(run->comm, run->backend, s->x_all, n, run->target->dim, run->item_begin,
                            run->item_end, median_state, &median));
+  DS_TRY(timing_lap(&run->timing, T_MEDIAN, 1));
   *median_out = median;
   double m = fmax((double)median, 1e-5);
   *h = (float)(m / fmax(log((double)n), 1.0));
@@ -150,6 +157,7 @@ static int svgd_bandwidth(run_ctx_t *run, svgd_state_t *s, svgd_median_state_t *
 static int svgd_gather_positions(run_ctx_t *run, svgd_state_t *s, svgd_median_state_t *median_state, float *h) {
   const int64_t n = config_items(run->cfg);
   DS_TRY(comm_allgather_rows(run->comm, s->x_all, n, run->target->dim, run->backend->on_device));
+  DS_TRY(timing_lap(&run->timing, T_GATHER, 1));
   float median;
   return svgd_bandwidth(run, s, median_state, n, h, &median);
 }
@@ -165,7 +173,8 @@ static int svgd_gather_scores(run_ctx_t *run, svgd_state_t *s, int64_t batch_siz
     status = b->logp_grad(b, run->target, s->x_all + run->item_begin * dim, rows, s->logp,
                           s->score_all + run->item_begin * dim);
   DS_TRY(comm_agree(run->comm, status));
-  return comm_allgather_rows(run->comm, s->score_all, n, dim, b->on_device);
+  DS_TRY(comm_allgather_rows(run->comm, s->score_all, n, dim, b->on_device));
+  return timing_lap(&run->timing, T_SCORES, 1);
 }
 
 /* KSD^2 = (1/n^2) sum_ij u_p(x_i, x_j) of the gathered particles and scores, appended to the
@@ -180,7 +189,8 @@ static int svgd_ksd(run_ctx_t *run, svgd_state_t *s, float h, int64_t iteration,
   DS_TRY(comm_agree(run->comm, status));
   DS_TRY(exact_sum_allreduce(run->comm, &sum, 1));
   const double ksd_squared = exact_sum_value(&sum) / ((double)n * (double)n);
-  return comm_agree(run->comm, svgd_ksd_append(series, iteration, ksd_squared, (double)kernel.h));
+  DS_TRY(comm_agree(run->comm, svgd_ksd_append(series, iteration, ksd_squared, (double)kernel.h)));
+  return timing_lap(&run->timing, T_KSD, 1);
 }
 
 /* One SVGD iteration; `iteration` counts from 0. With `evaluate`, the KSD of the particles
@@ -200,10 +210,12 @@ static int svgd_step(run_ctx_t *run, svgd_state_t *s, svgd_median_state_t *media
   if (evaluate && batch_size == 0) DS_TRY(svgd_ksd(run, s, *h, iteration, series));
   const svgd_kernel_t kernel = svgd_update_kernel(run->cfg, *h);
   int status = b->svgd_phi(b, s->x_all, s->score_all, n, dim, run->item_begin, run->item_end, &kernel, s->phi);
+  if (status == DS_OK) status = timing_lap(&run->timing, T_PHI, 1);
   if (status == DS_OK) {
     status = b->svgd_update(b, s->x_all + run->item_begin * dim, s->phi, s->history, rows * dim,
                             svgd_update_kind(run->cfg), (float)run->cfg->step_size, iteration);
   }
+  if (status == DS_OK) status = timing_lap(&run->timing, T_UPDATE, 1);
   return comm_agree(run->comm, status);
 }
 
@@ -445,6 +457,7 @@ int svgd_run(run_ctx_t *run) {
   /* A --batch-size the target cannot take is refused before any work. */
   DS_TRY(comm_agree(run->comm, target_set_minibatch(run->target, cfg->batch_size, cfg->seed, 0)));
 
+  timing_init(&run->timing, b, cfg->timing && run->comm->rank == 0, timing_sections, T_SECTIONS, timing_phases, 1);
   svgd_state_t s;
   svgd_ksd_series_t series;
   svgd_snapshots_t snapshots;
@@ -473,20 +486,25 @@ int svgd_run(run_ctx_t *run) {
   for (int64_t it = first_iteration; it < cfg->iters && status == DS_OK; ++it) {
     float h = 0.0f;
     const int evaluate = cfg->ksd_every > 0 && it % cfg->ksd_every == 0;
-    status = svgd_step(run, &s, &median_state, it, evaluate, &series, &h);
+    status = timing_begin(&run->timing, 0);
+    if (status == DS_OK) status = svgd_step(run, &s, &median_state, it, evaluate, &series, &h);
     const int64_t completed = it + 1;
-    if (status == DS_OK && snapshots.writer && completed % cfg->save_every == 0)
-      status = svgd_snapshot(run, &s, &snapshots);
+    const int snapshot = snapshots.writer && completed % cfg->save_every == 0;
+    if (status == DS_OK && snapshot) status = svgd_snapshot(run, &s, &snapshots);
+    if (status == DS_OK) status = timing_lap(&run->timing, T_SNAPSHOTS, snapshot);
     int stop = 0;
     if (status == DS_OK) status = run_stop_requested(run, &stop);
     if (status != DS_OK) break;
     char detail[160];
     svgd_progress_detail(&median_state, &series, h, detail, sizeof detail);
     progress_update(&run->progress, "svgd", completed, detail);
+    status = timing_lap(&run->timing, T_PROGRESS, 1);
     stop = stop && completed < cfg->iters;
     const int scheduled = cfg->checkpoint_every > 0 && (completed % cfg->checkpoint_every == 0 || completed == cfg->iters);
-    if (stop || scheduled)
+    if (status == DS_OK && (stop || scheduled))
       status = svgd_checkpoint(run, &s, completed, stop, x_host, history_host, &snapshots, out, &series);
+    if (status == DS_OK) status = timing_lap(&run->timing, T_CHECKPOINT, stop || scheduled);
+    if (status == DS_OK) status = timing_end(&run->timing);
     if (status == DS_OK && stop) {
       stopped = 1;
       break;
@@ -511,6 +529,7 @@ int svgd_run(run_ctx_t *run) {
              svgd_kernel_name(&kernel), series.bandwidth[series.count - 1]);
     progress_finish(&run->progress, what);
   }
+  if (status == DS_OK || status == DS_INTERRUPTED) timing_report(&run->timing, stderr);
   svgd_state_free(b, &s);
   svgd_ksd_free(&series);
   free(x_host);

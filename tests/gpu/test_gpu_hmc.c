@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "order_key.h"
 #include "exactsum.h"
 #include "backend_cuda.h"
 #include "comm_cuda.h"
@@ -459,6 +460,32 @@ static void test_device_entries(void) {
     printf("  column sums (%s), %lld x %lld: %s\n", centred ? "centred" : "plain", (long long)rows, (long long)cols,
            same ? "bitwise equal" : "DIFFER");
   }
+  /* The order keys' histograms (the minor-mode check's order statistics): the same counts, at
+   * each level, clamped or not, with non-finite values and both zeros among the values. */
+  values[3] = INFINITY;
+  values[11] = -INFINITY;
+  values[20] = NAN;
+  values[30] = -0.0f;
+  values[31] = 0.0f;
+  GPU_TRY(gpu->upload(gpu, values_dev, values, (size_t)(rows * cols) * sizeof(float)));
+  uint64_t bins_cpu[(1 << ORDER_KEY_MAX_BITS) + 1], bins_gpu[(1 << ORDER_KEY_MAX_BITS) + 1];
+  int histograms_same = 1, histograms = 0;
+  for (int clamp = 0; clamp < 2; ++clamp)
+    for (int level = 0; level < ORDER_KEY_LEVELS; ++level) {
+      const int shift = order_key_shift(level), bits = order_key_bits(level), prefix_bits = 32 - shift - bits;
+      /* The prefix of a value's key, so that the level has values to count. */
+      const uint32_t prefix = prefix_bits ? order_key(values[7 * level + 1]) >> (32 - prefix_bits) : 0u;
+      GPU_TRY(cpu->key_histogram(cpu, values, rows * cols, clamp, prefix, prefix_bits, shift, bits, bins_cpu));
+      GPU_TRY(gpu->key_histogram(gpu, values_dev, rows * cols, clamp, prefix, prefix_bits, shift, bits, bins_gpu));
+      uint64_t counted = 0;
+      for (int i = 0; i <= 1 << bits; ++i) counted += bins_cpu[i];
+      histograms_same &= memcmp(bins_cpu, bins_gpu, ((size_t)(1 << bits) + 1) * sizeof *bins_cpu) == 0 && counted > 0;
+      histograms++;
+    }
+  GPU_EXPECT(histograms_same, "key histograms: GPU counts differ from the CPU's");
+  printf("  order key histograms, %d of them over %lld values: %s\n", histograms, (long long)(rows * cols),
+         histograms_same ? "equal" : "DIFFER");
+
   /* Dual averaging, per chain, from the same states and acceptance statistics. */
   const int64_t chains = 5000;
   double *state = test_malloc((size_t)chains * DUAL_FIELDS * sizeof(double)), *state_dev = NULL;
