@@ -13,6 +13,7 @@
 #include "status.h"
 #include "svgd_kernels.h"
 #include "targets_builtin.h"
+#include "targets_builtin_cuda.h"
 
 namespace {
 
@@ -50,6 +51,7 @@ struct cuda_impl {
   void *key_bins_dev, *key_bins_host; /* key_histogram's bins (device, pinned), made at the first */
   cudaEvent_t timer[BACKEND_TIMER_SLOTS];          /* --timing's marks, made at the first */
   int timer_made;
+  int builtin_trajectory_off;   /* backend_cuda_builtin_trajectory(b, 0): the step-by-step path (tests) */
 };
 
 cuda_impl *impl_of(backend_t *b) { return static_cast<cuda_impl *>(b->impl); }
@@ -320,7 +322,18 @@ int cuda_hmc_transition(backend_t *b, const dsampler_target *t, hmc_batch_t *bat
   float *q_work = reinterpret_cast<float *>(h0 + n + (n & 1));
   float *p_work = q_work + elems, *grad_work = p_work + elems;
   float *logp_work = grad_work + elems, *uniform = logp_work + n;
-  DS_TRY(hmc_launch_begin(batch, q_work, p_work, grad_work, uniform, h0, impl->stream));
+  /* A row-walk built-in's trajectory in one kernel (targets_builtin_cuda.h): the same bits as the
+   * step-by-step path below, in one pass over memory. */
+  const int builtin_trajectory = !batch->metric_factor && !batch->leapfrog_cuda && batch->n_leapfrog > 0 &&
+                                 !impl->builtin_trajectory_off && builtin_target_params(t, &params) &&
+                                 cuda_builtin_leapfrog_fits(t->self, batch->dim);
+  DS_TRY(hmc_launch_begin(batch, q_work, p_work, grad_work, uniform, h0, !builtin_trajectory, impl->stream));
+  if (builtin_trajectory) {
+    DS_TRY(cuda_builtin_leapfrog(t->self, batch->q, batch->grad, q_work, p_work, grad_work, logp_work, batch->step_size,
+                                 batch->inv_metric, batch->shared_metric, batch->n_leapfrog, batch->n_chains,
+                                 impl->stream));
+    return hmc_launch_finish(batch, q_work, p_work, grad_work, logp_work, uniform, h0, impl->stream);
+  }
   if (!batch->metric_factor && batch->leapfrog_cuda && batch->n_leapfrog > 0) {
     /* The target's own trajectory: its kicks, drifts and gradients in one call. */
     int rc = batch->leapfrog_cuda(batch->leapfrog_self, q_work, p_work, grad_work, logp_work, batch->step_size,
@@ -550,6 +563,8 @@ int cuda_setup(int device, backend_t *b, cuda_impl *impl) {
 }
 
 } /* namespace */
+
+extern "C" void backend_cuda_builtin_trajectory(backend_t *b, int on) { impl_of(b)->builtin_trajectory_off = !on; }
 
 extern "C" void backend_cuda_covariance_defer(backend_t *b, int on) {
   cuda_impl *impl = impl_of(b);

@@ -30,9 +30,10 @@ int hmc_launch_gaussian_fused(const builtin_params_t *params, const hmc_batch_t 
 
 /* The generic path, for any target: begin, then per leapfrog step a kick-drift and one
  * batched gradient of q_work, then finish. Work arrays are [n_chains, dim] (q, p, grad) and
- * [n_chains] (logp, uniform, h0). begin copies q and grad into q_work and grad_work. */
+ * [n_chains] (logp, uniform, h0). begin copies q and grad into q_work and grad_work with
+ * copy_state (a trajectory that reads them from the batch and writes the work arrays needs no copy). */
 int hmc_launch_begin(const hmc_batch_t *batch, float *q_work, float *p_work, float *grad_work,
-                     float *uniform, double *h0, cudaStream_t stream);
+                     float *uniform, double *h0, int copy_state, cudaStream_t stream);
 int hmc_launch_kick_drift(const hmc_batch_t *batch, int step, float *q_work, float *p_work,
                           const float *grad_work, cudaStream_t stream);
 /* With a dense metric (batch->metric_factor), the kick-drift of hmc_launch_dense_kick_drift

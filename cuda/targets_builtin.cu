@@ -565,6 +565,143 @@ int logistic_logp_grad(const builtin_params_t *p, builtin_device_state *s, const
   return DS_OK;
 }
 
+
+// ---- the fused trajectory of the row-walk models --------------------------------------------
+//
+// HMC's leapfrog steps for gaussian, corr-gaussian (AR(1)), banana and mixture1d in one kernel,
+// the chain's position, momentum and gradient in registers from the first step to the last: one
+// warp a chain, lane l holding units l, l + 32, ... (a coordinate; banana's pair), as
+// builtin_rows_kernel walks them. Each step is the generic path's, operation for operation: the
+// kick p += (eps/2 at the first step, eps after) g and drift q += (eps m_inv) p of
+// hmc_kick_drift_kernel, then the gradient of model_math.h's row walk at the new position, and
+// the log density (its lanes' shares in the same order, the same butterfly) after the last. So
+// the trajectory has the bits of the step-by-step path, with one pass over memory for all L
+// steps instead of two a step.
+template <int KIND, int UNITS>
+struct row_model {
+  static constexpr int WIDTH = KIND == BUILTIN_BANANA ? 2 : 1;  // coordinates a unit
+  static constexpr int PER = UNITS * WIDTH;                     // coordinates a lane
+  __device__ static long long coord(int lane, int r) { return (long long)WIDTH * (lane + 32 * (r / WIDTH)) + r % WIDTH; }
+
+  // The gradient at x into g; returns the lane's share of the log density (model_row_share's).
+  __device__ static double gradient(const builtin_params_t &p, int lane, long long dim, const float *x, float *g) {
+    double sum = 0.0;
+    if constexpr (KIND == BUILTIN_GAUSSIAN) {
+#pragma unroll
+      for (int r = 0; r < PER; ++r) {
+        const long long k = coord(lane, r);
+        if (k >= dim) continue;
+        if (p.means) {
+          const float inv = p.inv_scale2s[k];
+          const float centred = model_gaussian_coord(x[r], p.means[k], inv, &g[r]);
+          sum += (double)centred * (double)centred * (double)inv;
+        } else {
+          const float centred = model_gaussian_coord(x[r], p.mean, p.inv_scale2, &g[r]);
+          sum += (double)centred * (double)centred;
+        }
+      }
+      return p.means ? -0.5 * sum : sum;
+    } else if constexpr (KIND == BUILTIN_CORR_GAUSSIAN) {
+      const double rho = p.rho, scale = p.scale;
+      const double c = 1.0 / (scale * scale * (1.0 - rho * rho));
+#pragma unroll
+      for (int r = 0; r < PER; ++r) {
+        // x_{k-1}: lane - 1's same unit, or lane 31's unit before; x_{k+1}: lane + 1's, or lane 0's after.
+        const float up = __shfl_up_sync(0xffffffffu, x[r], 1), wrap_left = __shfl_sync(0xffffffffu, r > 0 ? x[r - 1] : 0.0f, 31);
+        const float down = __shfl_down_sync(0xffffffffu, x[r], 1),
+                    wrap_right = __shfl_sync(0xffffffffu, r + 1 < PER ? x[r + 1] : 0.0f, 0);
+        const long long k = coord(lane, r);
+        if (k >= dim) continue;
+        const float left = lane > 0 ? up : wrap_left, right = lane < 31 ? down : wrap_right;
+        const double qx = model_ar1_precision_row(x[r], k > 0 ? left : 0.0, k + 1 < dim ? right : 0.0, k, dim, rho, c);
+        g[r] = (float)-qx;
+        sum += (double)x[r] * qx;
+      }
+      return -0.5 * sum;
+    } else if constexpr (KIND == BUILTIN_BANANA) {
+      const double a2 = p.banana_a * p.banana_a, b = p.banana_b;
+#pragma unroll
+      for (int u = 0; u < UNITS; ++u) {
+        const long long k = coord(lane, 2 * u);
+        if (k >= dim) continue;
+        if (k + 1 < dim)
+          sum += model_banana_pair(x[2 * u], x[2 * u + 1], a2, b, &g[2 * u], &g[2 * u + 1]);
+        else
+          sum += model_banana_single(x[2 * u], &g[2 * u]);
+      }
+      return sum;
+    } else {  // mixture1d
+#pragma unroll
+      for (int r = 0; r < PER; ++r) {
+        if (coord(lane, r) >= dim) continue;
+        sum += model_mixture1d_coord(x[r], &g[r]);
+      }
+      return sum;
+    }
+  }
+};
+
+template <int KIND, int UNITS>
+__global__ void builtin_leapfrog_kernel(builtin_params_t p, const float *q_in, const float *grad_in, float *q_out,
+                                        float *momentum, float *grad_out, float *logp, const float *step_size,
+                                        const float *inv_metric, int shared_metric, int n_steps, long long n) {
+  using model = row_model<KIND, UNITS>;
+  constexpr int PER = model::PER;
+  const long long chain = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / 32;
+  const int lane = threadIdx.x % 32;
+  if (chain >= n) return;  // whole warps leave together
+  const long long dim = p.dim, row = chain * dim;
+  const float eps = step_size[chain];
+  float x[PER], m[PER], g[PER], eps_m[PER];
+#pragma unroll
+  for (int r = 0; r < PER; ++r) {
+    const long long k = model::coord(lane, r);
+    const bool valid = k < dim;
+    x[r] = valid ? q_in[row + k] : 0.0f;
+    m[r] = valid ? momentum[row + k] : 0.0f;
+    g[r] = valid ? grad_in[row + k] : 0.0f;
+    eps_m[r] = valid ? __fmul_rn(eps, inv_metric[(shared_metric ? 0 : row) + k]) : 0.0f;
+  }
+  double share = 0.0;
+  for (int step = 0; step < n_steps; ++step) {
+    const float kick = step == 0 ? 0.5f * eps : eps;
+#pragma unroll
+    for (int r = 0; r < PER; ++r) {
+      m[r] = __fadd_rn(m[r], __fmul_rn(kick, g[r]));
+      x[r] = __fadd_rn(x[r], __fmul_rn(eps_m[r], m[r]));
+    }
+    share = model::gradient(p, lane, dim, x, g);
+  }
+  const double sum = warp_sum(share);
+#pragma unroll
+  for (int r = 0; r < PER; ++r) {
+    const long long k = model::coord(lane, r);
+    if (k >= dim) continue;
+    q_out[row + k] = x[r];
+    momentum[row + k] = m[r];
+    grad_out[row + k] = g[r];
+  }
+  if (lane == 0) logp[chain] = (float)(KIND == BUILTIN_GAUSSIAN && !p.means ? -0.5 * sum * (double)p.inv_scale2 : sum);
+}
+
+template <int KIND>
+int launch_leapfrog_kind(const builtin_params_t &p, const float *q_in, const float *grad_in, float *q_out, float *momentum,
+                         float *grad_out, float *logp, const float *step_size, const float *inv_metric,
+                         int shared_metric, int n_steps, long long n, cudaStream_t stream) {
+  constexpr int width = KIND == BUILTIN_BANANA ? 2 : 1;
+  const long long units = (p.dim + width - 1) / width;
+  const long long blocks = (n * 32 + kThreads - 1) / kThreads;
+#define DSAMPLER_LEAPFROG(U)                                                                                          \
+  builtin_leapfrog_kernel<KIND, U><<<(unsigned)blocks, kThreads, 0, stream>>>(                                     \
+      p, q_in, grad_in, q_out, momentum, grad_out, logp, step_size, inv_metric, shared_metric, n_steps, n)
+  if (units <= 32) DSAMPLER_LEAPFROG(1);
+  else if (units <= 64) DSAMPLER_LEAPFROG(2);
+  else if (units <= 128) DSAMPLER_LEAPFROG(4);
+  else DSAMPLER_LEAPFROG(8);
+#undef DSAMPLER_LEAPFROG
+  CUDA_CHECK_LAUNCH("builtin_leapfrog_kernel");
+  return DS_OK;
+}
 }  // namespace
 
 extern "C" int cuda_builtin_rows_launch(const builtin_params_t *p, const float *x, int64_t n, float *logp,
@@ -606,4 +743,45 @@ extern "C" int cuda_builtin_logistic_logp_grad(void *self, const float *x, int64
   builtin_device_state *s = nullptr;
   DS_TRY(state_get(p, &s));
   return logistic_logp_grad(p, s, x, n, logp, grad, static_cast<cudaStream_t>(stream));
+}
+
+extern "C" int cuda_builtin_leapfrog_fits(const void *self, int64_t dim) {
+  const builtin_params_t *p = static_cast<const builtin_params_t *>(self);
+  if (!p || p->dim != dim || dim < 1) return 0;
+  const long long units = p->kind == BUILTIN_BANANA ? (dim + 1) / 2 : dim;
+  if (units > 256) return 0;
+  return p->kind == BUILTIN_GAUSSIAN || p->kind == BUILTIN_BANANA || p->kind == BUILTIN_MIXTURE1D ||
+         (p->kind == BUILTIN_CORR_GAUSSIAN && p->precision == NULL);
+}
+
+extern "C" int cuda_builtin_leapfrog(void *self, const float *q_in, const float *grad_in, float *q_out,
+                                     float *momentum, float *grad_out, float *logp, const float *step_size,
+                                     const float *inv_metric, int shared_metric, int n_steps, int64_t n, void *stream) {
+  const builtin_params_t *p = static_cast<const builtin_params_t *>(self);
+  if (!cuda_builtin_leapfrog_fits(self, p ? p->dim : 0) || n < 0 || n_steps < 1)
+    return ds_fail(DS_ERR_INTERNAL, "cuda_builtin_leapfrog: not a fused model (n=%lld, steps %d)", (long long)n, n_steps);
+  if (n == 0) return DS_OK;
+  if ((n * 32 + kThreads - 1) / kThreads > 0x7FFFFFFF)
+    return ds_fail(DS_ERR_INTERNAL, "cuda_builtin_leapfrog: n=%lld too large", (long long)n);
+  builtin_device_state *s = nullptr;
+  DS_TRY(state_get(p, &s));
+  builtin_params_t on_device = *p;
+  on_device.means = s->means;
+  on_device.inv_scale2s = s->inv_scale2s;
+  on_device.precision = s->precision;
+  cudaStream_t st = static_cast<cudaStream_t>(stream);
+  switch (p->kind) {
+    case BUILTIN_GAUSSIAN:
+      return launch_leapfrog_kind<BUILTIN_GAUSSIAN>(on_device, q_in, grad_in, q_out, momentum, grad_out, logp, step_size,
+                                                    inv_metric, shared_metric, n_steps, n, st);
+    case BUILTIN_CORR_GAUSSIAN:
+      return launch_leapfrog_kind<BUILTIN_CORR_GAUSSIAN>(on_device, q_in, grad_in, q_out, momentum, grad_out, logp,
+                                                         step_size, inv_metric, shared_metric, n_steps, n, st);
+    case BUILTIN_BANANA:
+      return launch_leapfrog_kind<BUILTIN_BANANA>(on_device, q_in, grad_in, q_out, momentum, grad_out, logp, step_size,
+                                                  inv_metric, shared_metric, n_steps, n, st);
+    default:
+      return launch_leapfrog_kind<BUILTIN_MIXTURE1D>(on_device, q_in, grad_in, q_out, momentum, grad_out, logp, step_size,
+                                                     inv_metric, shared_metric, n_steps, n, st);
+  }
 }

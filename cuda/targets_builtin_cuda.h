@@ -29,6 +29,16 @@ int cuda_builtin_logistic_logp_grad(void *self, const float *x, int64_t n, float
 int cuda_builtin_rows_launch(const builtin_params_t *params, const float *x, int64_t n, float *logp, float *grad,
                              void *stream);
 
+/* HMC's L leapfrog steps in one kernel for the row-walk models (gaussian, corr-gaussian AR(1),
+ * banana, mixture1d; up to 256 coordinates, banana 512): from q_in, grad_in and momentum (the
+ * first kick's), to q_out, momentum, grad_out and logp after the last step, with the bits of
+ * the generic path's kick-drift kernels and row walks step by step. fits: 1 where it applies to
+ * self (a builtin_params_t) at dim. */
+int cuda_builtin_leapfrog_fits(const void *self, int64_t dim);
+int cuda_builtin_leapfrog(void *self, const float *q_in, const float *grad_in, float *q_out, float *momentum,
+                          float *grad_out, float *logp, const float *step_size, const float *inv_metric,
+                          int shared_metric, int n_steps, int64_t n, void *stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -127,12 +127,14 @@ extern "C" int hmc_launch_gaussian_fused(const builtin_params_t *params, const h
 }
 
 extern "C" int hmc_launch_begin(const hmc_batch_t *batch, float *q_work, float *p_work, float *grad_work,
-                                float *uniform, double *h0, cudaStream_t stream) {
+                                float *uniform, double *h0, int copy_state, cudaStream_t stream) {
   DS_TRY(check_batch(batch, "hmc_launch_begin"));
   if (batch->n_chains == 0) return DS_OK;
   const size_t bytes = (size_t)(batch->n_chains * batch->dim) * sizeof(float);
-  CUDA_CHECK(cudaMemcpyAsync(q_work, batch->q, bytes, cudaMemcpyDeviceToDevice, stream));
-  CUDA_CHECK(cudaMemcpyAsync(grad_work, batch->grad, bytes, cudaMemcpyDeviceToDevice, stream));
+  if (copy_state) {
+    CUDA_CHECK(cudaMemcpyAsync(q_work, batch->q, bytes, cudaMemcpyDeviceToDevice, stream));
+    CUDA_CHECK(cudaMemcpyAsync(grad_work, batch->grad, bytes, cudaMemcpyDeviceToDevice, stream));
+  }
   hmc_begin_kernel<<<blocks_for(batch->n_chains * GENERIC_LANES, 128), 128, 0, stream>>>(*batch, p_work, uniform, h0);
   CUDA_CHECK_LAUNCH("hmc_begin_kernel");
   return DS_OK;

@@ -548,6 +548,86 @@ static void test_device_entries(void) {
   free(values); free(state); free(accept); free(step_cpu); free(step_gpu);
 }
 
+/* A row-walk built-in's trajectory in one kernel (targets_builtin_cuda.h) against the generic
+ * step-by-step path on the same GPU: every output the same bits, iteration after iteration (with
+ * the window's moments and a per-chain metric, then a shared one), and the accept decisions as
+ * the CPU's for nearly every chain. */
+static void test_builtin_trajectory(const char *name, const char *args, int64_t n, int64_t dim, int iterations) {
+  dsampler_target target;
+  GPU_TRY(builtin_target_create(name, args, MPI_COMM_NULL, &target));
+  const int64_t nd = n * dim, chain_begin = 77;
+  float *q0 = test_malloc((size_t)nd * sizeof(float)), *grad0 = test_malloc((size_t)nd * sizeof(float));
+  float *logp0 = test_malloc((size_t)n * sizeof(float)), *inv_metric = test_malloc((size_t)nd * sizeof(float));
+  float *step = test_malloc((size_t)n * sizeof(float));
+  uint64_t state = 99 + (uint64_t)dim;
+  test_fill_normal(q0, nd, 1.0, state);
+  for (int64_t e = 0; e < nd; ++e) inv_metric[e] = (float)(0.5 + test_rng_uniform(&state));
+  for (int64_t c = 0; c < n; ++c) step[c] = c % 50 == 7 ? 4.0f : (float)(0.05 + 0.2 * test_rng_uniform(&state));
+  GPU_TRY(cpu->logp_grad(cpu, &target, q0, n, logp0, grad0));
+  chain_arrays_t host, fused, steps;
+  arrays_alloc(cpu, &host, n, dim);
+  arrays_alloc(gpu, &fused, n, dim);
+  arrays_alloc(gpu, &steps, n, dim);
+  memcpy(host.q, q0, (size_t)nd * sizeof(float));
+  memcpy(host.grad, grad0, (size_t)nd * sizeof(float));
+  memcpy(host.logp, logp0, (size_t)n * sizeof(float));
+  memcpy(host.inv_metric, inv_metric, (size_t)nd * sizeof(float));
+  memcpy(host.step_size, step, (size_t)n * sizeof(float));
+  chain_arrays_t *both[2] = {&fused, &steps};
+  for (int w = 0; w < 2; ++w) {
+    GPU_TRY(gpu->upload(gpu, both[w]->q, q0, (size_t)nd * sizeof(float)));
+    GPU_TRY(gpu->upload(gpu, both[w]->grad, grad0, (size_t)nd * sizeof(float)));
+    GPU_TRY(gpu->upload(gpu, both[w]->logp, logp0, (size_t)n * sizeof(float)));
+    GPU_TRY(gpu->upload(gpu, both[w]->inv_metric, inv_metric, (size_t)nd * sizeof(float)));
+    GPU_TRY(gpu->upload(gpu, both[w]->step_size, step, (size_t)n * sizeof(float)));
+  }
+  const size_t sizes[] = {(size_t)nd * 4, (size_t)nd * 4, (size_t)n * 4, (size_t)n, (size_t)n * 4, (size_t)n * 4,
+                          (size_t)nd * 4, (size_t)nd * 4};
+  unsigned char *a = test_malloc((size_t)nd * 4), *b = test_malloc((size_t)nd * 4);
+  int same = 1;
+  int64_t agree = 0, decisions = 0;
+  for (int it = 0; it < iterations; ++it) {
+    const uint32_t iteration = 100 + (uint32_t)it;
+    hmc_batch_t batch[2], batch_cpu = batch_of(&host, n, dim, chain_begin, iteration);
+    for (int w = 0; w < 2; ++w) {
+      batch[w] = batch_of(both[w], n, dim, chain_begin, iteration);
+      batch[w].shared_metric = it >= iterations / 2; /* then row 0 of inv_metric for every chain */
+      batch[w].n_leapfrog = 3 + it;
+    }
+    batch_cpu.shared_metric = batch[0].shared_metric;
+    batch_cpu.n_leapfrog = batch[0].n_leapfrog;
+    backend_cuda_builtin_trajectory(gpu, 1);
+    GPU_TRY(gpu->hmc_transition(gpu, &target, &batch[0]));
+    backend_cuda_builtin_trajectory(gpu, 0);
+    GPU_TRY(gpu->hmc_transition(gpu, &target, &batch[1]));
+    backend_cuda_builtin_trajectory(gpu, 1);
+    GPU_TRY(cpu->hmc_transition(cpu, &target, &batch_cpu));
+    const void *outputs[2][8] = {
+        {fused.q, fused.grad, fused.logp, fused.accepted, fused.energy, fused.accept_prob, fused.moment_mean, fused.moment_m2},
+        {steps.q, steps.grad, steps.logp, steps.accepted, steps.energy, steps.accept_prob, steps.moment_mean, steps.moment_m2}};
+    for (int o = 0; o < 8; ++o) {
+      GPU_TRY(gpu->download(gpu, a, outputs[0][o], sizes[o]));
+      GPU_TRY(gpu->download(gpu, b, outputs[1][o], sizes[o]));
+      if (memcmp(a, b, sizes[o]) != 0) {
+        same = 0;
+        printf("    %s it %d: output %d differs between the fused and step-by-step trajectories\n", name, it, o);
+      }
+      if (o == 3)
+        for (int64_t c = 0; c < n; ++c) agree += a[c] == host.accepted[c], decisions++;
+    }
+  }
+  GPU_EXPECT(same, "%s: the fused trajectory is not the step-by-step path's bits", name);
+  const double agreement = (double)agree / (double)decisions;
+  GPU_EXPECT(agreement >= 0.98, "%s: accept decisions as the CPU's for %.4f of chain-iterations", name, agreement);
+  printf("  %s (%s), %lld chains, d=%lld: fused trajectory %s the step-by-step path; decisions as the CPU's %.4f\n",
+         name, args, (long long)n, (long long)dim, same ? "bitwise equal to" : "DIFFERS from", agreement);
+  arrays_free(cpu, &host);
+  arrays_free(gpu, &fused);
+  arrays_free(gpu, &steps);
+  free(q0); free(grad0); free(logp0); free(inv_metric); free(step); free(a); free(b);
+  target.destroy(target.self);
+}
+
 int main(void) {
   if (comm_cuda_device_count() == 0) {
     printf("no CUDA device: skipped\n");
@@ -566,6 +646,13 @@ int main(void) {
   test_hmc_case("fused gaussian, dim 130", 2000, 130, 0, 3);
   test_hmc_case("generic, GPU gradient", 2000, 300, 0, 3);
   test_hmc_case("generic, host-staged gradient", 2000, 64, 1, 3);
+  test_builtin_trajectory("corr-gaussian", "dim=64,rho=0.5", 3001, 64, 4);
+  test_builtin_trajectory("corr-gaussian", "dim=37,rho=-0.8,scale=2", 1000, 37, 4);
+  test_builtin_trajectory("corr-gaussian", "dim=200,rho=0.9", 500, 200, 4);
+  test_builtin_trajectory("banana", "dim=64", 2000, 64, 4);
+  test_builtin_trajectory("banana", "dim=33,a=2,b=0.3", 1000, 33, 4);
+  test_builtin_trajectory("mixture1d", "dim=5", 1000, 5, 4);
+  test_builtin_trajectory("gaussian", "dim=24,mean=1:2:3:4:5:6:7:8:9:10:11:12:13:14:15:16:17:18:19:20:21:22:23:24", 1000, 24, 4);
   test_hmc_case("generic, the target's logp_grad_cuda", 2000, 64, 2, 3);
   test_hmc_case_metric("dense metric, built-in gaussian (generic path)", 4000, 24, 0, 4, 1);
   test_hmc_case_metric("dense metric, odd dim, host-staged gradient", 2000, 37, 1, 3, 1);
