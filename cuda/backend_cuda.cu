@@ -327,7 +327,9 @@ int cuda_hmc_transition(backend_t *b, const dsampler_target *t, hmc_batch_t *bat
   const int builtin_trajectory = !batch->metric_factor && !batch->leapfrog_cuda && batch->n_leapfrog > 0 &&
                                  !impl->builtin_trajectory_off && builtin_target_params(t, &params) &&
                                  cuda_builtin_leapfrog_fits(t->self, batch->dim);
-  DS_TRY(hmc_launch_begin(batch, q_work, p_work, grad_work, uniform, h0, !builtin_trajectory, impl->stream));
+  /* The diagonal kick-drift's first step reads q and grad from the batch: no copy for it either. */
+  const int copy_state = !builtin_trajectory && (batch->metric_factor || batch->leapfrog_cuda || batch->n_leapfrog == 0);
+  DS_TRY(hmc_launch_begin(batch, q_work, p_work, grad_work, uniform, h0, copy_state, impl->stream));
   if (builtin_trajectory) {
     DS_TRY(cuda_builtin_leapfrog(t->self, batch->q, batch->grad, q_work, p_work, grad_work, logp_work, batch->step_size,
                                  batch->inv_metric, batch->shared_metric, batch->n_leapfrog, batch->n_chains,

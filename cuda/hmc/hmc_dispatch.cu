@@ -145,11 +145,13 @@ extern "C" int hmc_launch_kick_drift(const hmc_batch_t *batch, int step, float *
   DS_TRY(check_batch(batch, "hmc_launch_kick_drift"));
   if (step < 0 || step >= batch->n_leapfrog)
     return ds_fail(DS_ERR_INTERNAL, "hmc_launch_kick_drift: step %d outside [0, %d)", step, batch->n_leapfrog);
-  const long long count = batch->n_chains * batch->dim;
-  if (count == 0) return DS_OK;
-  unsigned blocks = blocks_for(count, 256);
+  if (batch->n_chains == 0 || batch->dim == 0) return DS_OK;
+  /* 256 threads: columns a warp or more of a chain's coordinates (up to 256), rows the chains. */
+  const int columns = batch->dim >= 256 ? 256 : batch->dim > 128 ? 256 : batch->dim > 64 ? 128 : batch->dim > 32 ? 64 : 32;
+  const dim3 threads((unsigned)columns, (unsigned)(256 / columns));
+  long long blocks = (batch->n_chains + threads.y - 1) / threads.y;
   if (blocks > 65536) blocks = 65536;
-  hmc_kick_drift_kernel<<<blocks, 256, 0, stream>>>(*batch, step, q_work, p_work, grad_work);
+  hmc_kick_drift_kernel<<<(unsigned)blocks, threads, 0, stream>>>(*batch, step, q_work, p_work, grad_work);
   CUDA_CHECK_LAUNCH("hmc_kick_drift_kernel");
   return DS_OK;
 }

@@ -47,17 +47,25 @@ __global__ void hmc_begin_kernel(const hmc_batch_t b, float *p_work, float *unif
   h0_out[chain] = -(double)b.logp[chain] + 0.5 * kinetic;
 }
 
+/* A block's rows (threadIdx.y) are chains, its columns (threadIdx.x) a chain's coordinates: no
+ * division by dim. The first step reads the chain's state from the batch (q, grad), so begin
+ * need not copy it into the work arrays. */
 __global__ void hmc_kick_drift_kernel(const hmc_batch_t b, int step, float *q_work, float *p_work,
                                       const float *grad_work) {
-  const long long count = b.n_chains * b.dim;
-  for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < count;
-       e += (long long)gridDim.x * blockDim.x) {
-    const float eps = b.step_size[e / b.dim];
+  const long long dim = b.dim;
+  const float *q_in = step == 0 ? b.q : q_work, *grad_in = step == 0 ? b.grad : grad_work;
+  for (long long chain = (long long)blockIdx.x * blockDim.y + threadIdx.y; chain < b.n_chains;
+       chain += (long long)gridDim.x * blockDim.y) {
+    const float eps = b.step_size[chain];
     const float kick = step == 0 ? 0.5f * eps : eps;
-    const float p = __fadd_rn(p_work[e], __fmul_rn(kick, grad_work[e]));
-    p_work[e] = p;
-    const float m_inv = b.inv_metric[b.shared_metric ? e % b.dim : e];
-    q_work[e] = __fadd_rn(q_work[e], __fmul_rn(__fmul_rn(eps, m_inv), p));
+    const long long row = chain * dim;
+    const float *m_inv = b.inv_metric + (b.shared_metric ? 0 : row);
+    for (long long k = threadIdx.x; k < dim; k += blockDim.x) {
+      const long long e = row + k;
+      const float p = __fadd_rn(p_work[e], __fmul_rn(kick, grad_in[e]));
+      p_work[e] = p;
+      q_work[e] = __fadd_rn(q_in[e], __fmul_rn(__fmul_rn(eps, m_inv[k]), p));
+    }
   }
 }
 
