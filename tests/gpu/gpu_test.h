@@ -7,12 +7,36 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "status.h"
 
 #define GPU_TEST_SKIP 77
 
 static int gpu_test_failures;
+
+/* A test program's cases in named sections, each its own CTest test (tests/gpu/CMakeLists.txt):
+ * `program SECTION` runs one, `program` all of them; an unknown name is an error (exit 2). */
+typedef struct gpu_test_section {
+  const char *name;
+  void (*run)(void);
+} gpu_test_section_t;
+
+static inline int gpu_test_run_sections(const gpu_test_section_t *sections, int count, int argc, char **argv) {
+  int ran = 0;
+  for (int i = 0; i < count; ++i) {
+    if (argc > 1 && strcmp(argv[1], sections[i].name) != 0) continue;
+    printf("[%s]\n", sections[i].name);
+    sections[i].run();
+    ++ran;
+  }
+  if (ran == 0) {
+    fprintf(stderr, "no section named '%s'\n", argc > 1 ? argv[1] : "");
+    return 2;
+  }
+  printf("%s: %d failure(s)\n", gpu_test_failures ? "FAILED" : "passed", gpu_test_failures);
+  return gpu_test_failures ? 1 : 0;
+}
 
 /* A failed check is reported and counted; the test goes on so one run shows every failure. */
 #define GPU_EXPECT(cond, ...)                                                  \

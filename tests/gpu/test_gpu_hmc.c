@@ -628,15 +628,12 @@ static void test_builtin_trajectory(const char *name, const char *args, int64_t 
   target.destroy(target.self);
 }
 
-int main(void) {
-  if (comm_cuda_device_count() == 0) {
-    printf("no CUDA device: skipped\n");
-    return GPU_TEST_SKIP;
-  }
-  GPU_TRY(backend_cpu_create(&cpu));
-  GPU_TRY(backend_cuda_create(0, &gpu));
+static void section_entries(void) {
   printf("Backend entries, GPU vs CPU:\n");
   test_device_entries();
+}
+
+static void section_fused(void) {
   printf("HMC, GPU vs CPU:\n");
   hmc_cuda_set_lanes(16);
   test_hmc_case("fused gaussian, 16 lanes per chain", 16384, 64, 0, 4);
@@ -644,8 +641,14 @@ int main(void) {
   test_hmc_case("fused gaussian", 16384, 64, 0, 4);
   test_hmc_case("fused gaussian, odd dim", 4000, 37, 0, 3);
   test_hmc_case("fused gaussian, dim 130", 2000, 130, 0, 3);
+}
+
+static void section_generic(void) {
   test_hmc_case("generic, GPU gradient", 2000, 300, 0, 3);
   test_hmc_case("generic, host-staged gradient", 2000, 64, 1, 3);
+}
+
+static void section_trajectories(void) {
   test_builtin_trajectory("corr-gaussian", "dim=64,rho=0.5", 3001, 64, 4);
   test_builtin_trajectory("corr-gaussian", "dim=37,rho=-0.8,scale=2", 1000, 37, 4);
   test_builtin_trajectory("corr-gaussian", "dim=200,rho=0.9", 500, 200, 4);
@@ -654,21 +657,48 @@ int main(void) {
   test_builtin_trajectory("mixture1d", "dim=5", 1000, 5, 4);
   test_builtin_trajectory("gaussian", "dim=24,mean=1:2:3:4:5:6:7:8:9:10:11:12:13:14:15:16:17:18:19:20:21:22:23:24", 1000, 24, 4);
   test_hmc_case("generic, the target's logp_grad_cuda", 2000, 64, 2, 3);
+}
+
+static void section_dense(void) {
   test_hmc_case_metric("dense metric, built-in gaussian (generic path)", 4000, 24, 0, 4, 1);
   test_hmc_case_metric("dense metric, odd dim, host-staged gradient", 2000, 37, 1, 3, 1);
   test_hmc_case_metric("dense metric, dim 100 (shared memory past 48 KiB)", 1000, 100, 0, 3, 1);
   test_hmc_case_metric("dense metric, dim 150 (past the tiled kernels)", 500, 150, 0, 3, 1);
   test_hmc_case_metric("dense metric, one factor a chain", 1000, 24, 0, 4, 2);
   test_hmc_case_metric("dense metric, one factor a chain, odd dim", 501, 37, 0, 3, 2);
+}
+
+static void section_dense_families(void) {
   test_dense_families(3001, 24);
   test_dense_families(1000, 37);
   test_dense_families(2000, 64);
   test_dense_families(700, 100);
+}
+
+static void section_covariance(void) {
   test_covariance_deferred(1001, 64);
   test_covariance_deferred(333, 13);
   test_covariance_deferred(101, 100);
+}
+
+int main(int argc, char **argv) {
+  if (comm_cuda_device_count() == 0) {
+    printf("no CUDA device: skipped\n");
+    return GPU_TEST_SKIP;
+  }
+  GPU_TRY(backend_cpu_create(&cpu));
+  GPU_TRY(backend_cuda_create(0, &gpu));
+  static const gpu_test_section_t sections[] = {
+      {"entries", section_entries},
+      {"fused", section_fused},
+      {"generic", section_generic},
+      {"trajectories", section_trajectories},
+      {"dense", section_dense},
+      {"dense_families", section_dense_families},
+      {"covariance", section_covariance},
+  };
+  const int status = gpu_test_run_sections(sections, (int)(sizeof sections / sizeof sections[0]), argc, argv);
   backend_destroy(gpu);
   backend_destroy(cpu);
-  printf("%s: %d failure(s)\n", gpu_test_failures ? "FAILED" : "passed", gpu_test_failures);
-  return gpu_test_failures ? 1 : 0;
+  return status;
 }

@@ -742,13 +742,7 @@ static void test_phi_rows_split(int64_t n, int64_t dim, const svgd_kernel_t *ker
   free(x); free(s); free(full); free(parts);
 }
 
-int main(void) {
-  if (comm_cuda_device_count() == 0) {
-    printf("no CUDA device: skipped\n");
-    return GPU_TEST_SKIP;
-  }
-  GPU_TRY(backend_cpu_create(&cpu));
-  GPU_TRY(backend_cuda_create(0, &gpu));
+static void section_medians(void) {
   /* DSAMPLER_TEST_SKIP_MEDIANS=1 leaves the median histograms out (a quick run of the rest). */
   const char *skip_medians = getenv("DSAMPLER_TEST_SKIP_MEDIANS");
   /* Two variants: the histogram's stage of 16 coordinates with the mma.sync tiles from 4 to 64
@@ -765,6 +759,9 @@ int main(void) {
   tuning.hist_chunk = 0;
   tuning.median_family = 0;
   svgd_cuda_set_tuning(tuning);
+}
+
+static void section_phi_cpu(void) {
   printf("phi and one step, GPU vs CPU (tolerance 1e-5 relative):\n");
   test_phi_case(1, 64, 1, 1, 0.0f);
   test_phi_case(7, 64, 7, 1, 0.0f);
@@ -777,6 +774,9 @@ int main(void) {
   test_phi_case(2000, 300, 300, 1, 0.0f);
   test_phi_case(2000, 300, 300, 1, 20.0f); /* a cloud far from the origin (dim > 128: centred) */
   test_phi_case(1100, 1030, 130, 1, 0.0f);
+}
+
+static void section_phi_accuracy(void) {
   printf("phi against float64, 2e-6 relative:\n");
   {
     const int64_t dims[] = {1, 2, 3, 5, 8, 13, 16, 31, 32, 33, 48, 64, 100, 128, 129, 300, 1024};
@@ -794,6 +794,9 @@ int main(void) {
     test_phi_accuracy(1500, 1024, 0.0f, 1e-30f);
     test_phi_accuracy(16384, 64, 0.0f, 1.0f);
   }
+}
+
+static void section_phi_families(void) {
   /* From 33 to 64 coordinates phi has two kernel families (svgd_cuda_tuning_t.phi_family): the
    * mma.sync tiles and, on sm_90a, the warpgroup products (the default there). Both are held to
    * the same bounds. */
@@ -817,6 +820,9 @@ int main(void) {
     phis.phi_family = 0;
     svgd_cuda_set_tuning(phis);
   }
+}
+
+static void section_phi_kept(void) {
   test_phi_kept(1000, 200, 0.0f);  /* even n */
   test_phi_kept(1537, 300, 20.0f); /* odd n, a cloud far from the origin */
   test_phi_kept(5, 129, 0.0f);     /* fewer rows than a tile */
@@ -846,6 +852,9 @@ int main(void) {
     gpu->release(gpu, x_dev); gpu->release(gpu, s_dev); gpu->release(gpu, phi_dev);
     free(x); free(s); free(phi_auto); free(phi_slab);
   }
+}
+
+static void section_stein(void) {
   printf("kernel Stein discrepancy sums, GPU vs CPU and float64 (1e-6 relative on the CUDA cores, 2e-6 on the warpgroup tiles):\n");
   const svgd_kernel_t rbf = {SVGD_KERNEL_RBF, 2.5f, 1.0f, -0.5f}, imq = {SVGD_KERNEL_IMQ, 1.0f, 1.0f, -0.5f};
   const svgd_kernel_t imq_wide = {SVGD_KERNEL_IMQ, 40.0f, 2.25f, -0.3f};
@@ -857,6 +866,9 @@ int main(void) {
                       stein_cases[c][1] > 100 ? &imq_wide : &imq, family, 0.0, 1.0);
     }
   for (int family = 1; family <= 2; ++family) test_stein_case(65536, 64, 300, &rbf, family, 0.0, 1.0);
+}
+
+static void section_stein_tiles(void) {
   /* The warpgroup tiles (rbf, 33 to 64 coordinates) at the median-like bandwidth 2 d / log n,
    * where most pairs weigh: odd and even n, a cloud far from the origin, scores of 1e30 and
    * 1e-30 scale (float64 alone for 1e30: S overflows float on the CPU and the CUDA cores); and
@@ -875,12 +887,34 @@ int main(void) {
   test_stein_case(4097, 64, 4097, &tiles_64, 2, 0.0, 1e30);
   test_stein_case(4097, 64, 4097, &tiles_64, 2, 0.0, 1e-30);
   test_stein_case(4097, 64, 4097, &tiles_64, 2, -300.0, 1e-30);
+}
+
+static void section_imq(void) {
   printf("phi with the IMQ kernel, GPU vs CPU:\n");
   test_imq_phi_case(7, 5, 7);
   test_imq_phi_case(3000, 64, 3000);
   test_imq_phi_case(1200, 300, 400);
+}
+
+int main(int argc, char **argv) {
+  if (comm_cuda_device_count() == 0) {
+    printf("no CUDA device: skipped\n");
+    return GPU_TEST_SKIP;
+  }
+  GPU_TRY(backend_cpu_create(&cpu));
+  GPU_TRY(backend_cuda_create(0, &gpu));
+  static const gpu_test_section_t sections[] = {
+      {"medians", section_medians},
+      {"phi_cpu", section_phi_cpu},
+      {"phi_accuracy", section_phi_accuracy},
+      {"phi_families", section_phi_families},
+      {"phi_kept", section_phi_kept},
+      {"stein", section_stein},
+      {"stein_tiles", section_stein_tiles},
+      {"imq", section_imq},
+  };
+  const int status = gpu_test_run_sections(sections, (int)(sizeof sections / sizeof sections[0]), argc, argv);
   backend_destroy(gpu);
   backend_destroy(cpu);
-  printf("%s: %d failure(s)\n", gpu_test_failures ? "FAILED" : "passed", gpu_test_failures);
-  return gpu_test_failures ? 1 : 0;
+  return status;
 }
