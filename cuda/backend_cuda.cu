@@ -325,13 +325,13 @@ int cuda_hmc_transition(backend_t *b, const dsampler_target *t, hmc_batch_t *bat
   /* A row-walk built-in's trajectory in one kernel (targets_builtin_cuda.h): the same bits as the
    * step-by-step path below, in one pass over memory. */
   const int builtin_trajectory = !batch->metric_factor && !batch->leapfrog_cuda && batch->n_leapfrog > 0 &&
-                                 !impl->builtin_trajectory_off && builtin_target_params(t, &params) &&
-                                 cuda_builtin_leapfrog_fits(t->self, batch->dim);
+                                 !impl->builtin_trajectory_off && builtin_target_lookup(t) &&
+                                 cuda_builtin_leapfrog_fits(builtin_target_lookup(t), batch->dim);
   /* The diagonal kick-drift's first step reads q and grad from the batch: no copy for it either. */
   const int copy_state = !builtin_trajectory && (batch->metric_factor || batch->leapfrog_cuda || batch->n_leapfrog == 0);
   DS_TRY(hmc_launch_begin(batch, q_work, p_work, grad_work, uniform, h0, copy_state, impl->stream));
   if (builtin_trajectory) {
-    DS_TRY(cuda_builtin_leapfrog(t->self, batch->q, batch->grad, q_work, p_work, grad_work, logp_work, batch->step_size,
+    DS_TRY(cuda_builtin_leapfrog((void *)builtin_target_lookup(t), batch->q, batch->grad, q_work, p_work, grad_work, logp_work, batch->step_size,
                                  batch->inv_metric, batch->shared_metric, batch->n_leapfrog, batch->n_chains,
                                  impl->stream));
     return hmc_launch_finish(batch, q_work, p_work, grad_work, logp_work, uniform, h0, impl->stream);

@@ -205,7 +205,13 @@ int restart_stuck_chains(run_ctx_t *run, hmc_chains_t *chains, adapt_t *adapt) {
   double samples = 0;
   const float *tail_m2 = adapt_tail_m2(adapt, &samples);
   if (samples < 2) return DS_OK;
-  const int64_t rows = chains->batch.n_chains;
+  const int64_t rows = chains->batch.n_chains, dim = run->target->dim;
+  /* A stuck chain has dim zeros among the tail's m2: with fewer zeros over all ranks (counted on
+   * the devices, nothing downloaded) no chain is, and the rows are not read. */
+  int64_t below_zero = 0, up_to_zero = 0;
+  DS_TRY(order_count_below(run->comm, run->backend, tail_m2, rows * dim, 0.0f, &below_zero));
+  DS_TRY(order_count_below(run->comm, run->backend, tail_m2, rows * dim, nextafterf(0.0f, 1.0f), &up_to_zero));
+  if (up_to_zero - below_zero < dim) return DS_OK;
   uint8_t *mine = malloc((size_t)max64(rows, 1));
   int status = comm_agree(run->comm, mine ? local_stuck_flags(run, tail_m2, rows, mine)
                                           : DS_FAIL_ALLOC("stuck chains", (size_t)max64(rows, 1)));

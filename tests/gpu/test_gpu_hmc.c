@@ -19,6 +19,7 @@
 #include "gpu_test.h"
 #include "hmc_kernels.h"
 #include "targets_builtin.h"
+#include "targets_builtin_cuda.h"
 
 static backend_t *cpu, *gpu;
 
@@ -474,7 +475,8 @@ static void test_device_entries(void) {
     for (int level = 0; level < ORDER_KEY_LEVELS; ++level) {
       const int shift = order_key_shift(level), bits = order_key_bits(level), prefix_bits = 32 - shift - bits;
       /* The prefix of a value's key, so that the level has values to count. */
-      const uint32_t prefix = prefix_bits ? order_key(values[7 * level + 1]) >> (32 - prefix_bits) : 0u;
+      const float chosen = clamp ? fmaxf(values[7 * level + 1], 0.0f) : values[7 * level + 1];
+      const uint32_t prefix = prefix_bits ? order_key(chosen) >> (32 - prefix_bits) : 0u;
       GPU_TRY(cpu->key_histogram(cpu, values, rows * cols, clamp, prefix, prefix_bits, shift, bits, bins_cpu));
       GPU_TRY(gpu->key_histogram(gpu, values_dev, rows * cols, clamp, prefix, prefix_bits, shift, bits, bins_gpu));
       uint64_t counted = 0;
@@ -555,6 +557,8 @@ static void test_device_entries(void) {
 static void test_builtin_trajectory(const char *name, const char *args, int64_t n, int64_t dim, int iterations) {
   dsampler_target target;
   GPU_TRY(builtin_target_create(name, args, MPI_COMM_NULL, &target));
+  /* The fused trajectory must apply here, or the comparison below would be of one path with itself. */
+  GPU_EXPECT(cuda_builtin_leapfrog_fits(builtin_target_lookup(&target), dim), "%s (%s): no fused trajectory", name, args);
   const int64_t nd = n * dim, chain_begin = 77;
   float *q0 = test_malloc((size_t)nd * sizeof(float)), *grad0 = test_malloc((size_t)nd * sizeof(float));
   float *logp0 = test_malloc((size_t)n * sizeof(float)), *inv_metric = test_malloc((size_t)nd * sizeof(float));
