@@ -1,4 +1,9 @@
-/* jax_device_cuda.c: jax_device.h on the CUDA runtime (builds with the CUDA backend). */
+/* jax_device_cuda.c: jax_device.h on the CUDA runtime (builds with the CUDA backend).
+ *
+ * Every copy is complete when its call returns. cudaMemcpy alone does not promise that for a
+ * copy between device buffers (nor for one from pageable host memory), and neither the backend's
+ * stream (non-blocking) nor XLA's waits for the legacy stream it runs on: a trajectory's staged
+ * rows copied back could still be in flight when the backend's next kernel read them. */
 #include "jax_device.h"
 
 #include "cuda_check.h"
@@ -17,6 +22,7 @@ void jax_device_free(void *memory) {
 
 int jax_device_upload(void *device, const void *host, size_t bytes) {
   CUDA_CHECK(cudaMemcpy(device, host, bytes, cudaMemcpyHostToDevice));
+  CUDA_CHECK(cudaStreamSynchronize(0));
   return DS_OK;
 }
 
@@ -27,6 +33,7 @@ int jax_device_download(void *host, const void *device, size_t bytes) {
 
 int jax_device_copy(void *dst, const void *src, size_t bytes) {
   CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice));
+  CUDA_CHECK(cudaStreamSynchronize(0));
   return DS_OK;
 }
 
