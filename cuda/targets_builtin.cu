@@ -455,6 +455,17 @@ int state_get(const builtin_params_t *p, builtin_device_state **out) {
   return DS_OK;
 }
 
+// The parameters as a kernel takes them: their arrays' device copies in place of the host's.
+int params_on_device(const builtin_params_t *p, builtin_params_t *on_device) {
+  builtin_device_state *s = nullptr;
+  DS_TRY(state_get(p, &s));
+  *on_device = *p;
+  on_device->means = s->means;
+  on_device->inv_scale2s = s->inv_scale2s;
+  on_device->precision = s->precision;
+  return DS_OK;
+}
+
 // The fused path over `rows` data rows laid out as tiles (all the data, or a minibatch), the
 // likelihood scaled by data_scale.
 int fused_logistic_logp_grad(const builtin_params_t *p, builtin_device_state *s, const float *x, int64_t n,
@@ -722,12 +733,8 @@ extern "C" int cuda_builtin_rows_logp_grad(void *self, const float *x, int64_t n
   if (!p || n < 0 || p->dim < 1 || p->kind == BUILTIN_NONE || p->kind == BUILTIN_LOGISTIC)
     return ds_fail(DS_ERR_INTERNAL, "cuda_builtin_rows_logp_grad: bad arguments (n=%lld)", (long long)n);
   if (n == 0) return DS_OK;
-  builtin_device_state *s = nullptr;
-  DS_TRY(state_get(p, &s));
-  builtin_params_t on_device = *p;
-  on_device.means = s->means;
-  on_device.inv_scale2s = s->inv_scale2s;
-  on_device.precision = s->precision;
+  builtin_params_t on_device;
+  DS_TRY(params_on_device(p, &on_device));
   return cuda_builtin_rows_launch(&on_device, x, n, logp, grad, stream);
 }
 
@@ -763,12 +770,8 @@ extern "C" int cuda_builtin_leapfrog(void *self, const float *q_in, const float 
   if (n == 0) return DS_OK;
   if ((n * 32 + kThreads - 1) / kThreads > 0x7FFFFFFF)
     return ds_fail(DS_ERR_INTERNAL, "cuda_builtin_leapfrog: n=%lld too large", (long long)n);
-  builtin_device_state *s = nullptr;
-  DS_TRY(state_get(p, &s));
-  builtin_params_t on_device = *p;
-  on_device.means = s->means;
-  on_device.inv_scale2s = s->inv_scale2s;
-  on_device.precision = s->precision;
+  builtin_params_t on_device;
+  DS_TRY(params_on_device(p, &on_device));
   cudaStream_t st = static_cast<cudaStream_t>(stream);
   switch (p->kind) {
     case BUILTIN_GAUSSIAN:
