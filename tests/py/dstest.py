@@ -18,16 +18,29 @@ TIMEOUT = float(os.environ.get("DSAMPLER_TEST_TIMEOUT", "300"))
 
 failures = []
 
+# For runs that must be refused: when a rank exits non-zero, Open MPI's mpirun sends the job
+# SIGTERM and waits odls_base_sigkill_timeout (1 s) before SIGKILL, which costs 1-2 s a refusal
+# even when every rank has already exited. A refusal has nothing to save, so the tests of
+# refusals end at once; no run that is stopped by a signal uses this.
+REFUSAL_ENV = {"OMPI_MCA_odls_base_sigkill_timeout": "0"}
+
+
+def refusal_env(env=None):
+    """os.environ with env and REFUSAL_ENV on top, for a run that must be refused."""
+    return {**os.environ, **(env or {}), **REFUSAL_ENV}
+
 
 def path(name):
     os.makedirs(WORKDIR, exist_ok=True)
     return os.path.join(WORKDIR, name)
 
 
-def run(np_ranks, *args, expect_ok=True, timeout=None):
-    """Runs `dsampler args...` on np_ranks ranks; returns (returncode, stdout, stderr)."""
+def run(np_ranks, *args, expect_ok=True, timeout=None, refusal=False):
+    """Runs `dsampler args...` on np_ranks ranks; returns (returncode, stdout, stderr). With
+    refusal, the run must be refused before work starts (see REFUSAL_ENV)."""
     cmd = [MPIEXEC, NP_FLAG, str(np_ranks), *PREFLAGS, DSAMPLER, *[str(a) for a in args]]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout or TIMEOUT)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout or TIMEOUT,
+                          env=refusal_env() if refusal else None)
     if expect_ok and proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} exited {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}")
     return proc.returncode, proc.stdout, proc.stderr
@@ -167,7 +180,7 @@ def error_lines(stderr):
     return [line for line in stderr.splitlines() if line.startswith("dsampler: error")]
 
 
-def run_every_rank(np_ranks, *args, timeout=60, env=None, preexec_fn=None):
+def run_every_rank(np_ranks, *args, timeout=60, env=None, preexec_fn=None, refusal=False):
     """Runs `dsampler args...` with each rank's exit code recorded (Open MPI told not to end the
     job at the first non-zero exit, so every rank's own code is seen). Returns (mpirun's code,
     [code of rank 0, 1, ...] with None for a rank that recorded none, stdout, stderr); raises
@@ -179,7 +192,7 @@ def run_every_rank(np_ranks, *args, timeout=60, env=None, preexec_fn=None):
     cmd = [MPIEXEC, "--mca", "orte_abort_on_non_zero_status", "0", NP_FLAG, str(np_ranks), *PREFLAGS,
            "sh", "-c", wrapper, DSAMPLER, *[str(a) for a in args]]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, **(env or {})}, preexec_fn=preexec_fn)
+                          env=refusal_env(env) if refusal else {**os.environ, **(env or {})}, preexec_fn=preexec_fn)
     codes = []
     for r in range(np_ranks):
         p = os.path.join(rc_dir, f"rc.{r}")

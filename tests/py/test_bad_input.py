@@ -12,7 +12,7 @@ def expect_refused(name, args, needle, ranks=2):
     if os.path.exists(out):
         os.remove(out)
     try:
-        rc, stdout, stderr = t.run(ranks, *args, "--out", out, expect_ok=False, timeout=60)
+        rc, stdout, stderr = t.run(ranks, *args, "--out", out, expect_ok=False, timeout=60, refusal=True)
     except Exception as e:  # a timeout is a hang
         t.check(False, f"{name}: did not finish ({e})")
         return
@@ -58,7 +58,7 @@ def main():
     ]
     for name, args, needle in cases:
         if name == "out_unwritable":
-            rc, _, stderr = t.run(2, *args, expect_ok=False, timeout=60)
+            rc, _, stderr = t.run(2, *args, expect_ok=False, timeout=60, refusal=True)
             t.check(rc != 0 and needle in stderr, f"{name}: refused naming the path ({stderr.strip()!r})")
             continue
         expect_refused(name, args, needle)

@@ -48,7 +48,7 @@ def finish_within(proc, seconds=TIMEOUT):
 def refused(name, args, needle, ranks=2, protect=(), env=None, cwd=None, within=60):
     before = {p: t.file_hash(p) for p in protect}
     start = time.time()
-    rc, _, stderr = finish_within(launch(ranks, *args, env=env, cwd=cwd), TIMEOUT)
+    rc, _, stderr = finish_within(launch(ranks, *args, env={**(env or {}), **t.REFUSAL_ENV}, cwd=cwd), TIMEOUT)
     took = time.time() - start
     lines = t.error_lines(stderr)
     t.check(rc not in (None, 0) and took < within, f"{name}: refused (exit {rc}) within {within} s ({took:.1f} s)")

@@ -50,10 +50,12 @@ def wait_for(predicate, seconds):
     return False
 
 
-def refused(name, args, needle, ranks=2, protect=(), env=None, cwd=None):
+def refused(name, args, needle, ranks=2, protect=(), env=None, cwd=None, mid_run=False):
     """A case that must fail: within TIMEOUT, non-zero, one error line naming `needle`, no
-    source location (file.c:123) and no HDF5 error stack, `protect` unchanged. Returns the line."""
+    source location (file.c:123) and no HDF5 error stack, `protect` unchanged. Returns the line.
+    mid_run: the failure comes after work started (mpirun's usual teardown, not REFUSAL_ENV)."""
     before = {p: t.file_hash(p) for p in protect}
+    env = env if mid_run else {**(env or {}), **t.REFUSAL_ENV}
     rc, stderr, took = finish_within(launch(ranks, *args, env=env, cwd=cwd), TIMEOUT)
     lines = t.error_lines(stderr)
     t.check(rc is not None, f"{name}: ends within {TIMEOUT} s")
@@ -165,8 +167,8 @@ def plugin_messages():
                    env={"HOSTILE_MODE": "multiline"})
     t.check("\\x1b[31mred\\x1b[0m" in line and "\x1b" not in line, f"multiline_create: the escape byte escaped ({line!r})")
     refused("multiline_call", small, "the likelihood failed:\\n  row 2 overflowed\\n  row 3\\tunderflowed",
-            env={"HOSTILE_MODE": "multiline_call"})
-    line = refused("long_message", small, "mmmm", env={"HOSTILE_MODE": "long_message"})
+            env={"HOSTILE_MODE": "multiline_call"}, mid_run=True)
+    line = refused("long_message", small, "mmmm", env={"HOSTILE_MODE": "long_message"}, mid_run=True)
     t.check(line.endswith(" [...]") and len(line) < 2100, f"long_message: cut, and says so ({len(line)} characters)")
 
 
@@ -186,11 +188,11 @@ def hdf5_words():
     out = t.path("hs_fsize.h5")
     line = refused("fsize_one_rank", ["hmc", "--dim", 30, "--chains", 40, "--warmup", 50, "--draws", 2000,
                                       "--backend", "cpu", "--quiet", "--out", out], f"--out {out}: ", ranks=1,
-                   env={"DSAMPLER_FAULT_FILE_SIZE_LIMIT": "300000"})
+                   env={"DSAMPLER_FAULT_FILE_SIZE_LIMIT": "300000"}, mid_run=True)
     t.check("File too large" in line and "buf = 0x" not in line, f"fsize_one_rank: the reason alone ({line!r})")
     line = refused("fsize_two_ranks", ["hmc", "--dim", 30, "--chains", 40, "--warmup", 50, "--draws", 2000,
                                        "--backend", "cpu", "--quiet", "--out", out], f"--out {out}: ", ranks=2,
-                   env={"DSAMPLER_FAULT_FILE_SIZE_LIMIT": "300000"})
+                   env={"DSAMPLER_FAULT_FILE_SIZE_LIMIT": "300000"}, mid_run=True)
 
 
 # --- 4. relative paths, resumed from another folder ---------------------------------------------

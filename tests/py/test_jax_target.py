@@ -614,7 +614,7 @@ def refused(name, args, needles, env=None):
     start = time.time()
     try:
         rc, codes, _, stderr = t.run_every_rank(2, *args, "--out", out, "--quiet", "--backend", "cpu",
-                                                timeout=ERROR_TIMEOUT, env=env)
+                                                timeout=ERROR_TIMEOUT, env=env, refusal=True)
     except subprocess.TimeoutExpired:
         t.check(False, f"{name}: hung (no exit within {ERROR_TIMEOUT} s)")
         return

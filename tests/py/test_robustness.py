@@ -29,13 +29,14 @@ def inputs_of(paths):
     return {p: t.file_hash(p) for p in paths}
 
 
-def refused(name, args, needle, protect=(), ranks=2, every_rank=True, one_line=True, **kw):
+def refused(name, args, needle, protect=(), ranks=2, every_rank=True, one_line=True, mid_run=False, **kw):
     """Runs a case that must fail: bounded time, non-zero everywhere, one error line naming
-    `needle`, no HDF5-DIAG, and the files in `protect` byte for byte unchanged."""
+    `needle`, no HDF5-DIAG, and the files in `protect` byte for byte unchanged. mid_run: the
+    failure comes after work started (mpirun's usual teardown, not dstest.REFUSAL_ENV)."""
     before = inputs_of(protect)
     start = time.time()
     try:
-        rc, codes, _, stderr = t.run_every_rank(ranks, *args, timeout=TIMEOUT, **kw)
+        rc, codes, _, stderr = t.run_every_rank(ranks, *args, timeout=TIMEOUT, refusal=not mid_run, **kw)
     except subprocess.TimeoutExpired:
         t.check(False, f"{name}: hung (no exit within {TIMEOUT} s)")
         return ""
@@ -169,7 +170,7 @@ def hangs(out):
             "overflows 64-bit sizes")
     # exit() on rank 1: every rank is ended by MPI_Abort, so only mpirun's code is seen.
     refused("plugin_exit", [*base, "--target", plugin("exit"), "--out", t.path("rb_p3.h5")], "exit() called",
-            every_rank=False)
+            every_rank=False, mid_run=True)
 
     # A file-size limit while writing the output: an error naming the output, at once (no
     # watchdog: it is left at its 120 s, past this case's time limit), not SIGXFSZ, no crash.
@@ -181,7 +182,7 @@ def hangs(out):
     stderr = refused("fsize_limit", ["hmc", "--dim", 50, "--chains", 40, "--warmup", 0, "--draws", 200, "--backend",
                                      "cpu", "--quiet", "--out", t.path("rb_fsize.h5"), "--checkpoint-dir",
                                      t.path("rb_fsize.ckpt")], "--out " + t.path("rb_fsize.h5"), every_rank=False,
-                     env=env, one_line=False)
+                     env=env, one_line=False, mid_run=True)
     t.check("File size limit" not in stderr and "signal 25" not in stderr, "fsize_limit: no rank killed by SIGXFSZ")
     t.check("Segmentation fault" not in stderr and "Signal:" not in stderr, "fsize_limit: no rank crashes")
 
@@ -397,7 +398,7 @@ def full_disk():
         stderr = refused("disk_full", ["hmc", "--dim", 50, "--chains", 40, "--warmup", 600, "--draws", 1000,
                                        "--checkpoint-every", 100, "--backend", "cpu", "--quiet", "--out",
                                        os.path.join(mount, "run.h5")], "the disk is full", every_rank=False,
-                         one_line=False)
+                         one_line=False, mid_run=True)
         t.check(time.time() - start < 30, f"disk_full: ended in {time.time() - start:.1f} s (< 30 s)")
     finally:
         # A rank ended by MPI_Abort may still hold the file for a moment: retry, then detach.

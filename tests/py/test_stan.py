@@ -458,7 +458,7 @@ def part_restart():
 
 def part_errors():
     def refused(what, args, expect, env=None, ranks=2):
-        cmd_env = dict(os.environ, **(env or {}))
+        cmd_env = t.refusal_env(env)
         import subprocess
         cmd = [t.MPIEXEC, t.NP_FLAG, str(ranks), *t.PREFLAGS, *sum((["-x", k] for k in (env or {})), []), t.DSAMPLER,
                *[str(a) for a in args]]

@@ -31,7 +31,7 @@ def refused(name, args, needle):
     if os.path.exists(out):
         os.remove(out)
     rc, _, stderr = t.run(2, "hmc", "--chains", 4, "--draws", 5, "--out", out, "--quiet", "--backend", "cpu", *args,
-                          expect_ok=False, timeout=60)
+                          expect_ok=False, timeout=60, refusal=True)
     t.check(rc != 0 and needle in stderr and stderr.count("dsampler: error") == 1,
             f"{name}: refused once naming the input ({needle!r} in {stderr.strip().splitlines()[0] if stderr.strip() else ''!r})")
     t.check(not os.path.exists(out), f"{name}: no output written")

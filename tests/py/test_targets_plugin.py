@@ -41,7 +41,7 @@ def bitwise():
 def refused(label, target, needle, extra=()):
     out = t.path(f"plugin_bad_{label}.h5")
     rc, _, stderr = t.run(2, "hmc", "--target", target, "--chains", 4, "--draws", 5, "--out", out, "--quiet",
-                          "--backend", "cpu", *extra, expect_ok=False, timeout=60)
+                          "--backend", "cpu", *extra, expect_ok=False, timeout=60, refusal=True)
     t.check(rc != 0 and needle in stderr and stderr.count("dsampler: error") == 1,
             f"{label}: exit {rc}, one message containing {needle!r} ({stderr.strip().splitlines()[0] if stderr.strip() else ''!r})")
 
