@@ -10,7 +10,7 @@
 # OLD and NEW are each either a folder of .cubin files, or a list of .cu files (one argument,
 # separated by spaces or commas) compiled here to cubins, each file on its own, with nvcc:
 #   -cubin -arch=ARCH -std=c++17 -O3 --expt-relaxed-constexpr -DDSAMPLER_HAVE_WGMMA=1 -DNDEBUG
-#   -I src/shared -I cuda (of this repository) and MPI's include folders (mpicc --showme:incdirs),
+#   -I src/shared -I cuda -I cuda/check (of this repository) and MPI's include folders (mpicc --showme:incdirs),
 # plus --fmad=false for the files of cuda/hmc/ and for hmc_kernels.cu, as cuda/CMakeLists.txt.
 #
 # Options:
@@ -50,7 +50,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 ARCH=sm_90a
 EXTRA_FLAGS=""
 FILE_FLAGS=("*/hmc/*.cu=--fmad=false" "*hmc_kernels.cu=--fmad=false")
-INCLUDES=("$ROOT/src/shared" "$ROOT/cuda")
+INCLUDES=("$ROOT/src/shared" "$ROOT/cuda" "$ROOT/cuda/check")
 STRIP=("(anonymous namespace)::" "dsampler_svgd::" "dsampler_hmc::")
 JOBS=2
 NO_ENCODING=0

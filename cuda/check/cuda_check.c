@@ -1,7 +1,8 @@
-/* cuda_check.cu: the messages behind CUDA_CHECK, CURAND_CHECK and CUBLAS_CHECK. */
+/* cuda_check.c: the messages behind CUDA_CHECK, CURAND_CHECK and CUBLAS_CHECK (host C, below the
+ * comm layer: comm_cuda.c and the CUDA backend both report through it). */
 #include "cuda_check.h"
 
-extern "C" int cuda_check_fail(cudaError_t err, const char *file, int line, const char *call) {
+int cuda_check_fail(cudaError_t err, const char *file, int line, const char *call) {
   return ds_fail_at(DS_ERR_GPU, file, line, call, "CUDA error %d (%s): %s", (int)err,
                     cudaGetErrorName(err), cudaGetErrorString(err));
 }
@@ -25,12 +26,12 @@ static const char *curand_status_name(curandStatus_t status) {
   return "unknown cuRAND status";
 }
 
-extern "C" int curand_check_fail(curandStatus_t status, const char *file, int line, const char *call) {
+int curand_check_fail(curandStatus_t status, const char *file, int line, const char *call) {
   return ds_fail_at(DS_ERR_GPU, file, line, call, "cuRAND error %d (%s)", (int)status,
                     curand_status_name(status));
 }
 
-extern "C" int cublas_check_fail(cublasStatus_t status, const char *file, int line, const char *call) {
+int cublas_check_fail(cublasStatus_t status, const char *file, int line, const char *call) {
   return ds_fail_at(DS_ERR_GPU, file, line, call, "cuBLAS error %d (%s)", (int)status,
                     cublasGetStatusString(status));
 }

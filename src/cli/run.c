@@ -404,6 +404,41 @@ static int check_target(run_ctx_t *run) {
   return DS_OK;
 }
 
+/* The run's id and the folder its relative paths are from: the checkpoint's on a resume, else
+ * rank 0's clock, process id and working folder, the same on every rank. */
+static int name_run(run_ctx_t *run) {
+  comm_ctx_t *comm = run->comm;
+  if (run->resume_meta) {
+    snprintf(run->run_id, sizeof run->run_id, "%s", run->resume_meta->run_id);
+    snprintf(run->start_dir, sizeof run->start_dir, "%s", run->resume_meta->start_dir);
+    return DS_OK;
+  }
+  /* Relative paths in the options are from here; a resume elsewhere comes back (main.c). */
+  if (comm->rank == 0 && !getcwd(run->start_dir, sizeof run->start_dir)) run->start_dir[0] = '\0';
+  DS_TRY(comm_bcast(comm, run->start_dir, sizeof run->start_dir, 0));
+  /* Rank 0's clock and process id name the run; every rank uses its id. */
+  struct timespec now;
+  clock_gettime(CLOCK_REALTIME, &now);
+  snprintf(run->run_id, sizeof run->run_id, "%016llx-%08x",
+           (unsigned long long)now.tv_sec * 1000000000ull + (unsigned long long)now.tv_nsec, (unsigned)getpid());
+  return comm_bcast(comm, run->run_id, sizeof run->run_id, 0);
+}
+
+/* Rank 0's first lines: the resume point, then what runs where. */
+static void print_banner(const run_ctx_t *run) {
+  const config_t *cfg = run->cfg;
+  const comm_ctx_t *comm = run->comm;
+  if (comm->rank != 0 || cfg->quiet) return;
+  if (run->resume_path)
+    printf("dsampler %s: resuming from %s after iteration %lld\n", DSAMPLER_VERSION, run->resume_path,
+           (long long)run->resume_meta->iteration);
+  printf("dsampler %s: %s, target %s (dim %lld), %lld %s on %d rank%s, backend %s, transport %s\n",
+         DSAMPLER_VERSION, config_algorithm_name(cfg->algorithm), run->target->name, (long long)run->target->dim,
+         (long long)config_items(cfg), cfg->algorithm == ALGO_HMC ? "chains" : "particles", comm->size,
+         comm->size == 1 ? "" : "s", run->backend->name, comm->transport == COMM_TRANSPORT_NCCL ? "nccl" : "mpi");
+  fflush(stdout);
+}
+
 int run_main(comm_ctx_t *comm, const config_t *cfg, const char *resume_path, const ckpt_meta_t *resume_meta) {
   run_ctx_t run;
   memset(&run, 0, sizeof run);
@@ -411,20 +446,7 @@ int run_main(comm_ctx_t *comm, const config_t *cfg, const char *resume_path, con
   run.cfg = cfg;
   run.resume_path = resume_path;
   run.resume_meta = resume_meta;
-  if (resume_meta) {
-    snprintf(run.run_id, sizeof run.run_id, "%s", resume_meta->run_id);
-    snprintf(run.start_dir, sizeof run.start_dir, "%s", resume_meta->start_dir);
-  } else {
-    /* Relative paths in the options are from here; a resume elsewhere comes back (main.c). */
-    if (comm->rank == 0 && !getcwd(run.start_dir, sizeof run.start_dir)) run.start_dir[0] = '\0';
-    DS_TRY(comm_bcast(comm, run.start_dir, sizeof run.start_dir, 0));
-    /* Rank 0's clock and process id name the run; every rank uses its id. */
-    struct timespec now;
-    clock_gettime(CLOCK_REALTIME, &now);
-    snprintf(run.run_id, sizeof run.run_id, "%016llx-%08x", (unsigned long long)now.tv_sec * 1000000000ull + (unsigned long long)now.tv_nsec,
-             (unsigned)getpid());
-    DS_TRY(comm_bcast(comm, run.run_id, sizeof run.run_id, 0));
-  }
+  DS_TRY(name_run(&run));
   int lock_fd = -1;
   int status = check_paths(&run);
   if (status == DS_OK) status = lock_output(&run, &lock_fd);
@@ -491,17 +513,7 @@ int run_main(comm_ctx_t *comm, const config_t *cfg, const char *resume_path, con
   if (status == DS_OK) {
     run.backend = backend;
     comm_partition(config_items(cfg), comm->size, comm->rank, &run.item_begin, &run.item_end);
-    if (comm->rank == 0 && !cfg->quiet && resume_path)
-      printf("dsampler %s: resuming from %s after iteration %lld\n", DSAMPLER_VERSION, resume_path,
-             (long long)resume_meta->iteration);
-    if (comm->rank == 0 && !cfg->quiet) {
-      printf("dsampler %s: %s, target %s (dim %lld), %lld %s on %d rank%s, backend %s, transport %s\n",
-             DSAMPLER_VERSION, config_algorithm_name(cfg->algorithm), target.target.name,
-             (long long)target.target.dim, (long long)config_items(cfg),
-             cfg->algorithm == ALGO_HMC ? "chains" : "particles", comm->size, comm->size == 1 ? "" : "s",
-             backend->name, comm->transport == COMM_TRANSPORT_NCCL ? "nccl" : "mpi");
-      fflush(stdout);
-    }
+    print_banner(&run);
     status = cfg->algorithm == ALGO_HMC ? hmc_run(&run) : svgd_run(&run);
   }
   target_close(&target);
