@@ -339,6 +339,37 @@ extern "C" size_t svgd_phi_scratch_floats(int64_t n, int64_t dim, int64_t rows) 
   return floats;
 }
 
+/* svgd_launch_phi on the tensor-core tiles (flash_dims_apply), a its arguments with x the
+ * particles: the partial sums at scratch, imq's second set set_floats further on, the split
+ * inputs after both sets. */
+static int phi_flash(phi_args a, const svgd_kernel_t *kernel, float *phi, float *scratch, size_t set_floats,
+                     long long rows, long long row_blocks, cudaStream_t stream) {
+  const long long n = a.n, dim = a.dim;
+  /* Centred rows stand for x from here on (phi depends on differences only), in the
+   * distances, in v and in the finish. */
+  const flash_inputs in = flash_layout(scratch + 2 * set_floats, n, dim, true);
+  const bool wgmma = flash_phi_wgmma(dim);
+  DS_TRY(flash_prepare_rows(a.x, n, (int)dim, in, stream, wgmma));
+  a.x = in.centred;
+  if (kernel->kind == SVGD_KERNEL_RBF) {
+    DS_TRY(flash_phi_pass(a, in, FLASH_V_RBF, row_blocks, wgmma, stream));
+    svgd_phi_finish_kernel<<<grid_for(rows * dim, 256), 256, 0, stream>>>(a, phi);
+    CUDA_CHECK_LAUNCH("svgd_phi_finish_kernel");
+    return DS_OK;
+  }
+  phi_args weight = a;
+  a.weight.mode = PHI_WEIGHT_IMQ_VALUE;
+  DS_TRY(flash_phi_pass(a, in, FLASH_V_SCORE, row_blocks, wgmma, stream));
+  weight.weight.mode = PHI_WEIGHT_IMQ_WEIGHT;
+  weight.partial_sums = scratch + set_floats;
+  weight.partial_k = weight.partial_sums + (size_t)a.splits * (size_t)rows * (size_t)dim;
+  DS_TRY(flash_phi_pass(weight, in, FLASH_V_CENTRED, row_blocks, wgmma, stream));
+  svgd_phi_finish_imq_kernel<<<grid_for(rows * dim, 256), 256, 0, stream>>>(a, weight, svgd_kernel_diagonal(kernel),
+                                                                           phi);
+  CUDA_CHECK_LAUNCH("svgd_phi_finish_imq_kernel");
+  return DS_OK;
+}
+
 extern "C" int svgd_launch_phi(const float *x_all, const float *score_all, int64_t n, int64_t dim,
                                int64_t row_begin, int64_t row_end, const svgd_kernel_t *kernel, float *phi,
                                float *scratch, const float *dist, cudaStream_t stream) {
@@ -376,31 +407,7 @@ extern "C" int svgd_launch_phi(const float *x_all, const float *score_all, int64
     v_all = reinterpret_cast<float *>((reinterpret_cast<uintptr_t>(v_all) + 15) & ~static_cast<uintptr_t>(15));
   const long long row_blocks = (rows + PHI_BM - 1) / PHI_BM;
   if (row_blocks > 0x7FFFFFFF) return ds_fail(DS_ERR_INTERNAL, "svgd_launch_phi: too many rows (%lld)", rows);
-  if (flash) {
-    /* Centred rows stand for x from here on (phi depends on differences only), in the
-     * distances, in v and in the finish. */
-    const flash_inputs in = flash_layout(scratch + 2 * set_floats, n, dim, true);
-    const bool wgmma = flash_phi_wgmma(dim);
-    DS_TRY(flash_prepare_rows(x_all, n, (int)dim, in, stream, wgmma));
-    a.x = in.centred;
-    if (kernel->kind == SVGD_KERNEL_RBF) {
-      DS_TRY(flash_phi_pass(a, in, FLASH_V_RBF, row_blocks, wgmma, stream));
-      svgd_phi_finish_kernel<<<grid_for(rows * dim, 256), 256, 0, stream>>>(a, phi);
-      CUDA_CHECK_LAUNCH("svgd_phi_finish_kernel");
-      return DS_OK;
-    }
-    phi_args weight = a;
-    a.weight.mode = PHI_WEIGHT_IMQ_VALUE;
-    DS_TRY(flash_phi_pass(a, in, FLASH_V_SCORE, row_blocks, wgmma, stream));
-    weight.weight.mode = PHI_WEIGHT_IMQ_WEIGHT;
-    weight.partial_sums = scratch + set_floats;
-    weight.partial_k = weight.partial_sums + (size_t)a.splits * (size_t)rows * (size_t)dim;
-    DS_TRY(flash_phi_pass(weight, in, FLASH_V_CENTRED, row_blocks, wgmma, stream));
-    svgd_phi_finish_imq_kernel<<<grid_for(rows * dim, 256), 256, 0, stream>>>(a, weight, svgd_kernel_diagonal(kernel),
-                                                                             phi);
-    CUDA_CHECK_LAUNCH("svgd_phi_finish_imq_kernel");
-    return DS_OK;
-  }
+  if (flash) return phi_flash(a, kernel, phi, scratch, set_floats, rows, row_blocks, stream);
   float *k_slab = NULL, *k_tile_sums = NULL, *squares = NULL;
   if (phi_wide(dim)) {
     const long long slab = wide_slab_columns(n, rows);

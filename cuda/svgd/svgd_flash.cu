@@ -105,20 +105,113 @@ struct flash_phi_stage {
   float squares[FLASH_BN];
 };
 
-/* grid (row blocks, splits), FLASH_THREADS, 2 stages dynamic. Column tiles of the split
- * tiles * split / splits .. ascending; the diagonal and columns past n weigh 0. */
 /* Two blocks an SM (128 registers a thread): four warps a scheduler hide the products' latency
  * that two could not (N = 32768, d = 64: 7.3 -> 5.0 ms a step end to end), and 16-column
  * subtiles keep the registers within that budget. */
 constexpr int FLASH_PHI_MIN_BLOCKS = 2;
 constexpr int FLASH_PHI_SUB = 16;
+constexpr int FLASH_PHI_NT = FLASH_PHI_SUB / 8;
+static_assert(FLASH_PHI_SUB % 16 == 0 && FLASH_BN % FLASH_PHI_SUB == 0, "whole k16 column steps per subtile");
+
+/* Column tile `tile` into s (cp.async): y hi and lo, v hi and lo, the squares. Columns past n
+ * read the split arrays' padding rows and are masked. */
+template <int DP>
+__device__ __forceinline__ void flash_phi_stage_tile(const flash_phi_args &a, flash_phi_stage<DP> &s, long long tile,
+                                                     int tid) {
+  constexpr int WORDS = flash_dims<DP>::WORDS, Y_STRIDE = flash_dims<DP>::Y_STRIDE;
+  constexpr int V_STRIDE = flash_dims<DP>::V_STRIDE, Y_CHUNKS = WORDS / 4, V_CHUNKS = FLASH_BN / 8;
+  for (int f = tid; f < FLASH_BN * Y_CHUNKS; f += FLASH_THREADS) {
+    const int cc = f / Y_CHUNKS, kk = 4 * (f % Y_CHUNKS);
+    const size_t at = (size_t)(tile * FLASH_BN + cc) * WORDS + kk;
+    cp_async_f32x4(reinterpret_cast<float *>(&s.y_hi[cc * Y_STRIDE + kk]), reinterpret_cast<const float *>(a.y_hi + at), true);
+    cp_async_f32x4(reinterpret_cast<float *>(&s.y_lo[cc * Y_STRIDE + kk]), reinterpret_cast<const float *>(a.y_lo + at), true);
+  }
+  for (int f = tid; f < DP * V_CHUNKS; f += FLASH_THREADS) {
+    const int c = f / V_CHUNKS, ww = 4 * (f % V_CHUNKS);
+    const size_t at = (size_t)c * a.v_words + (size_t)tile * (FLASH_BN / 2) + ww;
+    cp_async_f32x4(reinterpret_cast<float *>(&s.v_hi[c * V_STRIDE + ww]), reinterpret_cast<const float *>(a.v_hi + at), true);
+    cp_async_f32x4(reinterpret_cast<float *>(&s.v_lo[c * V_STRIDE + ww]), reinterpret_cast<const float *>(a.v_lo + at), true);
+  }
+  if (tid < FLASH_BN) {
+    const long long column = tile * FLASH_BN + tid;
+    cp_async_f32(&s.squares[tid], a.squares + (column < a.n ? column : 0), column < a.n);
+  }
+}
+
+/* k: the dot products of the warp's rows with the subtile's columns n0 .. n0 + 15 of the tile at
+ * c0, turned into their K, zero where masked (past n, the diagonal); sum_k[h] += the thread's K
+ * of row g + 8 h in column order, most[h] = the larger of most[h] and their largest. */
+__device__ __forceinline__ void flash_phi_weights(const flash_phi_args &a, const float *squares, int n0, long long c0,
+                                                  long long r0, bool masked, int g, int t,
+                                                  const float (&row_square)[2], float (&k)[FLASH_PHI_NT][4],
+                                                  float (&sum_k)[2], float (&most)[2]) {
+#pragma unroll
+  for (int jn = 0; jn < FLASH_PHI_NT; ++jn) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int cl = n0 + 8 * jn + 2 * t + (e & 1);
+      k[jn][e] = pair_weight(a.weight, svgd_gemm_distance(row_square[e >> 1], squares[cl], k[jn][e]));
+      if (masked && (c0 + cl >= a.n || c0 + cl == r0 + g + 8 * (e >> 1))) k[jn][e] = 0.0f;
+    }
+    sum_k[0] = __fadd_rn(__fadd_rn(sum_k[0], k[jn][0]), k[jn][1]);
+    sum_k[1] = __fadd_rn(__fadd_rn(sum_k[1], k[jn][2]), k[jn][3]);
+    most[0] = fmaxf(most[0], fmaxf(k[jn][0], k[jn][1]));
+    most[1] = fmaxf(most[1], fmaxf(k[jn][2], k[jn][3]));
+  }
+}
+
+/* A fragments of K 2^sr for K v, 16 columns each: tiles 2q and 2q + 1 of the C layout, packed,
+ * split hi + lo. */
+__device__ __forceinline__ void flash_phi_pack(const float (&k)[FLASH_PHI_NT][4], const float (&row_scale)[2],
+                                               uint32_t (&p_hi)[FLASH_PHI_NT / 2][4],
+                                               uint32_t (&p_lo)[FLASH_PHI_NT / 2][4]) {
+#pragma unroll
+  for (int q = 0; q < FLASH_PHI_NT / 2; ++q) {
+    f16_split2(__fmul_rn(k[2 * q][0], row_scale[0]), __fmul_rn(k[2 * q][1], row_scale[0]), &p_hi[q][0], &p_lo[q][0]);
+    f16_split2(__fmul_rn(k[2 * q][2], row_scale[1]), __fmul_rn(k[2 * q][3], row_scale[1]), &p_hi[q][1], &p_lo[q][1]);
+    f16_split2(__fmul_rn(k[2 * q + 1][0], row_scale[0]), __fmul_rn(k[2 * q + 1][1], row_scale[0]), &p_hi[q][2],
+               &p_lo[q][2]);
+    f16_split2(__fmul_rn(k[2 * q + 1][2], row_scale[1]), __fmul_rn(k[2 * q + 1][3], row_scale[1]), &p_hi[q][3],
+               &p_lo[q][3]);
+  }
+}
+
+/* acc += subtile sub's K v: part[c] from zero, column steps ascending, CT chains in flight, then
+ * added to acc rounded to nearest. */
+template <int DP>
+__device__ __forceinline__ void flash_phi_kv(const flash_phi_stage<DP> &s, int sub, int g, int t,
+                                             const uint32_t (&p_hi)[FLASH_PHI_NT / 2][4],
+                                             const uint32_t (&p_lo)[FLASH_PHI_NT / 2][4], float (&acc)[DP / 8][4]) {
+  constexpr int V_STRIDE = flash_dims<DP>::V_STRIDE, CT = DP / 8;
+  float part[CT][4];
+#pragma unroll
+  for (int c = 0; c < CT; ++c)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) part[c][e] = 0.0f;
+#pragma unroll
+  for (int q = 0; q < FLASH_PHI_NT / 2; ++q)
+#pragma unroll
+    for (int c = 0; c < CT; ++c) {
+      const int at = (8 * c + g) * V_STRIDE + sub * (FLASH_PHI_SUB / 2) + 8 * q + 2 * t;
+      const uint2 bh = *reinterpret_cast<const uint2 *>(&s.v_hi[at]);
+      const uint2 bl = *reinterpret_cast<const uint2 *>(&s.v_lo[at]);
+      const uint32_t b_hi[2] = {bh.x, bh.y}, b_lo[2] = {bl.x, bl.y};
+      mma_f16_m16n8k16(part[c], p_lo[q], b_hi);
+      mma_f16_m16n8k16(part[c], p_hi[q], b_lo);
+      mma_f16_m16n8k16(part[c], p_hi[q], b_hi);
+    }
+#pragma unroll
+  for (int c = 0; c < CT; ++c)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[c][e] = __fadd_rn(acc[c][e], part[c][e]);
+}
+
+/* grid (row blocks, splits), FLASH_THREADS, 2 stages dynamic. Column tiles of the split
+ * tiles * split / splits .. ascending; the diagonal and columns past n weigh 0. */
 template <int DP>
 __global__ void __launch_bounds__(FLASH_THREADS, FLASH_PHI_MIN_BLOCKS) svgd_flash_phi_kernel(const flash_phi_args a) {
-  constexpr int KSTEPS = flash_dims<DP>::KSTEPS, WORDS = flash_dims<DP>::WORDS;
-  constexpr int Y_STRIDE = flash_dims<DP>::Y_STRIDE, V_STRIDE = flash_dims<DP>::V_STRIDE;
-  constexpr int Y_CHUNKS = WORDS / 4, V_CHUNKS = FLASH_BN / 8, CT = DP / 8;
-  constexpr int PHI_SUB = FLASH_PHI_SUB, NT = PHI_SUB / 8;
-  static_assert(PHI_SUB % 16 == 0 && FLASH_BN % PHI_SUB == 0, "whole k16 column steps per subtile");
+  constexpr int KSTEPS = flash_dims<DP>::KSTEPS, Y_STRIDE = flash_dims<DP>::Y_STRIDE, CT = DP / 8;
+  constexpr int PHI_SUB = FLASH_PHI_SUB, NT = FLASH_PHI_NT;
   extern __shared__ float4 flash_shared_raw[];
   flash_phi_stage<DP> *stages = reinterpret_cast<flash_phi_stage<DP> *>(flash_shared_raw);
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / 4, t = lane % 4;
@@ -127,27 +220,6 @@ __global__ void __launch_bounds__(FLASH_THREADS, FLASH_PHI_MIN_BLOCKS) svgd_flas
   const long long tiles = (a.n + FLASH_BN - 1) / FLASH_BN;
   const long long tile_begin = tiles * split / a.splits, tile_end = tiles * (split + 1) / a.splits;
   const float inv_scale2 = flash_inv_scale2(a.scales);
-
-  /* Columns past n read the split arrays' padding rows and are masked. */
-  auto stage = [&](long long tile, int buffer) {
-    flash_phi_stage<DP> &s = stages[buffer];
-    for (int f = tid; f < FLASH_BN * Y_CHUNKS; f += FLASH_THREADS) {
-      const int cc = f / Y_CHUNKS, kk = 4 * (f % Y_CHUNKS);
-      const size_t at = (size_t)(tile * FLASH_BN + cc) * WORDS + kk;
-      cp_async_f32x4(reinterpret_cast<float *>(&s.y_hi[cc * Y_STRIDE + kk]), reinterpret_cast<const float *>(a.y_hi + at), true);
-      cp_async_f32x4(reinterpret_cast<float *>(&s.y_lo[cc * Y_STRIDE + kk]), reinterpret_cast<const float *>(a.y_lo + at), true);
-    }
-    for (int f = tid; f < DP * V_CHUNKS; f += FLASH_THREADS) {
-      const int c = f / V_CHUNKS, ww = 4 * (f % V_CHUNKS);
-      const size_t at = (size_t)c * a.v_words + (size_t)tile * (FLASH_BN / 2) + ww;
-      cp_async_f32x4(reinterpret_cast<float *>(&s.v_hi[c * V_STRIDE + ww]), reinterpret_cast<const float *>(a.v_hi + at), true);
-      cp_async_f32x4(reinterpret_cast<float *>(&s.v_lo[c * V_STRIDE + ww]), reinterpret_cast<const float *>(a.v_lo + at), true);
-    }
-    if (tid < FLASH_BN) {
-      const long long column = tile * FLASH_BN + tid;
-      cp_async_f32(&s.squares[tid], a.squares + (column < a.n ? column : 0), column < a.n);
-    }
-  };
 
   uint32_t a_hi[KSTEPS][4], a_lo[KSTEPS][4];
   flash_load_rows<DP>(a.y_hi, a.y_lo, r0, a.row_end, g, t, a_hi, a_lo);
@@ -163,12 +235,12 @@ __global__ void __launch_bounds__(FLASH_THREADS, FLASH_PHI_MIN_BLOCKS) svgd_flas
   int row_exp[2] = {-1000, -1000};  /* the exponent of the row's largest K so far */
   float row_scale[2] = {pow2_exact(flash_row_shift(-1000)), pow2_exact(flash_row_shift(-1000))};
 
-  if (tile_begin < tile_end) stage(tile_begin, 0);
+  if (tile_begin < tile_end) flash_phi_stage_tile<DP>(a, stages[0], tile_begin, tid);
   cp_async_wait_all();
   __syncthreads();
   for (long long tile = tile_begin; tile < tile_end; ++tile) {
     const int buffer = (int)((tile - tile_begin) & 1);
-    if (tile + 1 < tile_end) stage(tile + 1, buffer ^ 1);
+    if (tile + 1 < tile_end) flash_phi_stage_tile<DP>(a, stages[buffer ^ 1], tile + 1, tid);
     const flash_phi_stage<DP> &s = stages[buffer];
     const long long c0 = tile * FLASH_BN;
     const bool masked = c0 + FLASH_BN > a.n || (c0 < r0 + 16 && r0 < c0 + FLASH_BN);
@@ -177,20 +249,7 @@ __global__ void __launch_bounds__(FLASH_THREADS, FLASH_PHI_MIN_BLOCKS) svgd_flas
       float k[NT][4];
       flash_dot_tiles<DP, NT>(a_hi, a_lo, s.y_hi, s.y_lo, Y_STRIDE, sub * PHI_SUB, inv_scale2, g, t, k);
       float most[2] = {0.0f, 0.0f};
-#pragma unroll
-      for (int jn = 0; jn < NT; ++jn) {
-        const int n0 = sub * PHI_SUB + 8 * jn;
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int cl = n0 + 2 * t + (e & 1);
-          k[jn][e] = pair_weight(a.weight, svgd_gemm_distance(row_square[e >> 1], s.squares[cl], k[jn][e]));
-          if (masked && (c0 + cl >= a.n || c0 + cl == r0 + g + 8 * (e >> 1))) k[jn][e] = 0.0f;
-        }
-        sum_k[0] = __fadd_rn(__fadd_rn(sum_k[0], k[jn][0]), k[jn][1]);
-        sum_k[1] = __fadd_rn(__fadd_rn(sum_k[1], k[jn][2]), k[jn][3]);
-        most[0] = fmaxf(most[0], fmaxf(k[jn][0], k[jn][1]));
-        most[1] = fmaxf(most[1], fmaxf(k[jn][2], k[jn][3]));
-      }
+      flash_phi_weights(a, s.squares, sub * PHI_SUB, c0, r0, masked, g, t, row_square, k, sum_k, most);
       /* The rows' scales: a larger K than any before lowers sr, and the sums follow. */
       float ratio[2];
       if (flash_row_rescale(most, row_exp, row_scale, ratio)) {
@@ -202,39 +261,9 @@ __global__ void __launch_bounds__(FLASH_THREADS, FLASH_PHI_MIN_BLOCKS) svgd_flas
           acc[c][3] = __fmul_rn(acc[c][3], ratio[1]);
         }
       }
-      /* A fragments of K v, 16 columns each: tiles 2q and 2q + 1 of the C layout, packed. */
       uint32_t p_hi[NT / 2][4], p_lo[NT / 2][4];
-#pragma unroll
-      for (int q = 0; q < NT / 2; ++q) {
-        f16_split2(__fmul_rn(k[2 * q][0], row_scale[0]), __fmul_rn(k[2 * q][1], row_scale[0]), &p_hi[q][0], &p_lo[q][0]);
-        f16_split2(__fmul_rn(k[2 * q][2], row_scale[1]), __fmul_rn(k[2 * q][3], row_scale[1]), &p_hi[q][1], &p_lo[q][1]);
-        f16_split2(__fmul_rn(k[2 * q + 1][0], row_scale[0]), __fmul_rn(k[2 * q + 1][1], row_scale[0]), &p_hi[q][2],
-                   &p_lo[q][2]);
-        f16_split2(__fmul_rn(k[2 * q + 1][2], row_scale[1]), __fmul_rn(k[2 * q + 1][3], row_scale[1]), &p_hi[q][3],
-                   &p_lo[q][3]);
-      }
-      /* part[c]: this subtile's K v from zero, column steps ascending; CT chains in flight. */
-      float part[CT][4];
-#pragma unroll
-      for (int c = 0; c < CT; ++c)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) part[c][e] = 0.0f;
-#pragma unroll
-      for (int q = 0; q < NT / 2; ++q)
-#pragma unroll
-        for (int c = 0; c < CT; ++c) {
-          const int at = (8 * c + g) * V_STRIDE + sub * (PHI_SUB / 2) + 8 * q + 2 * t;
-          const uint2 bh = *reinterpret_cast<const uint2 *>(&s.v_hi[at]);
-          const uint2 bl = *reinterpret_cast<const uint2 *>(&s.v_lo[at]);
-          const uint32_t b_hi[2] = {bh.x, bh.y}, b_lo[2] = {bl.x, bl.y};
-          mma_f16_m16n8k16(part[c], p_lo[q], b_hi);
-          mma_f16_m16n8k16(part[c], p_hi[q], b_lo);
-          mma_f16_m16n8k16(part[c], p_hi[q], b_hi);
-        }
-#pragma unroll
-      for (int c = 0; c < CT; ++c)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc[c][e] = __fadd_rn(acc[c][e], part[c][e]);
+      flash_phi_pack(k, row_scale, p_hi, p_lo);
+      flash_phi_kv<DP>(s, sub, g, t, p_hi, p_lo, acc);
     }
     cp_async_wait_all();
     __syncthreads();
@@ -260,13 +289,98 @@ constexpr size_t flash_hist_smem_bytes() {
   return sizeof(uint32_t) * flash_hist_words<PASS>() + 2 * sizeof(flash_hist_stage<DP>);
 }
 
+/* The first virtual column (row + offset, not reduced modulo n) of an item's tile. */
+__device__ __forceinline__ int flash_hist_first_column(const flash_hist_args &a, long long item) {
+  const int row_tile = (int)(item / a.col_tiles), col_tile = (int)(item - (long long)row_tile * a.col_tiles);
+  return a.row_begin + row_tile * FLASH_BM + 1 + col_tile * FLASH_BN;
+}
+
+/* The columns c0 .. c0 + 63 (modulo n) into s (cp.async): y hi and lo, the squares. */
+template <int DP>
+__device__ __forceinline__ void flash_hist_stage_item(const flash_hist_args &a, flash_hist_stage<DP> &s, int c0,
+                                                      int tid) {
+  constexpr int WORDS = flash_dims<DP>::WORDS, Y_STRIDE = flash_dims<DP>::Y_STRIDE, Y_CHUNKS = WORDS / 4;
+  for (int f = tid; f < FLASH_BN * Y_CHUNKS; f += FLASH_THREADS) {
+    const int cc = f / Y_CHUNKS, kk = 4 * (f % Y_CHUNKS);
+    const size_t at = (size_t)((c0 + cc) % a.n) * WORDS + kk;
+    cp_async_f32x4(reinterpret_cast<float *>(&s.y_hi[cc * Y_STRIDE + kk]), reinterpret_cast<const float *>(a.y_hi + at), true);
+    cp_async_f32x4(reinterpret_cast<float *>(&s.y_lo[cc * Y_STRIDE + kk]), reinterpret_cast<const float *>(a.y_lo + at), true);
+  }
+  if (tid < FLASH_BN) cp_async_f32(&s.squares[tid], a.squares + (c0 + tid) % a.n, true);
+}
+
+/* The warp's rows r0 + g + 8 h of a row tile: their A fragments, squares and spans (the last
+ * offset each row counts). */
+template <int DP>
+__device__ __forceinline__ void flash_hist_load_rows(const flash_hist_args &a, int r0, int g, int t,
+                                                     uint32_t (&a_hi)[flash_dims<DP>::KSTEPS][4],
+                                                     uint32_t (&a_lo)[flash_dims<DP>::KSTEPS][4],
+                                                     float (&row_square)[2], int (&spans)[2]) {
+  flash_load_rows<DP>(a.y_hi, a.y_lo, r0, a.row_end, g, t, a_hi, a_lo);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int i = r0 + g + 8 * h;
+    row_square[h] = i < a.row_end ? a.squares[i] : 0.0f;
+    /* The pair at distance n / 2 (even n) belongs to the row below half; rows past the
+     * range count nothing. */
+    spans[h] = i >= a.row_end ? 0 : (a.n % 2 == 0 && i >= a.half) ? a.half - 1 : a.half;
+  }
+}
+
+/* The band's pairs of the warp's rows and the subtile's columns n0 .. n0 + 31 (the tile's first
+ * virtual column c0) counted into hist_s; the window pass adds the keys below and above it. */
+template <int DP, int PASS>
+__device__ __forceinline__ void flash_hist_count_subtile(const flash_hist_args &a, const flash_hist_stage<DP> &s,
+                                                         uint32_t *hist_s, int c0, int r0, int n0, int g, int t,
+                                                         const uint32_t (&a_hi)[flash_dims<DP>::KSTEPS][4],
+                                                         const uint32_t (&a_lo)[flash_dims<DP>::KSTEPS][4],
+                                                         const float (&row_square)[2], const int (&spans)[2],
+                                                         float inv_scale2, unsigned long long &below,
+                                                         unsigned long long &above) {
+  float dot[4][4];
+  flash_dot_tiles<DP, 4>(a_hi, a_lo, s.y_hi, s.y_lo, flash_dims<DP>::Y_STRIDE, n0, inv_scale2, g, t, dot);
+  /* The 16 pairs' bins first, then their shared-memory counts issued back to back, then the
+   * rare wrap-arounds: no count waits on the one before. */
+  uint32_t bins[16];
+  bool counted[16];
+#pragma unroll
+  for (int jn = 0; jn < 4; ++jn)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int p = 4 * jn + e, h = e >> 1, cl = n0 + 8 * jn + 2 * t + (e & 1);
+      const int offset = c0 + cl - (r0 + g + 8 * h);
+      const bool in_band = offset >= 1 && offset <= spans[h];
+      const uint32_t bits = __float_as_uint(svgd_gemm_distance(row_square[h], s.squares[cl], dot[jn][e]));
+      if (PASS == SVGD_MEDIAN_PASS_HIGH) {
+        counted[p] = in_band;
+        bins[p] = bits >> 16;
+      } else if (PASS == SVGD_MEDIAN_PASS_LOW) {
+        counted[p] = in_band && (bits >> 16) == a.select_bits;
+        bins[p] = bits & 0xFFFFu;
+      } else {
+        const uint32_t window_offset = bits - a.select_bits; /* wraps for keys below the window */
+        counted[p] = in_band && window_offset < SVGD_WINDOW_FINE_BINS;
+        bins[p] = SVGD_WINDOW_FINE + window_offset;
+        below += in_band && window_offset >= SVGD_WINDOW_FINE_BINS && bits < a.select_bits;
+        above += in_band && window_offset >= SVGD_WINDOW_FINE_BINS && bits >= a.select_bits;
+      }
+    }
+  uint32_t olds[16];
+#pragma unroll
+  for (int p = 0; p < 16; ++p)
+    olds[p] = counted[p] ? atomicAdd(&hist_s[bins[p] >> 1], 1u << ((bins[p] & 1u) << 4)) : 0u;
+#pragma unroll
+  for (int p = 0; p < 16; ++p)
+    if (counted[p] && ((olds[p] >> ((bins[p] & 1u) << 4)) & 0xFFFFu) == 0xFFFFu)
+      hist_settle_wrap(a.hist, bins[p], olds[p]);
+}
+
 /* A persistent grid over (128-row tile, 64-column tile) of the band, row-tile major: rows
  * [row_begin, row_end), a row i's pairs (i, i + offset mod n) for offset 1 .. span(i). */
 template <int DP, int PASS>
 __global__ void __launch_bounds__(FLASH_THREADS, PASS == SVGD_MEDIAN_PASS_WINDOW ? 2 : 1)
     svgd_flash_histogram_kernel(const flash_hist_args a) {
-  constexpr int KSTEPS = flash_dims<DP>::KSTEPS, WORDS = flash_dims<DP>::WORDS;
-  constexpr int Y_STRIDE = flash_dims<DP>::Y_STRIDE, Y_CHUNKS = WORDS / 4, H_WORDS = flash_hist_words<PASS>();
+  constexpr int KSTEPS = flash_dims<DP>::KSTEPS, H_WORDS = flash_hist_words<PASS>();
   extern __shared__ float4 flash_shared_raw[];
   uint32_t *hist_s = reinterpret_cast<uint32_t *>(flash_shared_raw);
   flash_hist_stage<DP> *stages = reinterpret_cast<flash_hist_stage<DP> *>(hist_s + H_WORDS);
@@ -279,92 +393,34 @@ __global__ void __launch_bounds__(FLASH_THREADS, PASS == SVGD_MEDIAN_PASS_WINDOW
 
   const long long item_begin = a.total_tiles * blockIdx.x / gridDim.x;
   const long long item_end = a.total_tiles * (blockIdx.x + 1) / gridDim.x;
-  /* The first virtual column (row + offset, not reduced modulo n) of an item's tile. */
-  auto first_column = [&](long long item) {
-    const int row_tile = (int)(item / a.col_tiles), col_tile = (int)(item - (long long)row_tile * a.col_tiles);
-    return a.row_begin + row_tile * FLASH_BM + 1 + col_tile * FLASH_BN;
-  };
-  auto stage = [&](long long item, int buffer) {
-    flash_hist_stage<DP> &s = stages[buffer];
-    const int c0 = first_column(item);
-    for (int f = tid; f < FLASH_BN * Y_CHUNKS; f += FLASH_THREADS) {
-      const int cc = f / Y_CHUNKS, kk = 4 * (f % Y_CHUNKS);
-      const size_t at = (size_t)((c0 + cc) % a.n) * WORDS + kk;
-      cp_async_f32x4(reinterpret_cast<float *>(&s.y_hi[cc * Y_STRIDE + kk]), reinterpret_cast<const float *>(a.y_hi + at), true);
-      cp_async_f32x4(reinterpret_cast<float *>(&s.y_lo[cc * Y_STRIDE + kk]), reinterpret_cast<const float *>(a.y_lo + at), true);
-    }
-    if (tid < FLASH_BN) cp_async_f32(&s.squares[tid], a.squares + (c0 + tid) % a.n, true);
-  };
-
   uint32_t a_hi[KSTEPS][4], a_lo[KSTEPS][4];
   float row_square[2] = {0.0f, 0.0f};
   int spans[2] = {0, 0};
   int loaded_row_tile = -1;
   unsigned long long below = 0ull, above = 0ull;
-  if (item_begin < item_end) stage(item_begin, 0);
+  if (item_begin < item_end) flash_hist_stage_item<DP>(a, stages[0], flash_hist_first_column(a, item_begin), tid);
   cp_async_wait_all();
   __syncthreads();
   for (long long item = item_begin; item < item_end; ++item) {
     const int buffer = (int)((item - item_begin) & 1);
-    if (item + 1 < item_end) stage(item + 1, buffer ^ 1);
+    if (item + 1 < item_end)
+      flash_hist_stage_item<DP>(a, stages[buffer ^ 1], flash_hist_first_column(a, item + 1), tid);
     const int row_tile = (int)(item / a.col_tiles);
     const int r0 = a.row_begin + row_tile * FLASH_BM + 16 * warp;
     if (row_tile != loaded_row_tile) {
       loaded_row_tile = row_tile;
-      flash_load_rows<DP>(a.y_hi, a.y_lo, r0, a.row_end, g, t, a_hi, a_lo);
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int i = r0 + g + 8 * h;
-        row_square[h] = i < a.row_end ? a.squares[i] : 0.0f;
-        /* The pair at distance n / 2 (even n) belongs to the row below half; rows past the
-         * range count nothing. */
-        spans[h] = i >= a.row_end ? 0 : (a.n % 2 == 0 && i >= a.half) ? a.half - 1 : a.half;
-      }
+      flash_hist_load_rows<DP>(a, r0, g, t, a_hi, a_lo, row_square, spans);
     }
     const flash_hist_stage<DP> &s = stages[buffer];
-    const int c0 = first_column(item);
+    const int c0 = flash_hist_first_column(a, item);
 #pragma unroll
     for (int sub = 0; sub < FLASH_BN / FLASH_SUB; ++sub) {
       const int n0 = sub * FLASH_SUB;
       /* Offsets of this subtile's pairs lie in [c0 + n0 - r0 - 15, c0 + n0 + 31 - r0]. */
       const int lowest = c0 + n0 - r0 - 15, highest = c0 + n0 + FLASH_SUB - 1 - r0;
       if (highest < 1 || lowest > a.half) continue; /* warp-uniform */
-      float dot[4][4];
-      flash_dot_tiles<DP, 4>(a_hi, a_lo, s.y_hi, s.y_lo, Y_STRIDE, n0, inv_scale2, g, t, dot);
-      /* The 16 pairs' bins first, then their shared-memory counts issued back to back, then the
-       * rare wrap-arounds: no count waits on the one before. */
-      uint32_t bins[16];
-      bool counted[16];
-#pragma unroll
-      for (int jn = 0; jn < 4; ++jn)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int p = 4 * jn + e, h = e >> 1, cl = n0 + 8 * jn + 2 * t + (e & 1);
-          const int offset = c0 + cl - (r0 + g + 8 * h);
-          const bool in_band = offset >= 1 && offset <= spans[h];
-          const uint32_t bits = __float_as_uint(svgd_gemm_distance(row_square[h], s.squares[cl], dot[jn][e]));
-          if (PASS == SVGD_MEDIAN_PASS_HIGH) {
-            counted[p] = in_band;
-            bins[p] = bits >> 16;
-          } else if (PASS == SVGD_MEDIAN_PASS_LOW) {
-            counted[p] = in_band && (bits >> 16) == a.select_bits;
-            bins[p] = bits & 0xFFFFu;
-          } else {
-            const uint32_t window_offset = bits - a.select_bits; /* wraps for keys below the window */
-            counted[p] = in_band && window_offset < SVGD_WINDOW_FINE_BINS;
-            bins[p] = SVGD_WINDOW_FINE + window_offset;
-            below += in_band && window_offset >= SVGD_WINDOW_FINE_BINS && bits < a.select_bits;
-            above += in_band && window_offset >= SVGD_WINDOW_FINE_BINS && bits >= a.select_bits;
-          }
-        }
-      uint32_t olds[16];
-#pragma unroll
-      for (int p = 0; p < 16; ++p)
-        olds[p] = counted[p] ? atomicAdd(&hist_s[bins[p] >> 1], 1u << ((bins[p] & 1u) << 4)) : 0u;
-#pragma unroll
-      for (int p = 0; p < 16; ++p)
-        if (counted[p] && ((olds[p] >> ((bins[p] & 1u) << 4)) & 0xFFFFu) == 0xFFFFu)
-          hist_settle_wrap(a.hist, bins[p], olds[p]);
+      flash_hist_count_subtile<DP, PASS>(a, s, hist_s, c0, r0, n0, g, t, a_hi, a_lo, row_square, spans, inv_scale2,
+                                         below, above);
     }
     cp_async_wait_all();
     __syncthreads();

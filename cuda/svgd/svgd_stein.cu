@@ -240,49 +240,36 @@ struct wgmma_ksd_args {
   double *row_sums; /* [row_end - row_begin] */
 };
 
-/* A block per 128 rows, aligned on multiples of 128 in the global numbering, walks all of its
- * rows' pairs (i, i + offset mod n), offset 1 .. span(i), in 64-column tiles in order (double
- * buffered, a block barrier a tile). Each thread adds its 16 pairs of a row in a tile in float
- * (columns ascending), that into its row's double sum; at the end the 4 threads of a row add
- * theirs in a fixed tree. A row's sum follows from i and n alone (the tiles are aligned globally
- * and a block takes a row tile whole), so it is the same on any number of ranks. */
-__global__ void __launch_bounds__(128 * KSD_WARPGROUPS, 1) svgd_wgmma_stein_kernel(const wgmma_ksd_args a) {
 #ifdef DSAMPLER_WGMMA_DEVICE
-  constexpr int THREADS = 128 * KSD_WARPGROUPS, BN = KSD_BN, KSTEPS = 4, WORDS = 32;
-  extern __shared__ float4 wgmma_shared_raw[];
-  const uint32_t misalign = (uint32_t)__cvta_generic_to_shared(wgmma_shared_raw) & 1023u;
-  wgmma_ksd_stage *stages =
-      reinterpret_cast<wgmma_ksd_stage *>(reinterpret_cast<char *>(wgmma_shared_raw) + ((1024u - misalign) & 1023u));
-  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / 4, t = lane % 4;
-  const int tile0 = a.tile_row0 + blockIdx.x * KSD_BM;
-  const int r0 = tile0 + 16 * warp; /* the warp's rows */
-  const float minus_two_inv_scale2 = -2.0f * flash_inv_scale2(a.scales);
-  const float d_factor = a.ksd->d_factor;
+/* The 64 columns from c0 (modulo n) into s: y, v, w with the 128-byte swizzle, |y|^2 and the
+ * column terms. */
+__device__ __forceinline__ void wgmma_ksd_stage_tile(const wgmma_ksd_args &a, wgmma_ksd_stage &s, long long c0,
+                                                     int tid) {
+  constexpr int THREADS = 128 * KSD_WARPGROUPS, BN = KSD_BN, WORDS = 32;
+  for (int f = tid; f < 512; f += THREADS) {
+    const int r = f / 8, q = f % 8, dst = wgmma_swizzle128(r, 16 * q) / 4;
+    const size_t at = (size_t)((c0 + r) % a.n) * WORDS + 4 * q;
+    cp_async_f32x4(reinterpret_cast<float *>(&s.y_hi[dst]), reinterpret_cast<const float *>(a.y_hi + at), true);
+    cp_async_f32x4(reinterpret_cast<float *>(&s.y_lo[dst]), reinterpret_cast<const float *>(a.y_lo + at), true);
+    cp_async_f32x4(reinterpret_cast<float *>(&s.v_hi[dst]), reinterpret_cast<const float *>(a.v_hi + at), true);
+    cp_async_f32x4(reinterpret_cast<float *>(&s.v_lo[dst]), reinterpret_cast<const float *>(a.v_lo + at), true);
+    cp_async_f32x4(reinterpret_cast<float *>(&s.w_hi[dst]), reinterpret_cast<const float *>(a.w_hi + at), true);
+    cp_async_f32x4(reinterpret_cast<float *>(&s.w_lo[dst]), reinterpret_cast<const float *>(a.w_lo + at), true);
+  }
+  if (tid < BN) {
+    const size_t column = (size_t)((c0 + tid) % a.n);
+    cp_async_f32(&s.squares[tid], a.squares + column, true);
+    cp_async_f32(&s.colterm[tid], a.colterm + column, true);
+  }
+}
 
-  auto stage = [&](int col_tile, int buffer) {
-    wgmma_ksd_stage &s = stages[buffer];
-    const long long c0 = (long long)tile0 + 1 + (long long)col_tile * BN;
-    for (int f = tid; f < 512; f += THREADS) {
-      const int r = f / 8, q = f % 8, dst = wgmma_swizzle128(r, 16 * q) / 4;
-      const size_t at = (size_t)((c0 + r) % a.n) * WORDS + 4 * q;
-      cp_async_f32x4(reinterpret_cast<float *>(&s.y_hi[dst]), reinterpret_cast<const float *>(a.y_hi + at), true);
-      cp_async_f32x4(reinterpret_cast<float *>(&s.y_lo[dst]), reinterpret_cast<const float *>(a.y_lo + at), true);
-      cp_async_f32x4(reinterpret_cast<float *>(&s.v_hi[dst]), reinterpret_cast<const float *>(a.v_hi + at), true);
-      cp_async_f32x4(reinterpret_cast<float *>(&s.v_lo[dst]), reinterpret_cast<const float *>(a.v_lo + at), true);
-      cp_async_f32x4(reinterpret_cast<float *>(&s.w_hi[dst]), reinterpret_cast<const float *>(a.w_hi + at), true);
-      cp_async_f32x4(reinterpret_cast<float *>(&s.w_lo[dst]), reinterpret_cast<const float *>(a.w_lo + at), true);
-    }
-    if (tid < BN) {
-      const size_t column = (size_t)((c0 + tid) % a.n);
-      cp_async_f32(&s.squares[tid], a.squares + column, true);
-      cp_async_f32(&s.colterm[tid], a.colterm + column, true);
-    }
-  };
-
-  /* The rows' A fragments in coordinate order (a[0] holds coordinates 2t, 2t + 1): y and s. */
-  uint32_t y_hi[KSTEPS][4], y_lo[KSTEPS][4], s_hi[KSTEPS][4], s_lo[KSTEPS][4];
-  float row_square[2], rowterm[2];
-  int spans[2];
+/* The warp's rows r0 + g, r0 + g + 8: their A fragments in coordinate order (a[0] holds
+ * coordinates 2t, 2t + 1) of y and s, |y|^2, row terms (zeros past n) and band spans (0 outside
+ * the local rows). */
+__device__ __forceinline__ void wgmma_ksd_rows(const wgmma_ksd_args &a, int r0, int g, int t, uint32_t (&y_hi)[4][4],
+                                               uint32_t (&y_lo)[4][4], uint32_t (&s_hi)[4][4], uint32_t (&s_lo)[4][4],
+                                               float (&row_square)[2], float (&rowterm)[2], int (&spans)[2]) {
+  constexpr int KSTEPS = 4, WORDS = 32;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int i = r0 + g + 8 * h;
@@ -301,66 +288,113 @@ __global__ void __launch_bounds__(128 * KSD_WARPGROUPS, 1) svgd_wgmma_stein_kern
         s_lo[ks][2 * half + h] = exists ? a.s_lo[at] : 0u;
       }
   }
+}
+
+/* The tile's products, waited for: the distances' chain into dots, and the bracket's one chain
+ * of [s | y] with [v | w] (lo hi, hi lo, then hi hi) into bracket, both from zero. */
+__device__ __forceinline__ void wgmma_ksd_products(const wgmma_ksd_stage &s, const uint32_t (&y_hi)[4][4],
+                                                   const uint32_t (&y_lo)[4][4], const uint32_t (&s_hi)[4][4],
+                                                   const uint32_t (&s_lo)[4][4], float (&dots)[32],
+                                                   float (&bracket)[32]) {
+  constexpr int KSTEPS = 4;
+  const uint64_t yh = wgmma_desc128(s.y_hi), yl = wgmma_desc128(s.y_lo);
+  const uint64_t vh = wgmma_desc128(s.v_hi), vl = wgmma_desc128(s.v_lo);
+  const uint64_t wh = wgmma_desc128(s.w_hi), wl = wgmma_desc128(s.w_lo);
+  wgmma_fence();
+  wgmma_split_chain(dots, y_hi, y_lo, yh, yl);
+#pragma unroll
+  for (int ks = 0; ks < KSTEPS; ++ks) wgmma_m64n64k16(bracket, s_lo[ks], wgmma_desc_step(vh, ks), ks > 0);
+#pragma unroll
+  for (int ks = 0; ks < KSTEPS; ++ks) wgmma_m64n64k16(bracket, y_lo[ks], wgmma_desc_step(wh, ks), 1);
+#pragma unroll
+  for (int ks = 0; ks < KSTEPS; ++ks) wgmma_m64n64k16(bracket, s_hi[ks], wgmma_desc_step(vl, ks), 1);
+#pragma unroll
+  for (int ks = 0; ks < KSTEPS; ++ks) wgmma_m64n64k16(bracket, y_hi[ks], wgmma_desc_step(wl, ks), 1);
+#pragma unroll
+  for (int ks = 0; ks < KSTEPS; ++ks) wgmma_m64n64k16(bracket, s_hi[ks], wgmma_desc_step(vh, ks), 1);
+#pragma unroll
+  for (int ks = 0; ks < KSTEPS; ++ks) wgmma_m64n64k16(bracket, y_hi[ks], wgmma_desc_step(wh, ks), 1);
+  wgmma_commit();
+  wgmma_wait();
+  wgmma_fence_operands(dots);
+  wgmma_fence_operands(bracket);
+}
+
+/* u_p of the warp's pairs of the tile (columns from c0) that lie in its rows' bands, added in
+ * float (columns ascending), each row's into its double sum. */
+__device__ __forceinline__ void wgmma_ksd_tile_sum(const wgmma_ksd_args &a, const wgmma_ksd_stage &s, int c0, int r0,
+                                                   int g, int t, int min_span, float minus_two_inv_scale2,
+                                                   float d_factor, const float (&row_square)[2],
+                                                   const float (&rowterm)[2], const int (&spans)[2],
+                                                   const float (&dots)[32], const float (&bracket)[32],
+                                                   double (&row_sum)[2]) {
+  const int lowest = c0 - r0 - 15, highest = c0 + KSD_BN - 1 - r0;
+  if (highest < 1 || lowest > a.half) return;              /* warp-uniform */
+  const bool inside = lowest >= 1 && highest <= min_span; /* wholly inside every row's band */
+  float part[2] = {0.0f, 0.0f};
+#pragma unroll
+  for (int i = 0; i < 8; ++i)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int at = 4 * i + e, h = e >> 1, cl = 8 * i + 2 * t + (e & 1);
+      float d = __fmaf_rn(dots[at], minus_two_inv_scale2, __fadd_rn(row_square[h], s.squares[cl]));
+      d = (d > 0.0f || d != d) ? d : 0.0f;
+      const float k = exp2f(__fmul_rn(d, a.exp2_scale));
+      const float b = __fmaf_rn(-d, d_factor, __fadd_rn(bracket[at], __fadd_rn(rowterm[h], s.colterm[cl])));
+      const float u = __fmul_rn(k, b);
+      bool in_band = true;
+      if (!inside) {
+        const int offset = c0 + cl - (r0 + g + 8 * h);
+        in_band = offset >= 1 && offset <= spans[h];
+      }
+      part[h] = __fadd_rn(part[h], in_band ? u : 0.0f);
+    }
+  row_sum[0] += (double)part[0];
+  row_sum[1] += (double)part[1];
+}
+#endif
+
+/* A block per 128 rows, aligned on multiples of 128 in the global numbering, walks all of its
+ * rows' pairs (i, i + offset mod n), offset 1 .. span(i), in 64-column tiles in order (double
+ * buffered, a block barrier a tile). Each thread adds its 16 pairs of a row in a tile in float
+ * (columns ascending), that into its row's double sum; at the end the 4 threads of a row add
+ * theirs in a fixed tree. A row's sum follows from i and n alone (the tiles are aligned globally
+ * and a block takes a row tile whole), so it is the same on any number of ranks. */
+__global__ void __launch_bounds__(128 * KSD_WARPGROUPS, 1) svgd_wgmma_stein_kernel(const wgmma_ksd_args a) {
+#ifdef DSAMPLER_WGMMA_DEVICE
+  constexpr int BN = KSD_BN, KSTEPS = 4;
+  extern __shared__ float4 wgmma_shared_raw[];
+  const uint32_t misalign = (uint32_t)__cvta_generic_to_shared(wgmma_shared_raw) & 1023u;
+  wgmma_ksd_stage *stages =
+      reinterpret_cast<wgmma_ksd_stage *>(reinterpret_cast<char *>(wgmma_shared_raw) + ((1024u - misalign) & 1023u));
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / 4, t = lane % 4;
+  const int tile0 = a.tile_row0 + blockIdx.x * KSD_BM;
+  const int r0 = tile0 + 16 * warp; /* the warp's rows */
+  const float minus_two_inv_scale2 = -2.0f * flash_inv_scale2(a.scales);
+  const float d_factor = a.ksd->d_factor;
+  auto first_column = [&](int col_tile) { return (long long)tile0 + 1 + (long long)col_tile * BN; };
+
+  uint32_t y_hi[KSTEPS][4], y_lo[KSTEPS][4], s_hi[KSTEPS][4], s_lo[KSTEPS][4];
+  float row_square[2], rowterm[2];
+  int spans[2];
+  wgmma_ksd_rows(a, r0, g, t, y_hi, y_lo, s_hi, s_lo, row_square, rowterm, spans);
   const int min_span = min(__shfl_sync(0xffffffffu, spans[0], 0), __shfl_sync(0xffffffffu, spans[1], 28));
   double row_sum[2] = {0.0, 0.0};
   float dots[32], bracket[32];
 #pragma unroll
   for (int i = 0; i < 32; ++i) dots[i] = bracket[i] = 0.0f;
 
-  if (a.col_tiles > 0) stage(0, 0);
+  if (a.col_tiles > 0) wgmma_ksd_stage_tile(a, stages[0], first_column(0), tid);
   cp_async_wait_all();
   wgmma_fence_shared();
   __syncthreads();
   for (int col_tile = 0; col_tile < a.col_tiles; ++col_tile) {
     const int buffer = col_tile & 1;
-    if (col_tile + 1 < a.col_tiles) stage(col_tile + 1, buffer ^ 1);
+    if (col_tile + 1 < a.col_tiles) wgmma_ksd_stage_tile(a, stages[buffer ^ 1], first_column(col_tile + 1), tid);
     const wgmma_ksd_stage &s = stages[buffer];
-    const uint64_t yh = wgmma_desc128(s.y_hi), yl = wgmma_desc128(s.y_lo);
-    const uint64_t vh = wgmma_desc128(s.v_hi), vl = wgmma_desc128(s.v_lo);
-    const uint64_t wh = wgmma_desc128(s.w_hi), wl = wgmma_desc128(s.w_lo);
-    wgmma_fence();
-    wgmma_split_chain(dots, y_hi, y_lo, yh, yl);
-#pragma unroll
-    for (int ks = 0; ks < KSTEPS; ++ks) wgmma_m64n64k16(bracket, s_lo[ks], wgmma_desc_step(vh, ks), ks > 0);
-#pragma unroll
-    for (int ks = 0; ks < KSTEPS; ++ks) wgmma_m64n64k16(bracket, y_lo[ks], wgmma_desc_step(wh, ks), 1);
-#pragma unroll
-    for (int ks = 0; ks < KSTEPS; ++ks) wgmma_m64n64k16(bracket, s_hi[ks], wgmma_desc_step(vl, ks), 1);
-#pragma unroll
-    for (int ks = 0; ks < KSTEPS; ++ks) wgmma_m64n64k16(bracket, y_hi[ks], wgmma_desc_step(wl, ks), 1);
-#pragma unroll
-    for (int ks = 0; ks < KSTEPS; ++ks) wgmma_m64n64k16(bracket, s_hi[ks], wgmma_desc_step(vh, ks), 1);
-#pragma unroll
-    for (int ks = 0; ks < KSTEPS; ++ks) wgmma_m64n64k16(bracket, y_hi[ks], wgmma_desc_step(wh, ks), 1);
-    wgmma_commit();
-    wgmma_wait();
-    wgmma_fence_operands(dots);
-    wgmma_fence_operands(bracket);
-    const int c0 = tile0 + 1 + col_tile * BN;
-    const int lowest = c0 - r0 - 15, highest = c0 + BN - 1 - r0;
-    if (highest >= 1 && lowest <= a.half) { /* warp-uniform */
-      const bool inside = lowest >= 1 && highest <= min_span; /* wholly inside every row's band */
-      float part[2] = {0.0f, 0.0f};
-#pragma unroll
-      for (int i = 0; i < 8; ++i)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int at = 4 * i + e, h = e >> 1, cl = 8 * i + 2 * t + (e & 1);
-          float d = __fmaf_rn(dots[at], minus_two_inv_scale2, __fadd_rn(row_square[h], s.squares[cl]));
-          d = (d > 0.0f || d != d) ? d : 0.0f;
-          const float k = exp2f(__fmul_rn(d, a.exp2_scale));
-          const float b = __fmaf_rn(-d, d_factor, __fadd_rn(bracket[at], __fadd_rn(rowterm[h], s.colterm[cl])));
-          const float u = __fmul_rn(k, b);
-          bool in_band = true;
-          if (!inside) {
-            const int offset = c0 + cl - (r0 + g + 8 * h);
-            in_band = offset >= 1 && offset <= spans[h];
-          }
-          part[h] = __fadd_rn(part[h], in_band ? u : 0.0f);
-        }
-      row_sum[0] += (double)part[0];
-      row_sum[1] += (double)part[1];
-    }
+    wgmma_ksd_products(s, y_hi, y_lo, s_hi, s_lo, dots, bracket);
+    wgmma_ksd_tile_sum(a, s, tile0 + 1 + col_tile * BN, r0, g, t, min_span, minus_two_inv_scale2, d_factor, row_square,
+                       rowterm, spans, dots, bracket, row_sum);
     cp_async_wait_all();
     wgmma_fence_shared();
     __syncthreads();

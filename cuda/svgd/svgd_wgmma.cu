@@ -37,11 +37,106 @@ constexpr int WGMMA_STAGES = 4, WGMMA_PREFETCH = 2;
 static_assert(WGMMA_PREFETCH >= 1 && WGMMA_PREFETCH < WGMMA_STAGES, "a stage free while others load");
 constexpr size_t WGMMA_PHI_SMEM = WGMMA_STAGES * sizeof(wgmma_phi_stage) + 1024;
 
+#ifdef DSAMPLER_WGMMA_DEVICE
+/* The A fragments of rows top and top + 8 (zeros for a row not valid), y in coordinate order:
+ * a[0] holds coordinates 2t, 2t + 1. */
+__device__ __forceinline__ void wgmma_row_fragments(const uint32_t *y_hi, const uint32_t *y_lo, long long top,
+                                                    bool top_valid, bool bottom_valid, int t, uint32_t (&a_hi)[4][4],
+                                                    uint32_t (&a_lo)[4][4]) {
+  constexpr int KSTEPS = 4, WORDS = 32;
+  const long long bottom = top + 8;
+#pragma unroll
+  for (int ks = 0; ks < KSTEPS; ++ks)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int w = 8 * ks + 4 * half + t;
+      a_hi[ks][2 * half] = top_valid ? y_hi[top * WORDS + w] : 0u;
+      a_hi[ks][2 * half + 1] = bottom_valid ? y_hi[bottom * WORDS + w] : 0u;
+      a_lo[ks][2 * half] = top_valid ? y_lo[top * WORDS + w] : 0u;
+      a_lo[ks][2 * half + 1] = bottom_valid ? y_lo[bottom * WORDS + w] : 0u;
+    }
+}
+
+/* Column tile `tile` into s: 16-byte chunks into the swizzled tiles; columns past n read the
+ * padding rows. */
+__device__ __forceinline__ void wgmma_phi_stage_tile(const flash_phi_args &a, wgmma_phi_stage &s, long long tile,
+                                                     int tid) {
+  constexpr int WGMMA_PHI_THREADS = 128 * WGMMA_WARPGROUPS, WORDS = 32;
+  for (int f = tid; f < 512; f += WGMMA_PHI_THREADS) {
+    const int r = f / 8, q = f % 8, dst = wgmma_swizzle128(r, 16 * q) / 4;
+    const size_t y_at = (size_t)(tile * WGMMA_PHI_BN + r) * WORDS + 4 * q;
+    const size_t v_at = (size_t)r * a.v_words + (size_t)tile * (WGMMA_PHI_BN / 2) + 4 * q;
+    cp_async_f32x4(reinterpret_cast<float *>(&s.y_hi[dst]), reinterpret_cast<const float *>(a.y_hi + y_at), true);
+    cp_async_f32x4(reinterpret_cast<float *>(&s.y_lo[dst]), reinterpret_cast<const float *>(a.y_lo + y_at), true);
+    cp_async_f32x4(reinterpret_cast<float *>(&s.v_hi[dst]), reinterpret_cast<const float *>(a.v_hi + v_at), true);
+    cp_async_f32x4(reinterpret_cast<float *>(&s.v_lo[dst]), reinterpret_cast<const float *>(a.v_lo + v_at), true);
+  }
+  if (tid < WGMMA_PHI_BN) {
+    const long long column = tile * WGMMA_PHI_BN + tid;
+    cp_async_f32(&s.squares[tid], a.squares + (column < a.n ? column : 0), column < a.n);
+  }
+}
+
+/* K of the warp's pairs of a tile from its finished dots; in a masked tile, columns from
+ * `columns` on and the rows' own columns (own_column, + 8 for row g + 8) weigh 0. */
+template <int MODE>
+__device__ __forceinline__ void wgmma_phi_weights(const flash_phi_args &a, const wgmma_phi_stage &s, bool masked,
+                                                  int columns, int own_column, int t, float minus_two_inv_scale2,
+                                                  const float (&row_square)[2], const float (&dots)[32],
+                                                  float (&k)[32]) {
+#pragma unroll
+  for (int i = 0; i < 8; ++i)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int cl = 8 * i + 2 * t + (e & 1), h = e >> 1;
+      /* svgd_gemm_distance with the scale 2^-2sy folded into its multiply (exact but for
+       * subnormal products) */
+      const float d = __fmaf_rn(dots[4 * i + e], minus_two_inv_scale2, __fadd_rn(row_square[h], s.squares[cl]));
+      k[4 * i + e] = pair_weight_of<MODE>(a.weight, (d > 0.0f || d != d) ? d : 0.0f);
+    }
+  if (masked) /* the diagonal and columns past n weigh 0 */
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int cl = 8 * i + 2 * t + (e & 1);
+        if (cl >= columns || cl == own_column + 8 * (e >> 1)) k[4 * i + e] = 0.0f;
+      }
+}
+
+/* A tile's K into the rows' sum_k and running scales (acc rescaled where a row's scale drops),
+ * then K 2^sr split into K v's A fragments: k16 step q = C tiles 2q and 2q + 1. */
+__device__ __forceinline__ void wgmma_phi_k_fragments(const float (&k)[32], float (&sum_k)[2], int (&row_exp)[2],
+                                                      float (&row_scale)[2], float (&acc)[32],
+                                                      uint32_t (&p_hi)[4][4], uint32_t (&p_lo)[4][4]) {
+  float most[2] = {0.0f, 0.0f};
+#pragma unroll
+  for (int i = 0; i < 8; ++i)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      sum_k[e >> 1] = __fadd_rn(sum_k[e >> 1], k[4 * i + e]);
+      most[e >> 1] = fmaxf(most[e >> 1], k[4 * i + e]);
+    }
+  float ratio[2];
+  if (flash_row_rescale(most, row_exp, row_scale, ratio))
+#pragma unroll
+    for (int i = 0; i < 32; ++i) acc[i] = __fmul_rn(acc[i], ratio[(i >> 1) & 1]);
+#pragma unroll
+  for (int q = 0; q < 4; ++q)
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const int at = 8 * q + 2 * r; /* r: (tile 2q, row g), (2q, g + 8), (2q + 1, g), (2q + 1, g + 8) */
+      const float scale = row_scale[r & 1];
+      f16_split2(__fmul_rn(k[at], scale), __fmul_rn(k[at + 1], scale), &p_hi[q][r], &p_lo[q][r]);
+    }
+}
+#endif
+
 template <int MODE>
 __global__ void __launch_bounds__(128 * WGMMA_WARPGROUPS, 1) svgd_wgmma_phi_kernel(const flash_phi_args a) {
 #ifdef DSAMPLER_WGMMA_DEVICE
   constexpr int WGMMA_PHI_THREADS = 128 * WGMMA_WARPGROUPS, BM = 64 * WGMMA_WARPGROUPS;
-  constexpr int KSTEPS = 4, WORDS = 32;
+  constexpr int KSTEPS = 4;
   extern __shared__ float4 wgmma_shared_raw[];
   /* On 1024 bytes, by an offset into the shared array (so the compiler keeps shared loads). */
   const uint32_t misalign = (uint32_t)__cvta_generic_to_shared(wgmma_shared_raw) & 1023u;
@@ -54,40 +149,9 @@ __global__ void __launch_bounds__(128 * WGMMA_WARPGROUPS, 1) svgd_wgmma_phi_kern
   const long long tile_begin = tiles * split / a.splits, tile_end = tiles * (split + 1) / a.splits;
   const float minus_two_inv_scale2 = -2.0f * flash_inv_scale2(a.scales);
 
-  /* 16-byte chunks into the swizzled tiles; columns past n read the padding rows. */
-  auto stage = [&](long long tile, int buffer) {
-    wgmma_phi_stage &s = stages[buffer];
-    for (int f = tid; f < 512; f += WGMMA_PHI_THREADS) {
-      const int r = f / 8, q = f % 8, dst = wgmma_swizzle128(r, 16 * q) / 4;
-      const size_t y_at = (size_t)(tile * WGMMA_PHI_BN + r) * WORDS + 4 * q;
-      const size_t v_at = (size_t)r * a.v_words + (size_t)tile * (WGMMA_PHI_BN / 2) + 4 * q;
-      cp_async_f32x4(reinterpret_cast<float *>(&s.y_hi[dst]), reinterpret_cast<const float *>(a.y_hi + y_at), true);
-      cp_async_f32x4(reinterpret_cast<float *>(&s.y_lo[dst]), reinterpret_cast<const float *>(a.y_lo + y_at), true);
-      cp_async_f32x4(reinterpret_cast<float *>(&s.v_hi[dst]), reinterpret_cast<const float *>(a.v_hi + v_at), true);
-      cp_async_f32x4(reinterpret_cast<float *>(&s.v_lo[dst]), reinterpret_cast<const float *>(a.v_lo + v_at), true);
-    }
-    if (tid < WGMMA_PHI_BN) {
-      const long long column = tile * WGMMA_PHI_BN + tid;
-      cp_async_f32(&s.squares[tid], a.squares + (column < a.n ? column : 0), column < a.n);
-    }
-  };
-
-  /* The rows' A fragments, y in coordinate order: a[0] holds coordinates 2t, 2t + 1. */
+  /* The rows' A fragments, y in coordinate order. */
   uint32_t a_hi[KSTEPS][4], a_lo[KSTEPS][4];
-  {
-    const long long top = r0 + g, bottom = r0 + g + 8;
-    const bool top_valid = top < a.row_end, bottom_valid = bottom < a.row_end;
-#pragma unroll
-    for (int ks = 0; ks < KSTEPS; ++ks)
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int w = 8 * ks + 4 * half + t;
-        a_hi[ks][2 * half] = top_valid ? a.y_hi[top * WORDS + w] : 0u;
-        a_hi[ks][2 * half + 1] = bottom_valid ? a.y_hi[bottom * WORDS + w] : 0u;
-        a_lo[ks][2 * half] = top_valid ? a.y_lo[top * WORDS + w] : 0u;
-        a_lo[ks][2 * half + 1] = bottom_valid ? a.y_lo[bottom * WORDS + w] : 0u;
-      }
-  }
+  wgmma_row_fragments(a.y_hi, a.y_lo, r0 + g, r0 + g < a.row_end, r0 + g + 8 < a.row_end, t, a_hi, a_lo);
   const float row_square[2] = {r0 + g < a.row_end ? a.squares[r0 + g] : 0.0f,
                                r0 + g + 8 < a.row_end ? a.squares[r0 + g + 8] : 0.0f};
   /* acc[4 c + e]: sum_j K 2^sr v 2^sv of row g + 8 (e / 2), coordinate 8 c + 2 t + e % 2. */
@@ -106,7 +170,7 @@ __global__ void __launch_bounds__(128 * WGMMA_WARPGROUPS, 1) svgd_wgmma_phi_kern
   __syncthreads();
   for (long long tile = tile_begin; tile < tile_begin + WGMMA_PREFETCH && tile < tile_end; ++tile) {
     const int local = (int)(tile - tile_begin);
-    stage(tile, local);
+    wgmma_phi_stage_tile(a, stages[local], tile, tid);
     mbar_arrive_copies(&full[local]);
   }
   /* Loads tile + WGMMA_PREFETCH into the stage its predecessor there has left. */
@@ -115,7 +179,7 @@ __global__ void __launch_bounds__(128 * WGMMA_WARPGROUPS, 1) svgd_wgmma_phi_kern
     const long long ahead = tile - tile_begin + WGMMA_PREFETCH;
     const int ahead_buffer = (int)(ahead % WGMMA_STAGES);
     if (ahead >= WGMMA_STAGES) mbar_wait(&empty[ahead_buffer], (uint32_t)((ahead / WGMMA_STAGES - 1) & 1));
-    stage(tile + WGMMA_PREFETCH, ahead_buffer);
+    wgmma_phi_stage_tile(a, stages[ahead_buffer], tile + WGMMA_PREFETCH, tid);
     mbar_arrive_copies(&full[ahead_buffer]);
   };
   auto buffer_of = [&](long long tile) { return (int)((tile - tile_begin) % WGMMA_STAGES); };
@@ -141,46 +205,9 @@ __global__ void __launch_bounds__(128 * WGMMA_WARPGROUPS, 1) svgd_wgmma_phi_kern
     const int own_column = masked ? (int)(r0 + g - c0) : -1000;
     const uint64_t v_hi_desc = wgmma_desc128(s.v_hi), v_lo_desc = wgmma_desc128(s.v_lo);
     float k[32];
-#pragma unroll
-    for (int i = 0; i < 8; ++i)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int cl = 8 * i + 2 * t + (e & 1), h = e >> 1;
-        /* svgd_gemm_distance with the scale 2^-2sy folded into its multiply (exact but for
-         * subnormal products) */
-        const float d = __fmaf_rn(dots[4 * i + e], minus_two_inv_scale2, __fadd_rn(row_square[h], s.squares[cl]));
-        k[4 * i + e] = pair_weight_of<MODE>(a.weight, (d > 0.0f || d != d) ? d : 0.0f);
-      }
-    if (masked) /* the diagonal and columns past n weigh 0 */
-#pragma unroll
-      for (int i = 0; i < 8; ++i)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int cl = 8 * i + 2 * t + (e & 1);
-          if (cl >= columns || cl == own_column + 8 * (e >> 1)) k[4 * i + e] = 0.0f;
-        }
-    float most[2] = {0.0f, 0.0f};
-#pragma unroll
-    for (int i = 0; i < 8; ++i)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        sum_k[e >> 1] = __fadd_rn(sum_k[e >> 1], k[4 * i + e]);
-        most[e >> 1] = fmaxf(most[e >> 1], k[4 * i + e]);
-      }
-    float ratio[2];
-    if (flash_row_rescale(most, row_exp, row_scale, ratio))
-#pragma unroll
-      for (int i = 0; i < 32; ++i) acc[i] = __fmul_rn(acc[i], ratio[(i >> 1) & 1]);
-    /* K v's A fragments, k16 step q = C tiles 2q and 2q + 1. */
+    wgmma_phi_weights<MODE>(a, s, masked, columns, own_column, t, minus_two_inv_scale2, row_square, dots, k);
     uint32_t p_hi[4][4], p_lo[4][4];
-#pragma unroll
-    for (int q = 0; q < 4; ++q)
-#pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        const int at = 8 * q + 2 * r; /* r: (tile 2q, row g), (2q, g + 8), (2q + 1, g), (2q + 1, g + 8) */
-        const float scale = row_scale[r & 1];
-        f16_split2(__fmul_rn(k[at], scale), __fmul_rn(k[at + 1], scale), &p_hi[q][r], &p_lo[q][r]);
-      }
+    wgmma_phi_k_fragments(k, sum_k, row_exp, row_scale, acc, p_hi, p_lo);
     wgmma_fence();
     wgmma_split_chain(part, p_hi, p_lo, v_hi_desc, v_lo_desc);
     wgmma_commit();
@@ -243,11 +270,130 @@ constexpr size_t wgmma_hist_smem_bytes() {
   }
 }
 
+#ifdef DSAMPLER_WGMMA_DEVICE
+/* The item's 64 columns from c0 (modulo n) into s, with the 128-byte swizzle. */
+__device__ __forceinline__ void wgmma_hist_stage_tile(const flash_hist_args &a, wgmma_hist_stage &s, int c0, int tid) {
+  constexpr int THREADS = 128 * WGMMA_WARPGROUPS, BN = WGMMA_PHI_BN, WORDS = 32;
+  for (int f = tid; f < 512; f += THREADS) {
+    const int r = f / 8, q = f % 8, dst = wgmma_swizzle128(r, 16 * q) / 4;
+    const size_t at = (size_t)((c0 + r) % a.n) * WORDS + 4 * q;
+    cp_async_f32x4(reinterpret_cast<float *>(&s.y_hi[dst]), reinterpret_cast<const float *>(a.y_hi + at), true);
+    cp_async_f32x4(reinterpret_cast<float *>(&s.y_lo[dst]), reinterpret_cast<const float *>(a.y_lo + at), true);
+  }
+  if (tid < BN) cp_async_f32(&s.squares[tid], a.squares + (c0 + tid) % a.n, true);
+}
+
+/* The warp's rows r0 + g, r0 + g + 8 of a row tile: their A fragments, |y|^2 and band spans
+ * (zeros past the local rows). */
+__device__ __forceinline__ void wgmma_hist_rows(const flash_hist_args &a, int r0, int g, int t, uint32_t (&a_hi)[4][4],
+                                                uint32_t (&a_lo)[4][4], float (&row_square)[2], int (&spans)[2]) {
+  const int top = r0 + g, bottom = r0 + g + 8;
+  wgmma_row_fragments(a.y_hi, a.y_lo, top, top < a.row_end, bottom < a.row_end, t, a_hi, a_lo);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int i = r0 + g + 8 * h;
+    row_square[h] = i < a.row_end ? a.squares[i] : 0.0f;
+    spans[h] = i >= a.row_end ? 0 : (a.n % 2 == 0 && i >= a.half) ? a.half - 1 : a.half;
+  }
+}
+
+/* The tile's three chains lh, hl, hh from zero over the k16 steps ascending, waited for. */
+__device__ __forceinline__ void wgmma_hist_products(const wgmma_hist_stage &s, const uint32_t (&a_hi)[4][4],
+                                                    const uint32_t (&a_lo)[4][4], float (&hh)[32], float (&lh)[32],
+                                                    float (&hl)[32]) {
+  constexpr int KSTEPS = 4;
+  const uint64_t hi_desc = wgmma_desc128(s.y_hi), lo_desc = wgmma_desc128(s.y_lo);
+  wgmma_fence();
+#pragma unroll
+  for (int ks = 0; ks < KSTEPS; ++ks) wgmma_m64n64k16(lh, a_lo[ks], wgmma_desc_step(hi_desc, ks), ks > 0);
+#pragma unroll
+  for (int ks = 0; ks < KSTEPS; ++ks) wgmma_m64n64k16(hl, a_hi[ks], wgmma_desc_step(lo_desc, ks), ks > 0);
+#pragma unroll
+  for (int ks = 0; ks < KSTEPS; ++ks) wgmma_m64n64k16(hh, a_hi[ks], wgmma_desc_step(hi_desc, ks), ks > 0);
+  wgmma_commit();
+  wgmma_wait();
+  wgmma_fence_operands(lh);
+  wgmma_fence_operands(hl);
+  wgmma_fence_operands(hh);
+}
+
+/* Four keys' bins into the shared counters, where counted: the window's 32-bit counters, or the
+ * radix passes' 16-bit halves with their wrap-arounds settled. */
+template <int PASS>
+__device__ __forceinline__ void wgmma_hist_add(const flash_hist_args &a, uint32_t *hist_s, const uint32_t (&bins)[4],
+                                               const bool (&counted)[4]) {
+  if (PASS == SVGD_MEDIAN_PASS_WINDOW) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      if (counted[e]) atomicAdd(&hist_s[bins[e]], 1u);
+  } else {
+    uint32_t olds[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      olds[e] = counted[e] ? atomicAdd(&hist_s[bins[e] >> 1], 1u << ((bins[e] & 1u) << 4)) : 0u;
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      if (counted[e] && ((olds[e] >> ((bins[e] & 1u) << 4)) & 0xFFFFu) == 0xFFFFu)
+        hist_settle_wrap(a.hist, bins[e], olds[e]);
+  }
+}
+
+/* Counts the warp's pairs of the tile (columns from c0) that lie in its rows' bands; the window
+ * pass adds the keys below and above the window to below and above. */
+template <int PASS>
+__device__ __forceinline__ void wgmma_hist_count(const flash_hist_args &a, const wgmma_hist_stage &s, int c0, int r0,
+                                                 int g, int t, float inv_scale2, const float (&hh)[32],
+                                                 const float (&lh)[32], const float (&hl)[32],
+                                                 const float (&row_square)[2], const int (&spans)[2], uint32_t *hist_s,
+                                                 unsigned long long &below, unsigned long long &above) {
+  /* Offsets of the warp's pairs lie in [c0 - r0 - 15, c0 + 63 - r0]. */
+  const int lowest = c0 - r0 - 15, highest = c0 + WGMMA_PHI_BN - 1 - r0;
+  const int min_span = min(__shfl_sync(0xffffffffu, spans[0], 0), __shfl_sync(0xffffffffu, spans[1], 28));
+  if (highest < 1 || lowest > a.half) return; /* warp-uniform */
+  /* Wholly inside every row's band: no offset checks. */
+  const bool inside = lowest >= 1 && highest <= min_span && r0 + 16 <= a.row_end;
+  unsigned below_item = 0u, above_item = 0u;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    uint32_t bins[4];
+    bool counted[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int at = 4 * i + e, h = e >> 1, cl = 8 * i + 2 * t + (e & 1);
+      const float dot = __fmul_rn(__fadd_rn(hh[at], __fadd_rn(lh[at], hl[at])), inv_scale2);
+      const uint32_t bits = __float_as_uint(svgd_gemm_distance(row_square[h], s.squares[cl], dot));
+      bool in_band = true;
+      if (!inside) {
+        const int offset = c0 + cl - (r0 + g + 8 * h);
+        in_band = offset >= 1 && offset <= spans[h];
+      }
+      if (PASS == SVGD_MEDIAN_PASS_HIGH) {
+        counted[e] = in_band;
+        bins[e] = bits >> 16;
+      } else if (PASS == SVGD_MEDIAN_PASS_LOW) {
+        counted[e] = in_band && (bits >> 16) == a.select_bits;
+        bins[e] = bits & 0xFFFFu;
+      } else {
+        const uint32_t window_offset = bits - a.select_bits; /* wraps for keys below the window */
+        counted[e] = in_band && window_offset < SVGD_WINDOW_FINE_BINS;
+        bins[e] = SVGD_WINDOW_FINE + window_offset;
+        const bool outside = in_band && window_offset >= SVGD_WINDOW_FINE_BINS;
+        below_item += outside && bits < a.select_bits;
+        above_item += outside && bits >= a.select_bits;
+      }
+    }
+    wgmma_hist_add<PASS>(a, hist_s, bins, counted);
+  }
+  below += below_item;
+  above += above_item;
+}
+#endif
+
 template <int PASS>
 __global__ void __launch_bounds__(128 * WGMMA_WARPGROUPS, 1) svgd_wgmma_histogram_kernel(const flash_hist_args a) {
 #ifdef DSAMPLER_WGMMA_DEVICE
   constexpr int THREADS = 128 * WGMMA_WARPGROUPS, BM = 64 * WGMMA_WARPGROUPS, BN = WGMMA_PHI_BN;
-  constexpr int KSTEPS = 4, WORDS = 32, H_WORDS = wgmma_hist_words<PASS>();
+  constexpr int KSTEPS = 4, H_WORDS = wgmma_hist_words<PASS>();
   constexpr bool WINDOW = PASS == SVGD_MEDIAN_PASS_WINDOW;
   extern __shared__ float4 wgmma_shared_raw[];
   const uint32_t misalign = (uint32_t)__cvta_generic_to_shared(wgmma_shared_raw) & 1023u;
@@ -266,17 +412,6 @@ __global__ void __launch_bounds__(128 * WGMMA_WARPGROUPS, 1) svgd_wgmma_histogra
     const int row_tile = (int)(item / a.col_tiles), col_tile = (int)(item - (long long)row_tile * a.col_tiles);
     return a.row_begin + row_tile * BM + 1 + col_tile * BN;
   };
-  auto stage = [&](long long item, int buffer) {
-    wgmma_hist_stage &s = stages[buffer];
-    const int c0 = first_column(item);
-    for (int f = tid; f < 512; f += THREADS) {
-      const int r = f / 8, q = f % 8, dst = wgmma_swizzle128(r, 16 * q) / 4;
-      const size_t at = (size_t)((c0 + r) % a.n) * WORDS + 4 * q;
-      cp_async_f32x4(reinterpret_cast<float *>(&s.y_hi[dst]), reinterpret_cast<const float *>(a.y_hi + at), true);
-      cp_async_f32x4(reinterpret_cast<float *>(&s.y_lo[dst]), reinterpret_cast<const float *>(a.y_lo + at), true);
-    }
-    if (tid < BN) cp_async_f32(&s.squares[tid], a.squares + (c0 + tid) % a.n, true);
-  };
 
   uint32_t a_hi[KSTEPS][4], a_lo[KSTEPS][4];
   float row_square[2] = {0.0f, 0.0f};
@@ -286,105 +421,25 @@ __global__ void __launch_bounds__(128 * WGMMA_WARPGROUPS, 1) svgd_wgmma_histogra
   float hh[32], lh[32], hl[32];
 #pragma unroll
   for (int i = 0; i < 32; ++i) hh[i] = lh[i] = hl[i] = 0.0f;
-  if (item_begin < item_end) stage(item_begin, 0);
+  if (item_begin < item_end) wgmma_hist_stage_tile(a, stages[0], first_column(item_begin), tid);
   cp_async_wait_all();
   wgmma_fence_shared();
   __syncthreads();
   for (long long item = item_begin; item < item_end; ++item) {
     const int buffer = (int)((item - item_begin) & 1);
-    if (item + 1 < item_end) stage(item + 1, buffer ^ 1);
+    if (item + 1 < item_end) wgmma_hist_stage_tile(a, stages[buffer ^ 1], first_column(item + 1), tid);
     const int row_tile = (int)(item / a.col_tiles);
     const int r0 = a.row_begin + row_tile * BM + 16 * warp;
     if (row_tile != loaded_row_tile) {
       loaded_row_tile = row_tile;
-      const int top = r0 + g, bottom = r0 + g + 8;
-#pragma unroll
-      for (int ks = 0; ks < KSTEPS; ++ks)
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          const int w = 8 * ks + 4 * half + t;
-          a_hi[ks][2 * half] = top < a.row_end ? a.y_hi[(size_t)top * WORDS + w] : 0u;
-          a_hi[ks][2 * half + 1] = bottom < a.row_end ? a.y_hi[(size_t)bottom * WORDS + w] : 0u;
-          a_lo[ks][2 * half] = top < a.row_end ? a.y_lo[(size_t)top * WORDS + w] : 0u;
-          a_lo[ks][2 * half + 1] = bottom < a.row_end ? a.y_lo[(size_t)bottom * WORDS + w] : 0u;
-        }
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int i = r0 + g + 8 * h;
-        row_square[h] = i < a.row_end ? a.squares[i] : 0.0f;
-        spans[h] = i >= a.row_end ? 0 : (a.n % 2 == 0 && i >= a.half) ? a.half - 1 : a.half;
-      }
+      wgmma_hist_rows(a, r0, g, t, a_hi, a_lo, row_square, spans);
     }
     const wgmma_hist_stage &s = stages[buffer];
-    const int c0 = first_column(item);
     /* The whole warpgroup takes the products; a warp whose pairs all lie outside its band
-     * counts nothing. Offsets of the warp's pairs lie in [c0 - r0 - 15, c0 + 63 - r0]. */
-    const uint64_t hi_desc = wgmma_desc128(s.y_hi), lo_desc = wgmma_desc128(s.y_lo);
-    wgmma_fence();
-#pragma unroll
-    for (int ks = 0; ks < KSTEPS; ++ks) wgmma_m64n64k16(lh, a_lo[ks], wgmma_desc_step(hi_desc, ks), ks > 0);
-#pragma unroll
-    for (int ks = 0; ks < KSTEPS; ++ks) wgmma_m64n64k16(hl, a_hi[ks], wgmma_desc_step(lo_desc, ks), ks > 0);
-#pragma unroll
-    for (int ks = 0; ks < KSTEPS; ++ks) wgmma_m64n64k16(hh, a_hi[ks], wgmma_desc_step(hi_desc, ks), ks > 0);
-    wgmma_commit();
-    wgmma_wait();
-    wgmma_fence_operands(lh);
-    wgmma_fence_operands(hl);
-    wgmma_fence_operands(hh);
-    const int lowest = c0 - r0 - 15, highest = c0 + BN - 1 - r0;
-    const int min_span = min(__shfl_sync(0xffffffffu, spans[0], 0), __shfl_sync(0xffffffffu, spans[1], 28));
-    if (highest >= 1 && lowest <= a.half) { /* warp-uniform */
-      /* Wholly inside every row's band: no offset checks. */
-      const bool inside = lowest >= 1 && highest <= min_span && r0 + 16 <= a.row_end;
-      unsigned below_item = 0u, above_item = 0u;
-#pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        uint32_t bins[4];
-        bool counted[4];
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int at = 4 * i + e, h = e >> 1, cl = 8 * i + 2 * t + (e & 1);
-          const float dot = __fmul_rn(__fadd_rn(hh[at], __fadd_rn(lh[at], hl[at])), inv_scale2);
-          const uint32_t bits = __float_as_uint(svgd_gemm_distance(row_square[h], s.squares[cl], dot));
-          bool in_band = true;
-          if (!inside) {
-            const int offset = c0 + cl - (r0 + g + 8 * h);
-            in_band = offset >= 1 && offset <= spans[h];
-          }
-          if (PASS == SVGD_MEDIAN_PASS_HIGH) {
-            counted[e] = in_band;
-            bins[e] = bits >> 16;
-          } else if (PASS == SVGD_MEDIAN_PASS_LOW) {
-            counted[e] = in_band && (bits >> 16) == a.select_bits;
-            bins[e] = bits & 0xFFFFu;
-          } else {
-            const uint32_t window_offset = bits - a.select_bits; /* wraps for keys below the window */
-            counted[e] = in_band && window_offset < SVGD_WINDOW_FINE_BINS;
-            bins[e] = SVGD_WINDOW_FINE + window_offset;
-            const bool outside = in_band && window_offset >= SVGD_WINDOW_FINE_BINS;
-            below_item += outside && bits < a.select_bits;
-            above_item += outside && bits >= a.select_bits;
-          }
-        }
-        if (WINDOW) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e)
-            if (counted[e]) atomicAdd(&hist_s[bins[e]], 1u);
-        } else {
-          uint32_t olds[4];
-#pragma unroll
-          for (int e = 0; e < 4; ++e)
-            olds[e] = counted[e] ? atomicAdd(&hist_s[bins[e] >> 1], 1u << ((bins[e] & 1u) << 4)) : 0u;
-#pragma unroll
-          for (int e = 0; e < 4; ++e)
-            if (counted[e] && ((olds[e] >> ((bins[e] & 1u) << 4)) & 0xFFFFu) == 0xFFFFu)
-              hist_settle_wrap(a.hist, bins[e], olds[e]);
-        }
-      }
-      below += below_item;
-      above += above_item;
-    }
+     * counts nothing. */
+    wgmma_hist_products(s, a_hi, a_lo, hh, lh, hl);
+    wgmma_hist_count<PASS>(a, s, first_column(item), r0, g, t, inv_scale2, hh, lh, hl, row_square, spans, hist_s,
+                           below, above);
     cp_async_wait_all();
     wgmma_fence_shared();
     __syncthreads();

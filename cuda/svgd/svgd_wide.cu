@@ -151,6 +151,29 @@ int squares_grid(long long n) {
   return blocks > 65536 ? 65536 : blocks < 1 ? 1 : (int)blocks;
 }
 
+/* Chunk `chunk` of the kernel tile's operands into buffer (cp.async): the block's rows r0 .. and
+ * columns c0 .. ; row (and column) rr, coordinates k .. k + 3 (VEC4) or k, of the chunk; zeros
+ * past the rows, n and dim. */
+template <bool VEC4>
+__device__ __forceinline__ void wide_tile_stage(const wide_args &a, wide_tile_shared &sm, long long r0, long long c0,
+                                                int chunk, int buffer, int tid) {
+  constexpr int WIDTH = VEC4 ? 4 : 1;
+  for (int f = tid; f < WIDE_BM * WIDE_KC / WIDTH; f += WIDE_THREADS) {
+    const int rr = f / (WIDE_KC / WIDTH), kk = WIDTH * (f % (WIDE_KC / WIDTH)), k = chunk * WIDE_KC + kk;
+    const long long row = r0 + rr, column = c0 + rr;
+    const bool row_valid = row < a.row_end && k < a.dim, column_valid = column < a.n && k < a.dim;
+    const float *row_src = row_valid ? a.x + row * a.dim + k : a.x;
+    const float *column_src = column_valid ? a.x + column * a.dim + k : a.x;
+    if (VEC4) {
+      cp_async_f32x4(&sm.rows[buffer][rr][kk], row_src, row_valid);
+      cp_async_f32x4(&sm.cols[buffer][rr][kk], column_src, column_valid);
+    } else {
+      cp_async_f32(&sm.rows[buffer][rr][kk], row_src, row_valid);
+      cp_async_f32(&sm.cols[buffer][rr][kk], column_src, column_valid);
+    }
+  }
+}
+
 /* grid (row blocks, column tiles of the slab), WIDE_THREADS, sizeof(wide_tile_shared) dynamic.
  * D = max(|x_i|^2 + |x_j|^2 - 2 x_i . x_j, 0), the dot product in 3xTF32 by stages of WIDE_KC
  * coordinates ascending (wide_stage_mma), K = exp2(D exp2_scale), zero on the diagonal and past
@@ -165,25 +188,6 @@ __global__ void __launch_bounds__(WIDE_THREADS, 1) svgd_wide_kernel_tile_kernel(
   const long long r0 = a.row_begin + (long long)blockIdx.x * WIDE_BM;
   const long long c0 = a.slab0 + (long long)blockIdx.y * WIDE_BN;
   const int chunks = (a.dim + WIDE_KC - 1) / WIDE_KC;
-  /* Row (and column) rr, coordinates k .. k + 3 (VEC4) or k, of the chunk; zeros past the
-   * rows, n and dim. */
-  auto stage = [&](int chunk, int buffer) {
-    constexpr int WIDTH = VEC4 ? 4 : 1;
-    for (int f = tid; f < WIDE_BM * WIDE_KC / WIDTH; f += WIDE_THREADS) {
-      const int rr = f / (WIDE_KC / WIDTH), kk = WIDTH * (f % (WIDE_KC / WIDTH)), k = chunk * WIDE_KC + kk;
-      const long long row = r0 + rr, column = c0 + rr;
-      const bool row_valid = row < a.row_end && k < a.dim, column_valid = column < a.n && k < a.dim;
-      const float *row_src = row_valid ? a.x + row * a.dim + k : a.x;
-      const float *column_src = column_valid ? a.x + column * a.dim + k : a.x;
-      if (VEC4) {
-        cp_async_f32x4(&sm.rows[buffer][rr][kk], row_src, row_valid);
-        cp_async_f32x4(&sm.cols[buffer][rr][kk], column_src, column_valid);
-      } else {
-        cp_async_f32(&sm.rows[buffer][rr][kk], row_src, row_valid);
-        cp_async_f32(&sm.cols[buffer][rr][kk], column_src, column_valid);
-      }
-    }
-  };
   float dot[WIDE_MT][WIDE_NT][4];
 #pragma unroll
   for (int i = 0; i < WIDE_MT; ++i)
@@ -191,12 +195,12 @@ __global__ void __launch_bounds__(WIDE_THREADS, 1) svgd_wide_kernel_tile_kernel(
     for (int j = 0; j < WIDE_NT; ++j)
 #pragma unroll
       for (int e = 0; e < 4; ++e) dot[i][j][e] = 0.0f;
-  stage(0, 0);
+  wide_tile_stage<VEC4>(a, sm, r0, c0, 0, 0, tid);
   cp_async_wait_all();
   __syncthreads();
   for (int chunk = 0; chunk < chunks; ++chunk) {
     const int buffer = chunk & 1;
-    if (chunk + 1 < chunks) stage(chunk + 1, buffer ^ 1);
+    if (chunk + 1 < chunks) wide_tile_stage<VEC4>(a, sm, r0, c0, chunk + 1, buffer ^ 1, tid);
     const float(*cols_s)[WIDE_K_STRIDE] = sm.cols[buffer];
     wide_stage_mma(sm.rows[buffer], wm, g, t,
                    [&](int j, int k0) { return wide_frag_b_nk(cols_s, wn + 8 * j, k0, g, t); }, dot);
