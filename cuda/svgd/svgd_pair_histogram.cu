@@ -84,6 +84,124 @@ __device__ __forceinline__ void hist_stage(const pair_histogram_args &a, const h
   }
 }
 
+/* Zeroes the shared histogram and the window pass's two counters of keys outside the window. */
+__device__ __forceinline__ void hist_clear(uint32_t *hist_s, unsigned long long *outside_s, int tid) {
+  for (int w = tid; w < HIST_WORDS / 4; w += HIST_THREADS)
+    reinterpret_cast<uint4 *>(hist_s)[w] = make_uint4(0u, 0u, 0u, 0u);
+  if (tid < 2) outside_s[tid] = 0ull;
+}
+
+/* The block's share of the (tile, chunk) steps: returns their number, sets at to the first step,
+ * stages it if there is one, and leaves next at the step after it. */
+template <int KC>
+__device__ __forceinline__ long long hist_begin(const pair_histogram_args &a, int tid, float *rows_s, float *cols_s,
+                                                hist_cursor &at, hist_cursor &next) {
+  const long long tile_begin = a.total_tiles * blockIdx.x / gridDim.x;
+  const long long tile_end = a.total_tiles * (blockIdx.x + 1) / gridDim.x;
+  const long long steps = (tile_end - tile_begin) * a.chunks;
+  at.row_tile = (int)(tile_begin / a.col_tiles);
+  at.col_tile = (int)(tile_begin - (long long)at.row_tile * a.col_tiles);
+  at.chunk = 0;
+  next = at;
+  if (steps > 0) {
+    hist_stage<KC>(a, next, tid, rows_s, cols_s);
+    next.advance(a);
+  }
+  return steps;
+}
+
+/* Zeroes the thread's 8 x 8 block of distances. */
+__device__ __forceinline__ void hist_zero(float (&acc)[8][8]) {
+#pragma unroll
+  for (int r = 0; r < 8; ++r)
+#pragma unroll
+    for (int c = 0; c < 8; ++c) acc[r][c] = 0.0f;
+}
+
+/* One coordinate of the thread's 8 rows av and 8 columns bv into its 8 x 8 block: a squared
+ * difference, or a product (GEMM). */
+template <bool GEMM>
+__device__ __forceinline__ void hist_accumulate_pairs(const float (&av)[8], const float (&bv)[8], float (&acc)[8][8]) {
+#pragma unroll
+  for (int r = 0; r < 8; ++r)
+#pragma unroll
+    for (int c = 0; c < 8; ++c) {
+      if (GEMM) {
+        acc[r][c] = __fmaf_rn(av[r], bv[c], acc[r][c]);
+      } else {
+        const float diff = __fsub_rn(av[r], bv[c]);
+        acc[r][c] = __fmaf_rn(diff, diff, acc[r][c]);
+      }
+    }
+}
+
+/* GEMM: |y_j|^2 of the thread's columns j and, with KEEP, the columns, reduced modulo n. */
+template <bool KEEP>
+__device__ __forceinline__ void hist_gemm_columns(const pair_histogram_args &a, const hist_cursor &at, int tx,
+                                                  float (&column_squares)[8], int (&columns)[8]) {
+  int column = at.c0(a) + tx * 4;
+  if (column >= a.n) column -= a.n;
+  if (column >= a.n) column %= a.n;
+#pragma unroll
+  for (int c = 0; c < 8; ++c) {
+    int j = column + (c & 3) + (c >> 2) * 64;
+    if (j >= a.n) j -= a.n;
+    if (j >= a.n) j %= a.n;
+    if (KEEP) columns[c] = j;
+    column_squares[c] = a.squares[j];
+  }
+}
+
+/* GEMM: turns the thread's dot products into D = |y_i|^2 + |y_j|^2 - 2 y_i . y_j. */
+__device__ __forceinline__ void hist_gemm_rows(const pair_histogram_args &a, int r0, int ty,
+                                               const float (&column_squares)[8], float (&acc)[8][8]) {
+#pragma unroll
+  for (int r = 0; r < 8; ++r) {
+    const int i = r0 + ty * 8 + r;
+    const float row_square = i < a.row_end ? a.squares[i] : 0.0f;
+#pragma unroll
+    for (int c = 0; c < 8; ++c) acc[r][c] = svgd_gemm_distance(row_square, column_squares[c], acc[r][c]);
+  }
+}
+
+/* D of pair (i, j) kept for phi, both ways round where both rows are local. */
+template <int PASS>
+__device__ __forceinline__ void hist_keep_distance(const pair_histogram_args &a, int i, int j, uint32_t bits) {
+  const float d = __uint_as_float(bits);
+  a.dist[(long long)(i - a.row_begin) * a.dist_ld + j] = d;
+  if (PASS != PASS_COMPLEMENT && j >= a.row_begin && j < a.row_end)
+    a.dist[(long long)(j - a.row_begin) * a.dist_ld + i] = d;
+}
+
+/* Adds the block's shared counts into the 64-bit global histogram, each pair counting 2, and for
+ * the window pass the block's keys below and above the window. */
+template <int PASS>
+__device__ __forceinline__ void hist_flush(const pair_histogram_args &a, const uint32_t *hist_s,
+                                           unsigned long long *outside_s, int tid, unsigned long long below,
+                                           unsigned long long above) {
+  for (int w = tid; w < HIST_WORDS; w += HIST_THREADS) {
+    const uint32_t counts = hist_s[w];
+    if (counts & 0xFFFFu) atomicAdd(&a.hist[2 * w], 2ull * (counts & 0xFFFFu));
+    if (counts >> 16) atomicAdd(&a.hist[2 * w + 1], 2ull * (counts >> 16));
+  }
+  if (PASS == SVGD_MEDIAN_PASS_WINDOW) {
+#pragma unroll
+    for (int lane_offset = 16; lane_offset > 0; lane_offset >>= 1) {
+      below += __shfl_down_sync(0xFFFFFFFFu, below, lane_offset);
+      above += __shfl_down_sync(0xFFFFFFFFu, above, lane_offset);
+    }
+    if (tid % 32 == 0) {
+      atomicAdd(&outside_s[0], below);
+      atomicAdd(&outside_s[1], above);
+    }
+    __syncthreads();
+    if (tid == 0) {
+      if (outside_s[0]) atomicAdd(&a.hist[SVGD_WINDOW_BELOW], 2ull * outside_s[0]);
+      if (outside_s[1]) atomicAdd(&a.hist[SVGD_WINDOW_ABOVE], 2ull * outside_s[1]);
+    }
+  }
+}
+
 /* PASS is a template argument, one kernel per pass: with the pass chosen at run time in the
  * epilogue, the radix passes measured 3-5% slower once the window pass was added (H200,
  * N = 32768 and 65536). GEMM: a.x holds the centred rows and the distances are the GEMM
@@ -98,31 +216,16 @@ svgd_pair_histogram_kernel(const pair_histogram_args a) {
   __shared__ unsigned long long outside_s[2]; /* PASS_WINDOW: keys below, above the window */
   const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
 
-  for (int w = tid; w < HIST_WORDS / 4; w += HIST_THREADS)
-    reinterpret_cast<uint4 *>(hist_s)[w] = make_uint4(0u, 0u, 0u, 0u);
-  if (tid < 2) outside_s[tid] = 0ull;
+  hist_clear(hist_s, outside_s, tid);
 
-  const long long tile_begin = a.total_tiles * blockIdx.x / gridDim.x;
-  const long long tile_end = a.total_tiles * (blockIdx.x + 1) / gridDim.x;
-  const long long steps = (tile_end - tile_begin) * a.chunks;
-  hist_cursor at;
-  at.row_tile = (int)(tile_begin / a.col_tiles);
-  at.col_tile = (int)(tile_begin - (long long)at.row_tile * a.col_tiles);
-  at.chunk = 0;
-  hist_cursor next = at;
-  if (steps > 0) {
-    hist_stage<KC>(a, next, tid, rows_s, cols_s);
-    next.advance(a);
-  }
+  hist_cursor at, next;
+  const long long steps = hist_begin<KC>(a, tid, rows_s, cols_s, at, next);
   cp_async_wait_all();
   __syncthreads();
 
   const int span_min = (a.n % 2 == 0) ? a.half - 1 : a.half;
   float acc[8][8];
-#pragma unroll
-  for (int r = 0; r < 8; ++r)
-#pragma unroll
-    for (int c = 0; c < 8; ++c) acc[r][c] = 0.0f;
+  hist_zero(acc);
   unsigned long long below = 0ull, above = 0ull;
 
   for (long long step = 0; step < steps; ++step) {
@@ -143,17 +246,7 @@ svgd_pair_histogram_kernel(const pair_histogram_args a) {
       const float4 b1 = *reinterpret_cast<const float4 *>(cs + kk * HIST_COL_STRIDE + 64);
       const float av[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
       const float bv[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
-#pragma unroll
-      for (int r = 0; r < 8; ++r)
-#pragma unroll
-        for (int c = 0; c < 8; ++c) {
-          if (GEMM) {
-            acc[r][c] = __fmaf_rn(av[r], bv[c], acc[r][c]);
-          } else {
-            const float diff = __fsub_rn(av[r], bv[c]);
-            acc[r][c] = __fmaf_rn(diff, diff, acc[r][c]);
-          }
-        }
+      hist_accumulate_pairs<GEMM>(av, bv, acc);
     }
 
     if (at.chunk == a.chunks - 1) { /* the tile's distances are complete */
@@ -163,26 +256,10 @@ svgd_pair_histogram_kernel(const pair_histogram_args a) {
                         first_offset + HIST_BN - 1 <= span_min;
       int columns[8]; /* the thread's columns j, reduced modulo n */
       uint32_t tile_below = 0u, tile_above = 0u;
-      if (GEMM) { /* acc holds dot products: D = |y_i|^2 + |y_j|^2 - 2 y_i . y_j */
+      if (GEMM) { /* acc holds dot products */
         float column_squares[8];
-        int column = at.c0(a) + tx * 4;
-        if (column >= a.n) column -= a.n;
-        if (column >= a.n) column %= a.n;
-#pragma unroll
-        for (int c = 0; c < 8; ++c) {
-          int j = column + (c & 3) + (c >> 2) * 64;
-          if (j >= a.n) j -= a.n;
-          if (j >= a.n) j %= a.n;
-          if (KEEP) columns[c] = j;
-          column_squares[c] = a.squares[j];
-        }
-#pragma unroll
-        for (int r = 0; r < 8; ++r) {
-          const int i = r0 + ty * 8 + r;
-          const float row_square = i < a.row_end ? a.squares[i] : 0.0f;
-#pragma unroll
-          for (int c = 0; c < 8; ++c) acc[r][c] = svgd_gemm_distance(row_square, column_squares[c], acc[r][c]);
-        }
+        hist_gemm_columns<KEEP>(a, at, tx, column_squares, columns);
+        hist_gemm_rows(a, r0, ty, column_squares, acc);
       }
 #pragma unroll
       for (int r = 0; r < 8; ++r) {
@@ -197,13 +274,7 @@ svgd_pair_histogram_kernel(const pair_histogram_args a) {
           const uint32_t bits = __float_as_uint(acc[r][c]);
           acc[r][c] = 0.0f;
           if (!counted) continue;
-          if (KEEP) { /* D kept for phi, both ways round where both rows are local */
-            const int j = columns[c];
-            const float d = __uint_as_float(bits);
-            a.dist[(long long)(i - a.row_begin) * a.dist_ld + j] = d;
-            if (PASS != PASS_COMPLEMENT && j >= a.row_begin && j < a.row_end)
-              a.dist[(long long)(j - a.row_begin) * a.dist_ld + i] = d;
-          }
+          if (KEEP) hist_keep_distance<PASS>(a, i, columns[c], bits);
           if (PASS == PASS_COMPLEMENT) continue;
           if (PASS == SVGD_MEDIAN_PASS_HIGH) {
             hist_count(hist_s, a.hist, bits >> 16);
@@ -230,27 +301,7 @@ svgd_pair_histogram_kernel(const pair_histogram_args a) {
     __syncthreads();
   }
 
-  for (int w = tid; w < HIST_WORDS; w += HIST_THREADS) {
-    const uint32_t counts = hist_s[w];
-    if (counts & 0xFFFFu) atomicAdd(&a.hist[2 * w], 2ull * (counts & 0xFFFFu));
-    if (counts >> 16) atomicAdd(&a.hist[2 * w + 1], 2ull * (counts >> 16));
-  }
-  if (PASS == SVGD_MEDIAN_PASS_WINDOW) {
-#pragma unroll
-    for (int lane_offset = 16; lane_offset > 0; lane_offset >>= 1) {
-      below += __shfl_down_sync(0xFFFFFFFFu, below, lane_offset);
-      above += __shfl_down_sync(0xFFFFFFFFu, above, lane_offset);
-    }
-    if (tid % 32 == 0) {
-      atomicAdd(&outside_s[0], below);
-      atomicAdd(&outside_s[1], above);
-    }
-    __syncthreads();
-    if (tid == 0) {
-      if (outside_s[0]) atomicAdd(&a.hist[SVGD_WINDOW_BELOW], 2ull * outside_s[0]);
-      if (outside_s[1]) atomicAdd(&a.hist[SVGD_WINDOW_ABOVE], 2ull * outside_s[1]);
-    }
-  }
+  hist_flush<PASS>(a, hist_s, outside_s, tid, below, above);
 }
 
 template <int KC, int PASS, bool GEMM, bool KEEP>

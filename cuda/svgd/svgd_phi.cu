@@ -34,6 +34,107 @@ __global__ void svgd_v_kernel(const float *x, const float *score, long long coun
 
 namespace {
 
+/* Stages x of the block's rows, transposed to [coordinate][row]; rows past row_end and
+ * coordinates past dim are zero-filled. */
+template <int DP>
+__device__ __forceinline__ void phi_stage_rows(const phi_args &a, long long r0, int tid, float *rows_s) {
+  for (int f = tid; f < PHI_BM * DP; f += PHI_THREADS) {
+    const int rr = f / DP, k = f % DP;
+    const long long row = r0 + rr;
+    const bool valid = row < a.row_end && k < a.dim;
+    cp_async_f32(rows_s + k * PHI_ROW_STRIDE + rr, valid ? a.x + row * a.dim + k : a.x, valid);
+  }
+}
+
+/* Stages x of a tile's columns, transposed to [coordinate][column]: this thread's coordinate
+ * k_load of columns lead + l * LOAD_COLUMNS, zero-filled past n and dim. */
+template <int DP>
+__device__ __forceinline__ void phi_stage_x(const phi_args &a, long long tile, int k_load, int lead, bool k_valid,
+                                            float *cols_s) {
+  constexpr int LOAD_COLUMNS = PHI_THREADS / DP; /* columns one sweep of the block stages */
+#pragma unroll
+  for (int l = 0; l < PHI_BN / LOAD_COLUMNS; ++l) {
+    const int cc = lead + l * LOAD_COLUMNS;
+    const long long column = tile * PHI_BN + cc;
+    const bool valid = k_valid && column < a.n;
+    cp_async_f32(cols_s + k_load * PHI_COL_STRIDE + cc, valid ? a.x + column * a.dim + k_load : a.x, valid);
+  }
+}
+
+/* Stages v of a tile's columns as [column][coordinate], the same elements per thread as phi_stage_x. */
+template <int DP>
+__device__ __forceinline__ void phi_stage_v(const phi_args &a, long long tile, int k_load, int lead, bool k_valid,
+                                            float *v_s) {
+  constexpr int V_STRIDE = DP + 8;
+  constexpr int LOAD_COLUMNS = PHI_THREADS / DP;
+#pragma unroll
+  for (int l = 0; l < PHI_BN / LOAD_COLUMNS; ++l) {
+    const int cc = lead + l * LOAD_COLUMNS;
+    const long long column = tile * PHI_BN + cc;
+    const bool valid = k_valid && column < a.n;
+    cp_async_f32(v_s + cc * V_STRIDE + k_load, valid ? a.v + column * a.dim + k_load : a.v, valid);
+  }
+}
+
+/* Zeroes the thread's sums: sum_j K_ij v_j in acc, sum_j K_ij in sum_k. */
+template <int ACC>
+__device__ __forceinline__ void phi_zero_sums(float (&acc)[ACC], float (&sum_k)[8]) {
+#pragma unroll
+  for (int e = 0; e < ACC; ++e) acc[e] = 0.0f;
+#pragma unroll
+  for (int r = 0; r < 8; ++r) sum_k[r] = 0.0f;
+}
+
+/* Phase 2's v of one column: the thread's DPT coordinates, in the widest loads their count allows. */
+template <int DPT>
+__device__ __forceinline__ void phi_load_v(const float *v_row, float (&vv)[DPT]) {
+  if constexpr (DPT % 4 == 0) {
+#pragma unroll
+    for (int e = 0; e < DPT; e += 4) {
+      const float4 v4 = *reinterpret_cast<const float4 *>(v_row + e);
+      vv[e] = v4.x; vv[e + 1] = v4.y; vv[e + 2] = v4.z; vv[e + 3] = v4.w;
+    }
+  } else if constexpr (DPT == 2) {
+    const float2 v2 = *reinterpret_cast<const float2 *>(v_row);
+    vv[0] = v2.x; vv[1] = v2.y;
+  } else {
+#pragma unroll
+    for (int e = 0; e < DPT; ++e) vv[e] = v_row[e];
+  }
+}
+
+/* Writes the block's partial sums of this split: sum_k per row, sum_kv per row and coordinate. */
+template <int DP>
+__device__ __forceinline__ void phi_write_partials(const phi_args &a, long long r0, int split, int tx, int ty,
+                                                   float (&sum_k)[8], const float (&acc)[8 * (DP / 16)]) {
+  constexpr int DPT = DP / 16;
+  /* sum_k: each thread holds its columns' share; add the 16 shares of a row in a fixed tree. */
+#pragma unroll
+  for (int r = 0; r < 8; ++r)
+#pragma unroll
+    for (int width = 8; width >= 1; width /= 2) sum_k[r] += __shfl_xor_sync(0xffffffffu, sum_k[r], width);
+
+  const long long rows = a.row_end - a.row_begin;
+  if (tx == 0) {
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long row = r0 + ty * 8 + r;
+      if (row < a.row_end) a.partial_k[(long long)split * rows + (row - a.row_begin)] = sum_k[r];
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < 8; ++r) {
+    const long long row = r0 + ty * 8 + r;
+    if (row >= a.row_end) continue;
+    float *out = a.partial_sums + ((long long)split * rows + (row - a.row_begin)) * a.dim;
+#pragma unroll
+    for (int e = 0; e < DPT; ++e) {
+      const int k = tx * DPT + e;
+      if (k < a.dim) out[k] = acc[r * DPT + e];
+    }
+  }
+}
+
 /* Per 64-column tile: x of the tile is staged (cp.async) during phase 2 of the previous tile,
  * v of the tile during its phase 1, so each copy hides behind a whole phase and a block
  * needs one buffer of each. The diagonal j = i is left out of both sums, as the CPU backend
@@ -47,7 +148,6 @@ __global__ void __launch_bounds__(PHI_THREADS, DP <= 64 ? 2 : 1)
 svgd_phi_kernel(const phi_args a) {
   constexpr int DPT = DP / 16;                /* output coordinates per thread */
   constexpr int V_STRIDE = DP + 8;
-  constexpr int LOAD_COLUMNS = PHI_THREADS / DP; /* columns one sweep of the block stages */
   extern __shared__ __align__(16) unsigned char smem_raw[];
   float *rows_s = reinterpret_cast<float *>(smem_raw);       /* [DP][BM + 4] x of the rows */
   float *cols_s = rows_s + DP * PHI_ROW_STRIDE;              /* [DP][BN + 4] x of the columns */
@@ -61,46 +161,20 @@ svgd_phi_kernel(const phi_args a) {
   const int k_load = tid % DP, lead = tid / DP;  /* this thread stages coordinate k_load */
   const bool k_valid = k_load < a.dim;
 
-  for (int f = tid; f < PHI_BM * DP; f += PHI_THREADS) {
-    const int rr = f / DP, k = f % DP;
-    const long long row = r0 + rr;
-    const bool valid = row < a.row_end && k < a.dim;
-    cp_async_f32(rows_s + k * PHI_ROW_STRIDE + rr, valid ? a.x + row * a.dim + k : a.x, valid);
-  }
-  auto stage_x = [&](long long tile) {
-#pragma unroll
-    for (int l = 0; l < PHI_BN / LOAD_COLUMNS; ++l) {
-      const int cc = lead + l * LOAD_COLUMNS;
-      const long long column = tile * PHI_BN + cc;
-      const bool valid = k_valid && column < a.n;
-      cp_async_f32(cols_s + k_load * PHI_COL_STRIDE + cc, valid ? a.x + column * a.dim + k_load : a.x, valid);
-    }
-  };
-  auto stage_v = [&](long long tile) {
-#pragma unroll
-    for (int l = 0; l < PHI_BN / LOAD_COLUMNS; ++l) {
-      const int cc = lead + l * LOAD_COLUMNS;
-      const long long column = tile * PHI_BN + cc;
-      const bool valid = k_valid && column < a.n;
-      cp_async_f32(v_s + cc * V_STRIDE + k_load, valid ? a.v + column * a.dim + k_load : a.v, valid);
-    }
-  };
+  phi_stage_rows<DP>(a, r0, tid, rows_s);
 
   /* acc[r * DPT + e]: sum_kv of row ty*8+r, coordinate tx*DPT+e. */
   constexpr int ACC = 8 * DPT;
   float acc[ACC];
   float sum_k[8];
-#pragma unroll
-  for (int e = 0; e < ACC; ++e) acc[e] = 0.0f;
-#pragma unroll
-  for (int r = 0; r < 8; ++r) sum_k[r] = 0.0f;
+  phi_zero_sums(acc, sum_k);
 
-  if (tile_begin < tile_end) stage_x(tile_begin);
+  if (tile_begin < tile_end) phi_stage_x<DP>(a, tile_begin, k_load, lead, k_valid, cols_s);
   cp_async_wait_all();
   __syncthreads();
 
   for (long long tile = tile_begin; tile < tile_end; ++tile) {
-    stage_v(tile); /* lands during phase 1 */
+    phi_stage_v<DP>(a, tile, k_load, lead, k_valid, v_s); /* lands during phase 1 */
 
     /* Phase 1: an 8 x 4 block of distances, then K into shared memory. */
     float dist[8][4];
@@ -143,67 +217,26 @@ svgd_phi_kernel(const phi_args a) {
     cp_async_wait_all();
     __syncthreads();
 
-    if (tile + 1 < tile_end) stage_x(tile + 1); /* lands during phase 2 */
+    if (tile + 1 < tile_end) phi_stage_x<DP>(a, tile + 1, k_load, lead, k_valid, cols_s); /* lands during phase 2 */
 
-    {
-      /* Phase 2: sum_kv += K[rows, tile] @ v[tile, coordinates]. */
+    /* Phase 2: sum_kv += K[rows, tile] @ v[tile, coordinates]. */
 #pragma unroll 4
-      for (int j = 0; j < PHI_BN; ++j) {
-        const float4 k0 = *reinterpret_cast<const float4 *>(kernel_s + j * PHI_K_STRIDE + ty * 8);
-        const float4 k1 = *reinterpret_cast<const float4 *>(kernel_s + j * PHI_K_STRIDE + ty * 8 + 4);
-        const float kv[8] = {k0.x, k0.y, k0.z, k0.w, k1.x, k1.y, k1.z, k1.w};
-        float vv[DPT];
-        const float *v_row = v_s + j * V_STRIDE + tx * DPT;
-        if constexpr (DPT % 4 == 0) {
+    for (int j = 0; j < PHI_BN; ++j) {
+      const float4 k0 = *reinterpret_cast<const float4 *>(kernel_s + j * PHI_K_STRIDE + ty * 8);
+      const float4 k1 = *reinterpret_cast<const float4 *>(kernel_s + j * PHI_K_STRIDE + ty * 8 + 4);
+      const float kv[8] = {k0.x, k0.y, k0.z, k0.w, k1.x, k1.y, k1.z, k1.w};
+      float vv[DPT];
+      phi_load_v(v_s + j * V_STRIDE + tx * DPT, vv);
 #pragma unroll
-          for (int e = 0; e < DPT; e += 4) {
-            const float4 v4 = *reinterpret_cast<const float4 *>(v_row + e);
-            vv[e] = v4.x; vv[e + 1] = v4.y; vv[e + 2] = v4.z; vv[e + 3] = v4.w;
-          }
-        } else if constexpr (DPT == 2) {
-          const float2 v2 = *reinterpret_cast<const float2 *>(v_row);
-          vv[0] = v2.x; vv[1] = v2.y;
-        } else {
+      for (int r = 0; r < 8; ++r)
 #pragma unroll
-          for (int e = 0; e < DPT; ++e) vv[e] = v_row[e];
-        }
-#pragma unroll
-        for (int r = 0; r < 8; ++r)
-#pragma unroll
-          for (int e = 0; e < DPT; ++e) acc[r * DPT + e] = __fmaf_rn(kv[r], vv[e], acc[r * DPT + e]);
-      }
+        for (int e = 0; e < DPT; ++e) acc[r * DPT + e] = __fmaf_rn(kv[r], vv[e], acc[r * DPT + e]);
     }
     cp_async_wait_all();
     __syncthreads();
   }
 
-  /* sum_k: each thread holds its columns' share; add the 16 shares of a row in a fixed tree. */
-#pragma unroll
-  for (int r = 0; r < 8; ++r)
-#pragma unroll
-    for (int width = 8; width >= 1; width /= 2) sum_k[r] += __shfl_xor_sync(0xffffffffu, sum_k[r], width);
-
-  const long long rows = a.row_end - a.row_begin;
-  if (tx == 0) {
-#pragma unroll
-    for (int r = 0; r < 8; ++r) {
-      const long long row = r0 + ty * 8 + r;
-      if (row < a.row_end) a.partial_k[(long long)split * rows + (row - a.row_begin)] = sum_k[r];
-    }
-  }
-  {
-#pragma unroll
-    for (int r = 0; r < 8; ++r) {
-      const long long row = r0 + ty * 8 + r;
-      if (row >= a.row_end) continue;
-      float *out = a.partial_sums + ((long long)split * rows + (row - a.row_begin)) * a.dim;
-#pragma unroll
-      for (int e = 0; e < DPT; ++e) {
-        const int k = tx * DPT + e;
-        if (k < a.dim) out[k] = acc[r * DPT + e];
-      }
-    }
-  }
+  phi_write_partials<DP>(a, r0, split, tx, ty, sum_k, acc);
 }
 
 } /* namespace */
