@@ -50,7 +50,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 EXPORT_SRC = os.path.join(ROOT, "src", "export")
 H5_SAME = os.path.join(ROOT, "tests", "tools", "h5_same.py")
-PJRT_HEADER_DIR = os.path.join(ROOT, "src", "targets", "jax")
+PJRT_HEADER_DIR = os.path.join(ROOT, "src", "targets", "xla")
 JAX_EVAL = os.environ.get("DSAMPLER_JAX_EVAL") or os.path.join(os.path.dirname(t.DSAMPLER), "tests", "jax_eval")
 ERROR_TIMEOUT = 60
 
