@@ -189,6 +189,102 @@ __device__ __forceinline__ tf32_frag_b fused_frag_b(const float (*hi)[kFusedStri
   return b;
 }
 
+// Chains chain0 .. + kFusedChains - 1 of w into shared memory, split (0 past dim and chains).
+__device__ __forceinline__ void fused_w_fetch(fused_logistic_shared &sm, const float *w_all, long long chains,
+                                              long long chain0, int dim) {
+  for (int e = threadIdx.x; e < kFusedDimMax * kFusedChains; e += kFusedThreads) {
+    const int c = e / kFusedDimMax, k = e % kFusedDimMax;
+    uint32_t hi, lo;
+    tf32_split((k < dim && chain0 + c < chains) ? w_all[(chain0 + c) * dim + k] : 0.0f, &hi, &lo);
+    sm.w_hi[k][c] = __uint_as_float(hi);
+    sm.w_lo[k][c] = __uint_as_float(lo);
+  }
+}
+
+// Z = X W for the warp's 16 rows x 32 chains (rows m, m + 8), coefficients in steps of 8 ascending.
+__device__ __forceinline__ void fused_tile_z(const fused_logistic_shared &sm, const float (*x_t)[kFusedStride],
+                                             int k_steps, int m, int g, int t, int warp_chain0, float (&z)[4][4]) {
+#pragma unroll
+  for (int j = 0; j < 4; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) z[j][e] = 0.0f;
+  for (int step = 0; step < k_steps; ++step) {
+    const int k = 8 * step + t;  // coefficients k and k + 4 (swizzled: k & 4 == 0)
+    const tf32_frag_a a = tf32_frag_a_of(x_t[k][m], x_t[k][m + 8], x_t[k + 4][m ^ 4], x_t[k + 4][(m + 8) ^ 4]);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) mma_3xtf32(z[j], a, fused_frag_b(sm.w_hi, sm.w_lo, k, warp_chain0 + 8 * j + g));
+  }
+}
+
+// Residuals (stored split) and log-likelihood terms where the accumulators lie: rows m, m + 8,
+// chains c, c + 1.
+__device__ __forceinline__ void fused_residuals(fused_logistic_shared &sm, const float (*x_t)[kFusedStride], int m,
+                                                int t, int warp_chain0, int tile_rows, const float (&z)[4][4],
+                                                float (&loglik)[4][2]) {
+#pragma unroll
+  for (int half_row = 0; half_row < 2; ++half_row) {
+    const int r = m + 8 * half_row;
+    const float label = x_t[kFusedDimMax][r];  // kFusedDimMax & 4 == 0: not swizzled
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      uint32_t hi[2], lo[2];
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        float residual;
+        const float term = model_logistic_row(z[j][2 * half_row + e], label, &residual);
+        if (r < tile_rows) loglik[j][e] += term;  // padded rows: x = 0, so their residuals add nothing
+        tf32_split(residual, &hi[e], &lo[e]);
+      }
+      const int c = warp_chain0 + 8 * j + 2 * t;
+      *reinterpret_cast<float2 *>(&sm.r_hi[r][c]) = make_float2(__uint_as_float(hi[0]), __uint_as_float(hi[1]));
+      *reinterpret_cast<float2 *>(&sm.r_lo[r][c]) = make_float2(__uint_as_float(lo[0]), __uint_as_float(lo[1]));
+    }
+  }
+}
+
+// G += X' R for the warp's 16 coefficients x 32 chains (coefficients m, m + 8): the tile's product
+// from zero, rows in steps of 8 ascending (a short mma chain, mma_tf32.cuh), then added into G rounded.
+__device__ __forceinline__ void fused_tile_g(const fused_logistic_shared &sm, const float (*x_t)[kFusedStride], int m,
+                                             int g, int t, int warp_chain0, float (&g_acc)[4][4]) {
+  float tile_g[4][4];
+#pragma unroll
+  for (int j = 0; j < 4; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) tile_g[j][e] = 0.0f;
+  const int flip = g & 4;  // coefficient m's swizzle: (m & 4) == (g & 4)
+#pragma unroll 2
+  for (int step = 0; step < kFusedTileRows / 8; ++step) {
+    const int r = 8 * step + t;  // rows r and r + 4
+    const tf32_frag_a a =
+        tf32_frag_a_of(x_t[m][r ^ flip], x_t[m + 8][r ^ flip], x_t[m][(r + 4) ^ flip], x_t[m + 8][(r + 4) ^ flip]);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) mma_3xtf32(tile_g[j], a, fused_frag_b(sm.r_hi, sm.r_lo, r, warp_chain0 + 8 * j + g));
+  }
+#pragma unroll
+  for (int j = 0; j < 4; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) g_acc[j][e] = __fadd_rn(g_acc[j][e], tile_g[j][e]);
+}
+
+// Each chain's log-likelihood of the chunk into logp_chunks: per chain, the 32 partials of (row quarter,
+// g), through shared memory, added in that order in double.
+__device__ __forceinline__ void fused_loglik_store(fused_logistic_shared &sm, const float (&loglik)[4][2], int quarter,
+                                                   int g, int t, int warp_chain0, long long chain0, long long chains,
+                                                   long long chunk, double *logp_chunks) {
+  __syncthreads();
+#pragma unroll
+  for (int j = 0; j < 4; ++j)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) sm.r_hi[8 * quarter + g][warp_chain0 + 8 * j + 2 * t + e] = loglik[j][e];
+  __syncthreads();
+  const int tid = threadIdx.x;
+  if (tid < kFusedChains && chain0 + tid < chains) {
+    double sum = 0.0;
+    for (int p = 0; p < 32; ++p) sum += (double)sm.r_hi[p][tid];
+    logp_chunks[chunk * chains + chain0 + tid] = sum;
+  }
+}
+
 // A one-dimensional grid of chunks x chain groups, the groups of a chunk adjacent (they share its
 // tiles in L2). See the file's opening comment. Eight warps; warp w takes chains 32 (w / 4) ..
 // + 31 and, in Z, rows 16 (w % 4) .. + 15 of the tile, in G coefficients 16 (w % 4) .. + 15:
@@ -211,13 +307,7 @@ __global__ void __launch_bounds__(kFusedThreads, 2)
   const bool has_coefficients = 16 * quarter < dim;
 
   fused_tile_fetch(sm, 0, data_tiles, tile_begin);
-  for (int e = tid; e < kFusedDimMax * kFusedChains; e += kFusedThreads) {
-    const int c = e / kFusedDimMax, k = e % kFusedDimMax;
-    uint32_t hi, lo;
-    tf32_split((k < dim && chain0 + c < chains) ? w_all[(chain0 + c) * dim + k] : 0.0f, &hi, &lo);
-    sm.w_hi[k][c] = __uint_as_float(hi);
-    sm.w_lo[k][c] = __uint_as_float(lo);
-  }
+  fused_w_fetch(sm, w_all, chains, chain0, dim);
 
   float g_acc[4][4], loglik[4][2];
 #pragma unroll
@@ -236,65 +326,12 @@ __global__ void __launch_bounds__(kFusedThreads, 2)
     if (tt + 1 < tile_count) fused_tile_fetch(sm, buffer ^ 1, data_tiles, tile_begin + tt + 1);
     const float(*x_t)[kFusedStride] = sm.tile[buffer];
 
-    // Z = X W for the warp's 16 rows x 32 chains, coefficients in steps of 8 ascending.
     const int m = 16 * quarter + g;  // rows m, m + 8 in Z; coefficients m, m + 8 in G
     float z[4][4];
-#pragma unroll
-    for (int j = 0; j < 4; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) z[j][e] = 0.0f;
-    for (int step = 0; step < k_steps; ++step) {
-      const int k = 8 * step + t;  // coefficients k and k + 4 (swizzled: k & 4 == 0)
-      const tf32_frag_a a = tf32_frag_a_of(x_t[k][m], x_t[k][m + 8], x_t[k + 4][m ^ 4], x_t[k + 4][(m + 8) ^ 4]);
-#pragma unroll
-      for (int j = 0; j < 4; ++j) mma_3xtf32(z[j], a, fused_frag_b(sm.w_hi, sm.w_lo, k, warp_chain0 + 8 * j + g));
-    }
-    // Residuals (stored split) and log-likelihood terms where the accumulators lie: rows m, m + 8,
-    // chains c, c + 1.
-#pragma unroll
-    for (int half_row = 0; half_row < 2; ++half_row) {
-      const int r = m + 8 * half_row;
-      const float label = x_t[kFusedDimMax][r];  // kFusedDimMax & 4 == 0: not swizzled
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        uint32_t hi[2], lo[2];
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          float residual;
-          const float term = model_logistic_row(z[j][2 * half_row + e], label, &residual);
-          if (r < tile_rows) loglik[j][e] += term;  // padded rows: x = 0, so their residuals add nothing
-          tf32_split(residual, &hi[e], &lo[e]);
-        }
-        const int c = warp_chain0 + 8 * j + 2 * t;
-        *reinterpret_cast<float2 *>(&sm.r_hi[r][c]) = make_float2(__uint_as_float(hi[0]), __uint_as_float(hi[1]));
-        *reinterpret_cast<float2 *>(&sm.r_lo[r][c]) = make_float2(__uint_as_float(lo[0]), __uint_as_float(lo[1]));
-      }
-    }
+    fused_tile_z(sm, x_t, k_steps, m, g, t, warp_chain0, z);
+    fused_residuals(sm, x_t, m, t, warp_chain0, tile_rows, z, loglik);
     __syncthreads();
-
-    // G += X' R for the warp's 16 coefficients x 32 chains: the tile's product from zero, rows in
-    // steps of 8 ascending (a short mma chain, mma_tf32.cuh), then added into G rounded.
-    if (has_coefficients) {
-      float tile_g[4][4];
-#pragma unroll
-      for (int j = 0; j < 4; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) tile_g[j][e] = 0.0f;
-      const int flip = g & 4;  // coefficient m's swizzle: (m & 4) == (g & 4)
-#pragma unroll 2
-      for (int step = 0; step < kFusedTileRows / 8; ++step) {
-        const int r = 8 * step + t;  // rows r and r + 4
-        const tf32_frag_a a =
-            tf32_frag_a_of(x_t[m][r ^ flip], x_t[m + 8][r ^ flip], x_t[m][(r + 4) ^ flip], x_t[m + 8][(r + 4) ^ flip]);
-#pragma unroll
-        for (int j = 0; j < 4; ++j)
-          mma_3xtf32(tile_g[j], a, fused_frag_b(sm.r_hi, sm.r_lo, r, warp_chain0 + 8 * j + g));
-      }
-#pragma unroll
-      for (int j = 0; j < 4; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) g_acc[j][e] = __fadd_rn(g_acc[j][e], tile_g[j][e]);
-    }
+    if (has_coefficients) fused_tile_g(sm, x_t, m, g, t, warp_chain0, g_acc);
   }
 
 #pragma unroll
@@ -305,18 +342,7 @@ __global__ void __launch_bounds__(kFusedThreads, 2)
       const long long chain = chain0 + warp_chain0 + 8 * j + 2 * t + e % 2;
       if (k < dim && chain < chains) g_chunks[(chunk * chains + chain) * dim + k] = g_acc[j][e];
     }
-  // Log-likelihood: per chain, the 32 partials of (row quarter, g), added in that order in double.
-  __syncthreads();
-#pragma unroll
-  for (int j = 0; j < 4; ++j)
-#pragma unroll
-    for (int e = 0; e < 2; ++e) sm.r_hi[8 * quarter + g][warp_chain0 + 8 * j + 2 * t + e] = loglik[j][e];
-  __syncthreads();
-  if (tid < kFusedChains && chain0 + tid < chains) {
-    double sum = 0.0;
-    for (int p = 0; p < 32; ++p) sum += (double)sm.r_hi[p][tid];
-    logp_chunks[chunk * chains + chain0 + tid] = sum;
-  }
+  fused_loglik_store(sm, loglik, quarter, g, t, warp_chain0, chain0, chains, chunk, logp_chunks);
 }
 
 // The chunks' partials of each (chain, coefficient), then the prior; and each chain's log

@@ -11,6 +11,78 @@ namespace dsampler_hmc {
 
 namespace {
 
+/* A lane's start: coordinates 4 (lane + LANES m) .. + 3 for m < MB of q and the inverse metric
+ * (0 past dim), and which of them lie below dim. */
+template <int LANES, int MB, bool VEC4>
+__device__ __forceinline__ void load_lane(const hmc_batch_t &b, int lane, int dim, long long row, long long metric_row,
+                                          float (&q)[4 * MB], float (&inv_metric)[4 * MB], bool (&valid)[4 * MB]) {
+#pragma unroll
+  for (int m = 0; m < MB; ++m) {
+    const int base = 4 * (lane + LANES * m);
+    if (VEC4 && base < dim) {
+      const float4 q4 = *reinterpret_cast<const float4 *>(b.q + row + base);
+      const float4 m4 = *reinterpret_cast<const float4 *>(b.inv_metric + metric_row + base);
+      q[4 * m] = q4.x; q[4 * m + 1] = q4.y; q[4 * m + 2] = q4.z; q[4 * m + 3] = q4.w;
+      inv_metric[4 * m] = m4.x; inv_metric[4 * m + 1] = m4.y;
+      inv_metric[4 * m + 2] = m4.z; inv_metric[4 * m + 3] = m4.w;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) valid[4 * m + e] = true;
+    } else {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int k = base + e;
+        valid[4 * m + e] = k < dim;
+        q[4 * m + e] = k < dim ? b.q[row + k] : 0.0f;
+        inv_metric[4 * m + e] = k < dim ? b.inv_metric[metric_row + k] : 0.0f;
+      }
+    }
+  }
+}
+
+/* The standard normals of Philox block `block` of the chain's stream, for coordinates 4 block .. + 3
+ * below dim (z is left as it is past them). */
+__device__ __forceinline__ void draw_normals(const hmc_batch_t &b, uint64_t item, int block, int dim, float (&z)[4]) {
+  if (4 * block < dim) {
+    const rng_words_t words = rng_block(b.seed, item, b.iteration, (uint32_t)block);
+    rng_normal_pair(words.v[0], words.v[1], &z[0], &z[1]);
+    if (4 * block + 2 < dim) rng_normal_pair(words.v[2], words.v[3], &z[2], &z[3]);
+  }
+}
+
+/* One leapfrog step past the first: a kick, then a drift. */
+template <int PER>
+__device__ __forceinline__ void leapfrog_step(float kick, float mean, const float (&eps_metric)[PER], float (&q)[PER],
+                                              float (&p)[PER]) {
+#pragma unroll
+  for (int r = 0; r < PER; ++r) {
+    p[r] = __fmaf_rn(kick, __fsub_rn(q[r], mean), p[r]);
+    q[r] = __fmaf_rn(eps_metric[r], p[r], q[r]);
+  }
+}
+
+/* backend.h's ChEES term of the chain, the start read again (it is written only after this). */
+template <int LANES, int PER>
+__device__ __forceinline__ void chees_term(const hmc_batch_t &b, long long chain, long long row, int lane, bool active,
+                                           const float (&q)[PER], const float (&p)[PER],
+                                           const float (&inv_metric)[PER], const bool (&valid)[PER]) {
+  double change = 0.0, along = 0.0;
+#pragma unroll
+  for (int r = 0; r < PER; ++r) {
+    if (!valid[r]) continue;
+    const int k = 4 * (lane + LANES * (r / 4)) + r % 4;
+    const double m = (double)b.chees_center[k], d1 = __dsub_rn((double)q[r], m),
+                 d0 = __dsub_rn((double)b.q[row + k], m);
+    change = __dadd_rn(change, __ddiv_rn(__dsub_rn(__dmul_rn(d1, d1), __dmul_rn(d0, d0)), (double)inv_metric[r]));
+    along = __dadd_rn(along, __dmul_rn(d1, (double)p[r]));
+  }
+  change = group_sum<LANES>(change);
+  along = group_sum<LANES>(along);
+  if (active && lane == 0) {
+    b.chees[2 * chain] = (float)change;
+    b.chees[2 * chain + 1] = (float)along;
+  }
+}
+
 /* A lane's coordinates of the state kept, into the chain's moments: coordinates
  * first + stride m + 0..3 for m < MB. */
 template <int MB, bool VEC4>
@@ -33,6 +105,43 @@ __device__ __forceinline__ void add_moments(const hmc_batch_t &b, long long row,
 #pragma unroll
       for (int e = 0; e < 4; ++e)
         if (valid[4 * m + e]) welford_add(b.moment_mean + row + base + e, b.moment_m2 + row + base + e, q[4 * m + e], n);
+    }
+  }
+}
+
+/* The state kept, the proposal or the start read again, into the chain's moments. */
+template <int LANES, int MB, bool VEC4>
+__device__ __forceinline__ void keep_moments(const hmc_batch_t &b, long long row, int lane, bool accept,
+                                             float (&q)[4 * MB], const bool (&valid)[4 * MB]) {
+  if (!accept) {
+#pragma unroll
+    for (int r = 0; r < 4 * MB; ++r) {
+      const int k = 4 * (lane + LANES * (r / 4)) + r % 4;
+      q[r] = valid[r] ? b.q[row + k] : 0.0f;
+    }
+  }
+  add_moments<MB, VEC4>(b, row, lane * 4, LANES * 4, q, valid);
+}
+
+/* The accepted proposal's q and gradient over the lane's coordinates. */
+template <int LANES, int MB, bool VEC4>
+__device__ __forceinline__ void write_state(const hmc_batch_t &b, int lane, int dim, long long row,
+                                            const float (&q)[4 * MB], const float (&grad)[4 * MB],
+                                            const bool (&valid)[4 * MB]) {
+#pragma unroll
+  for (int m = 0; m < MB; ++m) {
+    const int base = 4 * (lane + LANES * m);
+    if (VEC4 && base < dim) {
+      *reinterpret_cast<float4 *>(b.q + row + base) = make_float4(q[4 * m], q[4 * m + 1], q[4 * m + 2], q[4 * m + 3]);
+      *reinterpret_cast<float4 *>(b.grad + row + base) =
+          make_float4(grad[4 * m], grad[4 * m + 1], grad[4 * m + 2], grad[4 * m + 3]);
+    } else if (!VEC4) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        if (valid[4 * m + e]) {
+          b.q[row + base + e] = q[4 * m + e];
+          b.grad[row + base + e] = grad[4 * m + e];
+        }
     }
   }
 }
@@ -65,7 +174,7 @@ hmc_gaussian_kernel(const builtin_params_t params, const hmc_batch_t b) {
   const long long metric_row = b.shared_metric ? 0 : row; /* a shared metric is one row */
   const uint64_t item = (uint64_t)(b.chain_begin + chain);
   /* The accept uniform and the step's jitter: one Philox block, drawn by lane 0. */
-  float uniform = 0.0f, eps = 0.0f;
+  float eps = 0.0f, uniform = 0.0f;
   if (lane == 0) {
     const uint32_t word = rng_hmc_uniform_word(b.dim);
     const rng_words_t words = rng_block(b.seed, item, b.iteration, word / 4);
@@ -78,27 +187,7 @@ hmc_gaussian_kernel(const builtin_params_t params, const hmc_batch_t b) {
 
   float q[PER], p[PER], inv_metric[PER];
   bool valid[PER];
-#pragma unroll
-  for (int m = 0; m < MB; ++m) {
-    const int base = 4 * (lane + LANES * m);
-    if (VEC4 && base < dim) {
-      const float4 q4 = *reinterpret_cast<const float4 *>(b.q + row + base);
-      const float4 m4 = *reinterpret_cast<const float4 *>(b.inv_metric + metric_row + base);
-      q[4 * m] = q4.x; q[4 * m + 1] = q4.y; q[4 * m + 2] = q4.z; q[4 * m + 3] = q4.w;
-      inv_metric[4 * m] = m4.x; inv_metric[4 * m + 1] = m4.y;
-      inv_metric[4 * m + 2] = m4.z; inv_metric[4 * m + 3] = m4.w;
-#pragma unroll
-      for (int e = 0; e < 4; ++e) valid[4 * m + e] = true;
-    } else {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int k = base + e;
-        valid[4 * m + e] = k < dim;
-        q[4 * m + e] = k < dim ? b.q[row + k] : 0.0f;
-        inv_metric[4 * m + e] = k < dim ? b.inv_metric[metric_row + k] : 0.0f;
-      }
-    }
-  }
+  load_lane<LANES, MB, VEC4>(b, lane, dim, row, metric_row, q, inv_metric, valid);
 
   /* Momenta p = z / sqrt(m_inv): block `block` of the chain's Philox stream gives
    * coordinates 4 block .. + 3. */
@@ -107,11 +196,7 @@ hmc_gaussian_kernel(const builtin_params_t params, const hmc_batch_t b) {
   for (int m = 0; m < MB; ++m) {
     const int block = lane + LANES * m;
     float z[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    if (4 * block < dim) {
-      const rng_words_t words = rng_block(b.seed, item, b.iteration, (uint32_t)block);
-      rng_normal_pair(words.v[0], words.v[1], &z[0], &z[1]);
-      if (4 * block + 2 < dim) rng_normal_pair(words.v[2], words.v[3], &z[2], &z[3]);
-    }
+    draw_normals(b, item, block, dim, z);
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int r = 4 * m + e;
@@ -133,13 +218,7 @@ hmc_gaussian_kernel(const builtin_params_t params, const hmc_batch_t b) {
     p[r] = __fmaf_rn(half_kick, centred[r], p[r]);
     q[r] = __fmaf_rn(eps_metric[r], p[r], q[r]);
   }
-  for (int step = 1; step < b.n_leapfrog; ++step) {
-#pragma unroll
-    for (int r = 0; r < PER; ++r) {
-      p[r] = __fmaf_rn(kick, __fsub_rn(q[r], mean), p[r]);
-      q[r] = __fmaf_rn(eps_metric[r], p[r], q[r]);
-    }
-  }
+  for (int step = 1; step < b.n_leapfrog; ++step) leapfrog_step<PER>(kick, mean, eps_metric, q, p);
   double centred_sq = 0.0;
   kinetic = 0.0;
 #pragma unroll
@@ -154,61 +233,19 @@ hmc_gaussian_kernel(const builtin_params_t params, const hmc_batch_t b) {
   const double h1 = -(double)logp1 + 0.5 * group_sum<LANES>(kinetic);
 
   const hmc_verdict v = hmc_decide(h0, h1, uniform);
-  if (CHEES && b.chees_center) {
-    /* backend.h's ChEES term, the start read again (it is written only below). */
-    double change = 0.0, along = 0.0;
-#pragma unroll
-    for (int r = 0; r < PER; ++r) {
-      if (!valid[r]) continue;
-      const int k = 4 * (lane + LANES * (r / 4)) + r % 4;
-      const double m = (double)b.chees_center[k], d1 = __dsub_rn((double)q[r], m),
-                   d0 = __dsub_rn((double)b.q[row + k], m);
-      change = __dadd_rn(change, __ddiv_rn(__dsub_rn(__dmul_rn(d1, d1), __dmul_rn(d0, d0)), (double)inv_metric[r]));
-      along = __dadd_rn(along, __dmul_rn(d1, (double)p[r]));
-    }
-    change = group_sum<LANES>(change);
-    along = group_sum<LANES>(along);
-    if (active && lane == 0) {
-      b.chees[2 * chain] = (float)change;
-      b.chees[2 * chain + 1] = (float)along;
-    }
-  }
+  if (CHEES && b.chees_center) chees_term<LANES, PER>(b, chain, row, lane, active, q, p, inv_metric, valid);
   if (!active) return;
 
   if (lane == 0) {
     write_verdict(b, chain, v, logp1);
     b.step_size[chain] = eps;
   }
-  if (MOMENTS && (!CHEES || b.moment_mean)) {
-    /* The state kept: the proposal, or the start read again. */
-    if (!v.accept) {
-#pragma unroll
-      for (int r = 0; r < PER; ++r) {
-        const int k = 4 * (lane + LANES * (r / 4)) + r % 4;
-        q[r] = valid[r] ? b.q[row + k] : 0.0f;
-      }
-    }
-    add_moments<MB, VEC4>(b, row, lane * 4, LANES * 4, q, valid);
-  }
+  if (MOMENTS && (!CHEES || b.moment_mean)) keep_moments<LANES, MB, VEC4>(b, row, lane, v.accept, q, valid);
   if (!v.accept || b.probe) return;
+  float grad[PER]; /* at the proposal: -(q - mean) / scale^2 */
 #pragma unroll
-  for (int m = 0; m < MB; ++m) {
-    const int base = 4 * (lane + LANES * m);
-    float grad[4];
-#pragma unroll
-    for (int e = 0; e < 4; ++e) grad[e] = __fmul_rn(-centred[4 * m + e], params.inv_scale2);
-    if (VEC4 && base < dim) {
-      *reinterpret_cast<float4 *>(b.q + row + base) = make_float4(q[4 * m], q[4 * m + 1], q[4 * m + 2], q[4 * m + 3]);
-      *reinterpret_cast<float4 *>(b.grad + row + base) = make_float4(grad[0], grad[1], grad[2], grad[3]);
-    } else if (!VEC4) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e)
-        if (valid[4 * m + e]) {
-          b.q[row + base + e] = q[4 * m + e];
-          b.grad[row + base + e] = grad[e];
-        }
-    }
-  }
+  for (int r = 0; r < PER; ++r) grad[r] = __fmul_rn(-centred[r], params.inv_scale2);
+  write_state<LANES, MB, VEC4>(b, lane, dim, row, q, grad, valid);
 }
 
 } /* namespace */
