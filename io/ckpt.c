@@ -157,6 +157,10 @@ static int write_contents(MPI_Comm comm, int rank, hid_t file, const ckpt_meta_t
         H5Dwrite(dataset, dtype_memory(arrays[a].dtype), mem_space, space, xfer,
                  row_end > row_begin ? arrays[a].local : &placeholder) < 0)
       status = h5_fail(__FILE__, __LINE__, "H5Dwrite(checkpoint array)");
+    /* Agreed before the attribute: a write failed on one rank alone (a disk filled meanwhile)
+     * must not leave the others creating metadata that the file's collective close then waits
+     * for on every rank. */
+    status = agree(comm, status);
     if (status == DS_OK) status = write_attr(dataset, "checksum", H5T_NATIVE_UINT64, &checksum);
     if (mem_space >= 0) H5Sclose(mem_space);
     if (dataset >= 0) H5Dclose(dataset);
@@ -175,6 +179,7 @@ static int write_contents(MPI_Comm comm, int rank, hid_t file, const ckpt_meta_t
     }
     if (status == DS_OK && H5Dwrite(dataset, H5T_NATIVE_DOUBLE, mem_space, space, xfer, globals[g].values) < 0)
       status = h5_fail(__FILE__, __LINE__, "H5Dwrite(checkpoint global)");
+    status = agree(comm, status); /* before the attribute, as for the arrays */
     if (status == DS_OK) status = write_attr(dataset, "checksum", H5T_NATIVE_UINT64, &checksum);
     if (dataset >= 0) H5Dclose(dataset);
     if (mem_space >= 0) H5Sclose(mem_space);
@@ -291,6 +296,7 @@ static int is_checkpoint_of_run(const char *path, const char *run_id) {
  * rank enters the collective writes a full disk would leave the others waiting in. */
 static int check_room(const char *dir, const ckpt_meta_t *meta, const ckpt_array_t *arrays, int n_arrays,
                       const ckpt_global_t *globals, int n_globals) {
+  if (h5util_space_check_skipped()) return DS_OK;
   double bytes = (double)strlen(meta->config) + (double)strlen(meta->inputs);
   for (int i = 0; i < n_arrays; ++i)
     bytes += (double)meta->n_items * (double)arrays[i].width * (arrays[i].dtype == CKPT_FLOAT64 ? 8.0 : 4.0);
@@ -320,15 +326,26 @@ int ckpt_write(MPI_Comm comm, const char *dir, const ckpt_meta_t *meta, const ck
   snprintf(final_path, sizeof final_path, "%s/ckpt-%lld.h5", dir, (long long)meta->iteration);
   snprintf(tmp, sizeof tmp, "%s.tmp", final_path);
   h5util_set_context("checkpoint %s", tmp);
+  h5util_set_write_path(tmp);
   hid_t file;
   DS_TRY(h5util_create(comm, "checkpoint", tmp, &file));
-  status = write_contents(comm, rank, file, meta, arrays, n_arrays, globals, n_globals, row_begin, row_end);
+  status = agree(comm, write_contents(comm, rank, file, meta, arrays, n_arrays, globals, n_globals, row_begin,
+                                      row_end));
   /* Fault injection for tests: a pause in the middle of writing, the .tmp not yet closed. */
   const char *delay = getenv("DSAMPLER_FAULT_CHECKPOINT_DELAY");
   if (delay) sleep((unsigned)atoi(delay));
-  if (H5Fclose(file) < 0 && status == DS_OK) {
+  if (status != DS_OK) {
+    /* A write failed on some rank (a disk filled since check_room): HDF5's collective close
+     * would then flush and truncate differently on the ranks and wait forever. The file stays
+     * open (h5util_left_open) and the program ends without MPI_Finalize; a partial .tmp is
+     * never a checkpoint, so it goes. */
+    h5util_left_open();
+    if (rank == 0) unlink(tmp);
+    return status;
+  }
+  if (H5Fclose(file) < 0) {
     char what[4400];
-    snprintf(what, sizeof what, "checkpoint %s: closing failed (disk full?)", tmp);
+    snprintf(what, sizeof what, "checkpoint %s: closing failed", tmp);
     status = h5util_fail(DS_ERR_IO, what);
   }
   /* Every rank's part is on disk before the rename makes the checkpoint visible. */

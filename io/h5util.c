@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -50,23 +51,52 @@ static void shorten_driver_message(char *message) {
   else *details = '\0';
 }
 
+static _Thread_local char thread_context[1024];
+static _Thread_local char thread_write_path[4096];
+
+/* ": the disk is full (...)" where the file the calling thread writes sits on a file system
+ * with (almost) no space left: a write that failed there failed for that, whatever HDF5 says
+ * (a disk filled by someone else between the check before a write and the write). */
+static void disk_full_suffix(char *suffix, size_t size) {
+  suffix[0] = '\0';
+  if (!thread_write_path[0]) return;
+  char folder[sizeof thread_write_path];
+  const double free_bytes = h5util_free_bytes(thread_write_path, 0, folder, sizeof folder);
+  if (free_bytes >= 0 && free_bytes < H5UTIL_DISK_FULL_BYTES)
+    snprintf(suffix, size, ": the disk is full (%.1f MB free in %s); make room and resume", free_bytes / 1e6, folder);
+}
+
 int h5util_fail(int code, const char *what) {
   error_walk_t walk = {"", ""};
   H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, walk_entry, &walk);
   H5Eclear2(H5E_DEFAULT);
   shorten_driver_message(walk.innermost);
+  char full[4400];
+  disk_full_suffix(full, sizeof full);
   if (walk.innermost[0])
-    return ds_fail(code, "%s (%s%s%s)", what, walk.api, walk.api[0] ? ": " : "", walk.innermost);
-  return ds_fail(code, "%s", what);
+    return ds_fail(code, "%s (%s%s%s)%s", what, walk.api, walk.api[0] ? ": " : "", walk.innermost, full);
+  return ds_fail(code, "%s%s", what, full);
 }
-
-static _Thread_local char thread_context[1024];
 
 void h5util_set_context(const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(thread_context, sizeof thread_context, fmt, ap);
   va_end(ap);
+  thread_write_path[0] = '\0';
+}
+
+void h5util_set_write_path(const char *path) { snprintf(thread_write_path, sizeof thread_write_path, "%s", path); }
+
+static int unclosed_files = 0;
+
+void h5util_left_open(void) { unclosed_files++; }
+
+int h5util_unclosed(void) { return unclosed_files; }
+
+int h5util_space_check_skipped(void) {
+  const char *skip = getenv("DSAMPLER_FAULT_SKIP_SPACE_CHECK");
+  return skip && strcmp(skip, "1") == 0;
 }
 
 const char *h5util_context(void) { return thread_context[0] ? thread_context : "an HDF5 file"; }

@@ -27,6 +27,20 @@ int h5util_fail(int code, const char *what);
 void h5util_set_context(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* The calling thread's context, "an HDF5 file" when none was set. */
 const char *h5util_context(void);
+/* The file the calling thread writes, after h5util_set_context (which clears it): a failure
+ * recorded by h5util_fail while its file system has less than H5UTIL_DISK_FULL_BYTES free says
+ * the disk is full. */
+void h5util_set_write_path(const char *path);
+#define H5UTIL_DISK_FULL_BYTES ((double)(1 << 20))
+/* A file HDF5 cannot close after a write failed on some rank (its collective close would
+ * diverge between the ranks) is left open and counted here: the program must then end without
+ * MPI_Finalize, whose HDF5 clean-up would wait or crash on it. */
+void h5util_left_open(void);
+int h5util_unclosed(void);
+/* Fault injection for the tests: DSAMPLER_FAULT_SKIP_SPACE_CHECK=1 skips the free-space checks
+ * (the run's output before work, the output's growth, each checkpoint), as a disk filled by
+ * someone else between a check and its write. */
+int h5util_space_check_skipped(void);
 
 /* Checks that `path` (named `option` in messages: "--data", "checkpoint") is a regular,
  * readable file of at most max_bytes (0: no limit). Local; no collective. */

@@ -380,26 +380,16 @@ def quiet_warnings():
             f"quiet: the divergences are said ({stderr.strip()[-200:]!r})")
 
 
-def full_disk():
-    """A disk too small for the run's checkpoints beside its draws (a tmpfs of 11 MB for 8.8 MB
-    of draws): the run ends within seconds with one line saying the disk is full, instead of
-    waiting in a collective write until the error watchdog. Skipped where tmpfs cannot be
-    mounted (not root, or a container without the right)."""
-    mount = t.path("rb_small_disk")
+def small_disk(name, size, body):
+    """Runs body(mount) on a tmpfs of `size` mounted for it; False (the case skipped) where tmpfs
+    cannot be mounted (not root, or a container without the right)."""
+    mount = t.path(name)
     os.makedirs(mount, exist_ok=True)
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=11m", "tmpfs", mount], capture_output=True).returncode != 0:
-        print("skipped  full_disk: cannot mount a tmpfs here")
-        return
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", mount], capture_output=True).returncode != 0:
+        print(f"skipped  {name}: cannot mount a tmpfs here")
+        return False
     try:
-        start = time.time()
-        # After a failed write of the output the ranks end through MPI_Abort (main.c: HDF5's
-        # clean-up of such a file in MPI_Finalize is not safe), so a rank may leave no exit code
-        # of its own: mpirun's non-zero exit and the time bound are what is asserted.
-        stderr = refused("disk_full", ["hmc", "--dim", 50, "--chains", 40, "--warmup", 600, "--draws", 1000,
-                                       "--checkpoint-every", 100, "--backend", "cpu", "--quiet", "--out",
-                                       os.path.join(mount, "run.h5")], "the disk is full", every_rank=False,
-                         one_line=False, mid_run=True)
-        t.check(time.time() - start < 30, f"disk_full: ended in {time.time() - start:.1f} s (< 30 s)")
+        body(mount)
     finally:
         # A rank ended by MPI_Abort may still hold the file for a moment: retry, then detach.
         for _ in range(20):
@@ -408,6 +398,54 @@ def full_disk():
             time.sleep(0.25)
         else:
             subprocess.run(["umount", "-l", mount], capture_output=True)
+    return True
+
+
+def full_disk():
+    """A disk too small for the run's checkpoints beside its draws (a tmpfs of 11 MB for 8.8 MB
+    of draws): the run ends within seconds with one line saying the disk is full, instead of
+    waiting in a collective write until the error watchdog.
+
+    Then the race the checks before each write cannot close: a disk filled by someone else
+    between the check and the write (DSAMPLER_FAULT_SKIP_SPACE_CHECK=1 skips the checks, so the
+    writes themselves fail with ENOSPC), once in the draws' growth and once in a checkpoint's
+    collective writes on one rank. Each must end within seconds (the error watchdog would take
+    120), saying the disk is full, and leave no partial checkpoint behind."""
+    def checked(mount):
+        start = time.time()
+        # After a failed write of the output the ranks end through MPI_Abort (main.c: HDF5's
+        # clean-up of such a file in MPI_Finalize is not safe), so a rank may leave no exit code
+        # of its own: mpirun's non-zero exit and the time bound are what is asserted.
+        refused("disk_full", ["hmc", "--dim", 50, "--chains", 40, "--warmup", 600, "--draws", 1000,
+                              "--checkpoint-every", 100, "--backend", "cpu", "--quiet", "--out",
+                              os.path.join(mount, "run.h5")], "the disk is full", every_rank=False,
+                one_line=False, mid_run=True)
+        t.check(time.time() - start < 30, f"disk_full: ended in {time.time() - start:.1f} s (< 30 s)")
+    if not small_disk("rb_small_disk", "11m", checked):
+        return
+    race = {"DSAMPLER_FAULT_SKIP_SPACE_CHECK": "1", "DSAMPLER_ERROR_WATCHDOG_SECONDS": "100"}
+
+    def draws_race(mount):
+        start = time.time()
+        refused("disk_full_race_draws", ["hmc", "--dim", 50, "--chains", 40, "--warmup", 600, "--draws", 4000,
+                                         "--checkpoint-every", 100, "--backend", "cpu", "--quiet", "--out",
+                                         os.path.join(mount, "run.h5")], "the disk is full", every_rank=False,
+                one_line=False, mid_run=True, env=race)
+        t.check(time.time() - start < 30, f"disk_full_race_draws: ended in {time.time() - start:.1f} s (< 30 s)")
+    small_disk("rb_small_disk", "11m", draws_race)
+
+    def checkpoint_race(mount):
+        start = time.time()
+        ckpt = os.path.join(mount, "run.ckpt")
+        refused("disk_full_race_checkpoint", ["hmc", "--dim", 50, "--chains", 8000, "--output-chains", 4, "--warmup",
+                                              100, "--draws", 200, "--checkpoint-every", 50, "--backend", "cpu",
+                                              "--quiet", "--out", os.path.join(mount, "run.h5"), "--checkpoint-dir",
+                                              ckpt], "the disk is full", every_rank=False, one_line=False,
+                mid_run=True, env=race)
+        t.check(time.time() - start < 30, f"disk_full_race_checkpoint: ended in {time.time() - start:.1f} s (< 30 s)")
+        t.check(not glob.glob(os.path.join(ckpt, "*.tmp")),
+                f"disk_full_race_checkpoint: no partial checkpoint left ({glob.glob(os.path.join(ckpt, '*'))})")
+    small_disk("rb_small_disk", "11m", checkpoint_race)
 
 
 def early_checks():
