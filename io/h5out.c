@@ -695,10 +695,6 @@ int h5out_flush(h5out_t *f) {
   return DS_OK;
 }
 
-/* Output files left open after a failure (see h5out_close_as). */
-
-int h5out_unclosed(void) { return h5util_unclosed(); }
-
 int h5out_close(h5out_t *f) { return h5out_close_as(f, 0); }
 
 int h5out_close_as(h5out_t *f, int failed) {
@@ -725,7 +721,7 @@ int h5out_close_as(h5out_t *f, int failed) {
   if (!closed && status == DS_OK) status = ds_fail(DS_ERR_IO, "--out %s: closing the file failed", f->path);
   /* After a failed write HDF5 cannot close the file cleanly, and its own clean-up in
    * MPI_Finalize would crash on it: it stays open, and the program ends without that
-   * (h5out_unclosed). */
+   * (h5util_unclosed). */
   if (closed) MPI_Comm_free(&f->comm);
   else h5util_left_open();
   free(f);

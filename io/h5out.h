@@ -106,11 +106,8 @@ int h5out_flush(h5out_t *f);
 /* Flushes and closes; f is freed whatever the result. */
 int h5out_close(h5out_t *f);
 /* As h5out_close; with failed (agreed on every rank) the file is left to the end of the
- * program: HDF5 cannot close a file whose write failed. */
+ * program (h5util_left_open): HDF5 cannot close a file whose write failed. */
 int h5out_close_as(h5out_t *f, int failed);
-/* How many output files were left open after a failure: the program must then end without
- * MPI_Finalize, whose HDF5 clean-up would crash on them. */
-int h5out_unclosed(void);
 
 /* The HDF5 checker: HDF5 calls return negative values on failure. */
 int h5_fail(const char *file, int line, const char *call);

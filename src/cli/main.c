@@ -49,8 +49,9 @@ static int finish(comm_ctx_t *comm, int status) {
     fflush(stderr);
   }
   /* After an MPI failure the ranks may not meet in MPI_Finalize, and after a failed write of the
-   * output HDF5's clean-up in MPI_Finalize would crash on the file: end them all. */
-  if (status == DS_ERR_MPI || h5out_unclosed()) {
+   * output or a checkpoint HDF5's clean-up in MPI_Finalize would crash or wait on the file left
+   * open: end them all. */
+  if (status == DS_ERR_MPI || h5util_unclosed()) {
     /* An agreed error was said by rank 0 already; an MPI failure may not have been agreed. */
     if (comm->rank != 0 && status == DS_ERR_MPI)
       fprintf(stderr, "dsampler: error: rank %d on %s: %s\n", comm->rank, comm->host, ds_error_message());
