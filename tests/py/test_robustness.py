@@ -436,8 +436,9 @@ def full_disk():
         subprocess.run(["mount", "-o", "remount,size=80m", mount], capture_output=True, check=True)
         rc, _, stderr = t.run(2, "resume", os.path.join(mount, "run.ckpt"), "--quiet", expect_ok=False)
         t.check(rc == 0, f"disk_full_race_draws: resume after making room (rc {rc}, {t.error_lines(stderr)})")
-        reference = t.path("rb_race_reference.h5")
-        t.run(2, *run, "--out", reference, "--checkpoint-dir", t.path("rb_race_reference.ckpt"))
+        reference, reference_ckpt = t.path("rb_race_reference.h5"), t.path("rb_race_reference.ckpt")
+        shutil.rmtree(reference_ckpt, ignore_errors=True)
+        t.run(2, *run, "--out", reference, "--checkpoint-dir", reference_ckpt)
         ours, theirs = t.datasets(os.path.join(mount, "run.h5")), t.datasets(reference)
         same = [n for n in ("posterior/x", "sample_stats/lp", "sample_stats/energy")
                 if n in ours and n in theirs and ours[n].tobytes() == theirs[n].tobytes()]
