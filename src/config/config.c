@@ -40,6 +40,7 @@ typedef struct option_spec {
 
 static const char *const adapt_words[] = {"per-chain", "pooled", "none", NULL};
 static const char *const metric_words[] = {"diag", "unit", "dense", "auto", NULL};
+static const char *const metric_fit_words[] = {"variance", "fisher", NULL};
 static const char *const stuck_words[] = {"restart", "keep", NULL};
 static const char *const update_words[] = {"sgd", "adagrad", "adam", NULL};
 static const char *const kernel_words[] = {"rbf", "imq", NULL};
@@ -67,6 +68,9 @@ static const option_spec_t option_table[] = {
     {"target-accept", NUM(OPT_DOUBLE, target_accept), FOR_HMC, "A", "acceptance rate warmup aims at, or auto (default): 0.8, raised where divergences persist late in warmup"},
     {"adapt", CHOICE(adapt, adapt_words), FOR_HMC, "MODE", "pooled (default: one step size and metric for all chains), per-chain or none"},
     {"metric", CHOICE(metric, metric_words), FOR_HMC, "M", "auto (default: dense where the warmup shows strong correlation, else diag), diag, dense or unit"},
+    {"metric-fit", CHOICE(metric_fit, metric_fit_words), FOR_HMC, "F",
+     "how warmup fits the diagonal metric: variance (default: the draws' variance, as Stan) or fisher (sqrt(Var x / "
+     "Var grad), from the draws and their gradients, as nutpie; pooled adaptation)"},
     {"jitter", NUM(OPT_DOUBLE, jitter), FOR_HMC, "J", "step size jitter: times 1 + J * U(-1, 1) (default 0.3 with a fixed --steps, 0 with auto)"},
     {"save-warmup", NUM(OPT_FLAG, save_warmup), FOR_HMC, NULL, "also write the warmup draws (warmup_* groups)"},
     {"stuck", CHOICE(stuck, stuck_words), FOR_HMC, "MODE",
@@ -457,6 +461,11 @@ static int config_validate(config_t *cfg) {
     return ds_fail(DS_ERR_INPUT, "--output-chains: expected 0 (all) up to --chains %lld, got %lld",
                    (long long)cfg->chains, (long long)cfg->output_chains);
   /* The step's jitter by default: none where ChEES jitters the trajectory's length. */
+  if (hmc && cfg->metric_fit == CONFIG_METRIC_FIT_FISHER && cfg->adapt != CONFIG_ADAPT_POOLED)
+    return ds_fail(DS_ERR_INPUT, "--metric-fit fisher: needs --adapt pooled (the default)");
+  if (hmc && cfg->metric_fit == CONFIG_METRIC_FIT_FISHER && !(cfg->metric == CONFIG_METRIC_DIAG || cfg->metric == CONFIG_METRIC_AUTO))
+    return ds_fail(DS_ERR_INPUT, "--metric-fit fisher: fits a diagonal metric; needs --metric diag or auto, not %s",
+                   metric_words[cfg->metric]);
   if (hmc && cfg->jitter == -1.0)
     cfg->jitter = cfg->steps == 0 && cfg->warmup > 0 && cfg->adapt != CONFIG_ADAPT_NONE ? 0.0 : 0.3;
   if (hmc && !(cfg->jitter >= 0 && cfg->jitter < 1))

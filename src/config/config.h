@@ -15,6 +15,7 @@ typedef enum { ALGO_NONE = 0, ALGO_HMC, ALGO_SVGD } algorithm_t;
  * config.c's option table, in the order of these values). */
 typedef enum { CONFIG_ADAPT_PER_CHAIN, CONFIG_ADAPT_POOLED, CONFIG_ADAPT_NONE } config_adapt_t;
 typedef enum { CONFIG_METRIC_DIAG, CONFIG_METRIC_UNIT, CONFIG_METRIC_DENSE, CONFIG_METRIC_AUTO } config_metric_t;
+typedef enum { CONFIG_METRIC_FIT_VARIANCE, CONFIG_METRIC_FIT_FISHER } config_metric_fit_t;
 typedef enum { CONFIG_STUCK_RESTART, CONFIG_STUCK_KEEP } config_stuck_t;
 typedef enum { CONFIG_UPDATE_SGD, CONFIG_UPDATE_ADAGRAD, CONFIG_UPDATE_ADAM } config_update_t;
 typedef enum { CONFIG_KERNEL_RBF, CONFIG_KERNEL_IMQ } config_kernel_t;
@@ -37,6 +38,7 @@ typedef struct config {
   double target_accept; /* HMC: dual averaging's delta; 0: auto (adapt.h) */
   config_adapt_t adapt;   /* HMC */
   config_metric_t metric; /* HMC */
+  config_metric_fit_t metric_fit; /* HMC: the diagonal metric from the draws' variance or (fisher) draws and gradients */
   double jitter;       /* HMC: step size scaled by 1 + jitter * U(-1, 1) each iteration */
   int save_warmup;     /* HMC: write warmup_posterior and warmup_sample_stats */
   config_stuck_t stuck;   /* HMC: chains that never moved in the tail of warmup */

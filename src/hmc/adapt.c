@@ -33,7 +33,7 @@ _Static_assert(DUAL_MU == 0 && DUAL_S_BAR == 1 && DUAL_X_BAR == 2 && DUAL_LOG_EP
 #endif
 /* Pooled adaptation searches every chain's step again every POOLED_SEARCH_EVERY iterations
  * before the tail of warmup (as well as at each new metric). */
-enum { ADAPT_MAX_ARRAYS = 5, POOLED_SEARCH_EVERY = 25 };
+enum { ADAPT_MAX_ARRAYS = 7, POOLED_SEARCH_EVERY = 25 };
 /* The checkpoint's global "adapt_dense": [DENSE_IN_USE] 1 when the last window chose the dense
  * metric, [DENSE_CONDITION] its correlation's condition number (NaN: not computed),
  * [DENSE_DROPPED] the iteration after which auto dropped the dense metric (0: it did not) and
@@ -64,6 +64,7 @@ struct adapt {
    * moments [rows, dim]. */
   double *dual;
   float *window_mean, *window_m2;
+  float *grad_mean, *grad_m2;   /* fisher: the window's running moments of the gradient [rows, dim] */
   adapt_array_t arrays[ADAPT_MAX_ARRAYS];
   int n_arrays;
   float *metric_row;            /* pooled: [dim] */
@@ -154,6 +155,12 @@ int adapt_create(adapt_t **out, comm_ctx_t *comm, backend_t *backend, const adap
     if (status == DS_OK) status = add_array(a, "adapt_window_m2", CKPT_FLOAT32, dim, (void **)&a->window_m2);
     if (status == DS_OK) status = backend->fill(backend, a->window_mean, 0.0f, rows * dim);
     if (status == DS_OK) status = backend->fill(backend, a->window_m2, 0.0f, rows * dim);
+    if (status == DS_OK && settings->fisher && settings->mode == ADAPT_POOLED && a->s.diag_metric) {
+      status = add_array(a, "adapt_window_grad_mean", CKPT_FLOAT32, dim, (void **)&a->grad_mean);
+      if (status == DS_OK) status = add_array(a, "adapt_window_grad_m2", CKPT_FLOAT32, dim, (void **)&a->grad_m2);
+      if (status == DS_OK) status = backend->fill(backend, a->grad_mean, 0.0f, rows * dim);
+      if (status == DS_OK) status = backend->fill(backend, a->grad_m2, 0.0f, rows * dim);
+    }
     a->metric_row = malloc((size_t)dim * sizeof *a->metric_row);
     if (status == DS_OK && !a->metric_row) status = DS_FAIL_ALLOC("the metric", (size_t)dim * sizeof(float));
   }
@@ -374,22 +381,30 @@ const float *adapt_tail_m2(const adapt_t *a, double *samples) {
 
 /* The pooled window: the mean over chains of each chain's own variance in the window. A chain
  * that is stuck (never moved) adds nothing and cannot inflate the metric, as the total variance
- * over chains would (chains far apart at the start, or frozen far out). */
+ * over chains would (chains far apart at the start, or frozen far out). With fisher, the same
+ * for the gradients, and the diagonal sqrt(V_x / V_g) (adapt.h). */
 static int pooled_metric(adapt_t *a, double n_chain, float *inv_metric) {
   backend_t *b = a->backend;
   const int64_t dim = a->s.dim, rows = a->s.rows;
-  double *totals = malloc((size_t)(3 * dim) * sizeof *totals);
-  if (!totals) return comm_agree(a->comm, DS_FAIL_ALLOC("metric totals", (size_t)(3 * dim) * sizeof(double)));
-  double *grand_mean = totals, *within = totals + dim, *between = totals + 2 * dim;
+  double *totals = malloc((size_t)(4 * dim) * sizeof *totals);
+  if (!totals) return comm_agree(a->comm, DS_FAIL_ALLOC("metric totals", (size_t)(4 * dim) * sizeof(double)));
+  double *grand_mean = totals, *within = totals + dim, *between = totals + 2 * dim, *within_grad = totals + 3 * dim;
   int status = moments_pool(a->comm, b, a->window_mean, a->window_m2, rows, dim, a->s.chains_total, grand_mean,
                             within, between);
+  if (status == DS_OK && a->grad_mean)
+    status = moments_pool(a->comm, b, a->grad_mean, a->grad_m2, rows, dim, a->s.chains_total, grand_mean,
+                          within_grad, between);
   const double chains = (double)a->s.chains_total;
   /* Stan's regularisation of a variance from n samples, with the window's samples over all
-   * chains as n, applied to the mean within-chain variance sum_c m2_c / (C (n - 1)), toward
-   * the geometric mean of those variances (dual_variance_scale's). */
+   * chains as n, applied to the mean within-chain variance sum_c m2_c / (C (n - 1)) (or the
+   * Fisher diagonal), toward the geometric mean of those values (dual_variance_scale's). */
   const double n = n_chain * chains;
   for (int64_t k = 0; status == DS_OK && k < dim; ++k) {
     within[k] = n_chain > 1 ? within[k] / (chains * (n_chain - 1.0)) : 1.0;
+    if (a->grad_mean && n_chain > 1) {
+      const double v_grad = within_grad[k] / (chains * (n_chain - 1.0));
+      if (v_grad > 0.0 && within[k] > 0.0) within[k] = sqrt(within[k] / v_grad);
+    }
     a->metric_row[k] = (float)within[k];
   }
   const double scale = dual_variance_scale(a->metric_row, dim, 1.0);
@@ -399,6 +414,10 @@ static int pooled_metric(adapt_t *a, double n_chain, float *inv_metric) {
   DS_TRY(status);
   DS_TRY(b->upload(b, inv_metric, a->metric_row, (size_t)dim * sizeof(float)));
   DS_TRY(b->fill(b, a->window_mean, 0.0f, rows * dim));
+  if (a->grad_mean) {
+    DS_TRY(b->fill(b, a->grad_mean, 0.0f, rows * dim));
+    DS_TRY(b->fill(b, a->grad_m2, 0.0f, rows * dim));
+  }
   return b->fill(b, a->window_m2, 0.0f, rows * dim);
 }
 
@@ -578,6 +597,9 @@ int adapt_after_iteration(adapt_t *a, int64_t iteration, const hmc_stats_t *stat
       a->scalars[SC_WINDOW_SAMPLES] += 1.0;
       a->accept[ACC_WINDOW_DIVERGENT] += (double)stats->divergent;
       a->accept[ACC_WINDOW_ITERATIONS] += 1.0;
+      if (a->grad_mean)
+        DS_TRY(comm_agree(a->comm, b->running_moments_add(b, batch->grad, a->grad_mean, a->grad_m2, rows * dim,
+                                                          a->scalars[SC_WINDOW_SAMPLES])));
       if (a->track_cov)
         DS_TRY(comm_agree(a->comm, b->covariance_add(b, batch->q, a->window_mean, a->window_cov, rows, dim,
                                                      a->scalars[SC_WINDOW_SAMPLES])));

@@ -55,7 +55,17 @@ typedef struct adapt_settings {
   int chees;              /* adapt the trajectory length (ChEES) */
   int64_t max_steps;      /* ChEES: at most this many leapfrog steps an iteration */
   adapt_metric_t metric;  /* with diag_metric and pooled adaptation */
+  int fisher;             /* pooled: the diagonal metric sqrt(Var x / Var grad) (ADAPT_FISHER) */
 } adapt_settings_t;
+
+/* The Fisher-divergence diagonal (nutpie's; Seyboldt, Carlson and Carpenter 2026): with fisher
+ * set, the windows also keep each chain's running moments of the gradient at its kept draws, and
+ * at a window's end the diagonal inverse metric is sqrt(V_x / V_g) per coordinate, V_x and V_g the
+ * mean over all chains of their own window variances of the position and of the gradient (pooled
+ * exactly, as the variance fit's), then regularised as Stan's (the window's samples over all
+ * chains as n). For a Gaussian it is the variance; where the curvature varies it minimises the
+ * Fisher divergence between a Gaussian of that diagonal and the draws. A coordinate whose V_g is
+ * 0 (the chains never moved there) takes V_x. */
 
 /* A backend array that checkpoints carry: its host mirror is what ckpt reads and writes. */
 typedef struct adapt_array {

@@ -783,7 +783,8 @@ int hmc_run(run_ctx_t *run) {
                                                                      : ADAPT_METRIC_DIAG;
   const adapt_settings_t settings = {adapt_mode(cfg), cfg->metric != CONFIG_METRIC_UNIT, cfg->warmup,
                                      cfg->target_accept, cfg->step_size, rows, dim, config_items(cfg),
-                                     cfg->steps == 0, HMC_CHEES_MAX_STEPS, metric};
+                                     cfg->steps == 0, HMC_CHEES_MAX_STEPS, metric,
+                                     cfg->metric_fit == CONFIG_METRIC_FIT_FISHER};
   hmc_batch_t *batch = &chains.batch;
   batch->shared_metric = !(settings.mode == ADAPT_PER_CHAIN && settings.diag_metric);
   batch->n_chains = rows;

@@ -33,17 +33,17 @@ MILLION = ["--chains", "1048576"]
 # name, arguments, phase, recorded ms an iteration (H200), the README's words for it
 ROWS = [
     ("hmc.warmup.2^20", HMC + MILLION + ["--output-chains", "16", "--steps", "10", "--warmup", "400", "--draws", "4"],
-     "warmup", 1.62, "chains with pooled adaptation took 1.51-1.62 ms"),
+     "warmup", 0.928, "chains with pooled adaptation took 0.920-0.928 ms"),
     ("hmc.sampling.2^20", HMC + MILLION + ["--output-chains", "1024", "--thin", "10", "--warmup", "0", "--adapt",
                                           "none", "--steps", "10", "--draws", "400"],
-     "sampling", 0.618, "1024 chains' draws every 10th iteration 0.605-0.618 ms"),
+     "sampling", 0.610, "1024 chains' draws every 10th iteration 0.600-0.610 ms"),
     ("hmc.warmup.65536", HMC + ["--chains", "65536", "--output-chains", "16", "--steps", "10", "--warmup", "1000",
                                 "--draws", "4"],
-     "warmup", 0.163, "a warmup iteration of 65536 chains\n  0.161-0.163 ms"),
+     "warmup", 0.147, "a warmup iteration of 65536 chains\n  0.138-0.147 ms"),
     ("hmc.warmup.chees.2^20", HMC + MILLION + ["--output-chains", "16", "--warmup", "400", "--draws", "4"],
-     "warmup", 1.81, "took 1.67-1.81 ms"),
-    ("svgd.32768", SVGD + ["--particles", "32768", "--iters", "60"], "svgd", 3.79, "(3.70-3.79 and 13.40-13.49 ms"),
-    ("svgd.65536", SVGD + ["--particles", "65536", "--iters", "40"], "svgd", 13.49, "and 13.40-13.49 ms as `--timing`'s wall"),
+     "warmup", 1.164, "took 1.160-1.164 ms"),
+    ("svgd.32768", SVGD + ["--particles", "32768", "--iters", "60"], "svgd", 3.684, "(3.65-3.68 and 13.06-13.10 ms"),
+    ("svgd.65536", SVGD + ["--particles", "65536", "--iters", "40"], "svgd", 13.104, "and 13.06-13.10 ms as `--timing`'s wall"),
 ]
 
 

@@ -3,7 +3,9 @@
  * from its rules) for warmups from 20 to 5000, and pooled adaptation's capped windows; dual
  * averaging against Stan's stepsize_adaptation formulas in double, and its convergence to the
  * step whose acceptance is the target; the initial step search against a brute-force scan; the
- * regularised window variance against a two-pass float64 variance. Run under mpirun, one rank. */
+ * regularised window variance against a two-pass float64 variance; the pooled Fisher diagonal
+ * (--metric-fit fisher) against the same formula in double from the draws and gradients fed.
+ * Run under mpirun, one rank. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -282,6 +284,77 @@ static void test_window_variance(backend_t *cpu) {
   free(mean); free(m2); free(metric); free(x);
 }
 
+/* --metric-fit fisher, pooled: at the first window's end (warmup 200: iterations 75..99) the
+ * shared inverse metric is, per coordinate, sqrt(V_x / V_g) with V_x, V_g the mean over chains of
+ * each chain's two-pass variance of the positions and gradients fed in those iterations, then
+ * Stan's regularisation with n = 25 chains draws toward the geometric mean of those values. */
+static void test_fisher_metric(comm_ctx_t *comm, backend_t *cpu) {
+  enum { CHAINS = 6, DIM = 5, WARMUP = 200, FIRST = 75, LAST = 99 };
+  adapt_t *a = NULL;
+  adapt_settings_t s = {ADAPT_POOLED, 1, WARMUP, 0.8, 0.5, CHAINS, DIM, CHAINS, 0, 1024, ADAPT_METRIC_DIAG, 1};
+  if (adapt_create(&a, comm, cpu, &s) != DS_OK) {
+    printf("FAIL: adapt_create (fisher): %s\n", ds_error_message());
+    ++failures;
+    return;
+  }
+  float q[CHAINS * DIM], grad[CHAINS * DIM], accept[CHAINS], step[CHAINS], inv_metric[DIM];
+  static double xs[LAST - FIRST + 1][CHAINS * DIM], gs[LAST - FIRST + 1][CHAINS * DIM];
+  for (int c = 0; c < CHAINS; ++c) step[c] = 0.5f;
+  hmc_batch_t batch = {.n_chains = CHAINS, .dim = DIM, .q = q, .grad = grad, .accept_prob = accept,
+                       .step_nominal = step, .inv_metric = inv_metric};
+  int ok = 1;
+  for (int it = 0; it <= LAST && ok; ++it) {
+    for (int e = 0; e < CHAINS * DIM; ++e) {
+      const int k = e % DIM, c = e / DIM;
+      const double u = 2.0 * rng_uniform(rng_block(21, (uint64_t)e, (uint32_t)it, 0).v[0]) - 1.0;
+      const double v = 2.0 * rng_uniform(rng_block(22, (uint64_t)e, (uint32_t)it, 0).v[0]) - 1.0;
+      q[e] = (float)(c + pow(10.0, k - 2.0) * u);      /* sds 1e-2 .. 1e2, chains apart */
+      grad[e] = (float)(-0.3 * c + pow(3.0, 1.0 - k) * v); /* independent of q: V_g its own */
+      if (it >= FIRST) xs[it - FIRST][e] = q[e], gs[it - FIRST][e] = grad[e];
+    }
+    for (int c = 0; c < CHAINS; ++c) accept[c] = 0.8f;
+    batch.iteration = (uint32_t)it;
+    adapt_before_iteration(a, &batch);
+    if (batch.moment_mean)
+      for (int e = 0; e < CHAINS * DIM; ++e) {
+        const float delta = q[e] - batch.moment_mean[e];
+        batch.moment_mean[e] += delta / (float)batch.moment_count;
+        batch.moment_m2[e] += delta * (q[e] - batch.moment_mean[e]);
+      }
+    hmc_stats_t stats;
+    memset(&stats, 0, sizeof stats);
+    for (int c = 0; c < CHAINS; ++c) exact_sum_add(&stats.accept, 0.8);
+    int search = 0;
+    ok = adapt_after_iteration(a, it, &stats, &batch, step, inv_metric, &search) == DS_OK;
+  }
+  EXPECT(ok, "adapt_after_iteration (fisher): %s", ds_error_message());
+  const int n = LAST - FIRST + 1;
+  double fisher[DIM], log_sum = 0.0;
+  for (int k = 0; k < DIM; ++k) {
+    double vx = 0.0, vg = 0.0;
+    for (int c = 0; c < CHAINS; ++c) {
+      double mx = 0.0, mg = 0.0, sx = 0.0, sg = 0.0;
+      for (int t = 0; t < n; ++t) mx += xs[t][c * DIM + k], mg += gs[t][c * DIM + k];
+      mx /= n, mg /= n;
+      for (int t = 0; t < n; ++t) sx += pow(xs[t][c * DIM + k] - mx, 2.0), sg += pow(gs[t][c * DIM + k] - mg, 2.0);
+      vx += sx / (n - 1.0) / CHAINS, vg += sg / (n - 1.0) / CHAINS;
+    }
+    fisher[k] = sqrt(vx / vg);
+    log_sum += log(fisher[k]);
+  }
+  const double scale = exp(log_sum / DIM), total = (double)n * CHAINS;
+  double worst = 0.0;
+  for (int k = 0; k < DIM; ++k) {
+    const double want = (total / (total + 5.0)) * fisher[k] + 1e-3 * scale * (5.0 / (total + 5.0));
+    worst = fmax(worst, fabs((double)inv_metric[k] - want) / want);
+  }
+  /* Welford in float over 25 values, a square root: 1e-4 relative. */
+  EXPECT(ok && worst <= 1e-4, "fisher metric: %.3g relative from the double-precision formula", worst);
+  printf("fisher metric: %.2e relative from the double-precision formula (values %.3g .. %.3g)\n", worst,
+         fisher[0], fisher[DIM - 1]);
+  adapt_free(a);
+}
+
 int main(int argc, char **argv) {
   comm_ctx_t comm;
   if (comm_init(&comm, &argc, &argv) != DS_OK) return 1;
@@ -291,6 +364,7 @@ int main(int argc, char **argv) {
   test_dual_averaging();
   test_step_search();
   test_window_variance(cpu);
+  test_fisher_metric(&comm, cpu);
   printf("adaptation: %d failures\n", failures);
   backend_destroy(cpu);
   comm_free(&comm);

@@ -19,6 +19,8 @@ by tests/posteriordb/import_posteriordb.py with ArviZ from posteriordb's 10 x 10
   R-hat  < 1.01 (summary's rank-normalised split R-hat)
 A posterior passes when every element passes all three; the test fails when any posterior fails.
 A run longer than DSAMPLER_PDB_RUN_LIMIT seconds (default 600) is stopped and counted a failure.
+DSAMPLER_PDB_ARGS adds options to every run (for benchmarks of other settings, e.g.
+`--metric-fit fisher`; the test sets none).
 
 Reported per posterior: the worst |z|, the sd ratio farthest from 1, the largest R-hat, the
 smallest bulk and tail ESS (over the reference's elements), the gradients (leapfrog steps, warmup
@@ -34,6 +36,7 @@ import json
 import math
 import os
 import shutil
+import shlex
 import signal
 import subprocess
 import sys
@@ -49,6 +52,8 @@ PDB_DIR = os.path.normpath(os.path.join(HERE, "..", "posteriordb"))
 SRC_SHARED = os.path.normpath(os.path.join(HERE, "..", "..", "src", "shared"))
 CHAINS, RANKS, SEED = 64, 2, 20250601
 RUN_LIMIT = float(os.environ.get("DSAMPLER_PDB_RUN_LIMIT", "600"))
+# Options added to every run (benchmarks of non-default settings; the test itself sets none).
+EXTRA_ARGS = shlex.split(os.environ.get("DSAMPLER_PDB_ARGS", ""))
 
 
 def all_posteriors():
@@ -146,7 +151,7 @@ def check_posterior(name, count_lib, jax=False):
     if os.path.exists(out):
         os.remove(out)
     args = ["hmc", "--data", data, "--chains", CHAINS, "--backend", "cpu", "--seed", SEED,
-            "--save-warmup", "--quiet", "--out", out]
+            "--save-warmup", "--quiet", "--out", out, *EXTRA_ARGS]
     env, counts = None, None
     if jax:
         args = ["hmc", "--target", f"jax:{library}", *args[3:]]

@@ -1,6 +1,6 @@
 """Same seed, any rank count: bitwise identical output datasets, HMC (fixed step; warmup
 adaptation per chain and pooled; jitter; ChEES trajectory lengths; the dense metric, forced and
-chosen by --metric auto) and SVGD (sgd, adagrad and adam), with chains or particles
+chosen by --metric auto; the Fisher diagonal) and SVGD (sgd, adagrad and adam), with chains or particles
 not divisible by the rank count and ranks owning none."""
 import os
 
@@ -26,6 +26,9 @@ RUNS = {
                   "--warmup", 150, "--draws", 30, "--metric", "dense", "--seed", 18, "--save-warmup"],
     "hmc_auto_dense": ["hmc", "--target", "corr-gaussian", "--target-args", "rho=0.9", "--dim", 4, "--chains", 9,
                        "--warmup", 150, "--draws", 30, "--seed", 19],
+    # The Fisher diagonal (--metric-fit fisher): the gradients' window moments pooled too.
+    "hmc_fisher": ["hmc", "--target", "banana", "--dim", 4, "--chains", 10, "--warmup", 150, "--draws", 30,
+                   "--metric-fit", "fisher", "--seed", 20, "--save-warmup"],
     "svgd": ["svgd", "--dim", 4, "--particles", 23, "--iters", 15, "--step-size", 0.2, "--seed", 11],
     "svgd_adagrad": ["svgd", "--dim", 2, "--particles", 9, "--iters", 10, "--update", "adagrad", "--seed", 3],
     "svgd_adam": ["svgd", "--dim", 3, "--particles", 11, "--iters", 10, "--update", "adam", "--seed", 3],

@@ -89,6 +89,10 @@ def main():
     # ChEES trajectory lengths (--steps auto, the default): its state resumes too.
     warm_chees = [a for i, a in enumerate(warm) if a != "--steps" and (i == 0 or warm[i - 1] != "--steps")]
     case("hmc_chees_warmup", "hmc", warm_chees, "--draws", 2, 3, signal.SIGTERM)
+    # The Fisher diagonal: the gradients' running moments in the window resume too.
+    fisher = [*warm[:warm.index("--seed")], "--seed", 7, "--metric-fit", "fisher", "--target", "banana",
+              *warm[warm.index("--seed") + 2:]]
+    case("hmc_fisher_warmup", "hmc", fisher, "--draws", 3, 2, signal.SIGTERM)
     # The dense metric chosen by --metric auto, stopped inside a window after the first dense one:
     # the chains' running covariances and the factor resume too.
     dense = ["hmc", "--target", "corr-gaussian", "--target-args", "rho=0.9", "--dim", 16, "--chains", 8192, "--warmup",

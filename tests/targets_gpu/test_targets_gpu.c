@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "comm_cuda.h"
 #include "status.h"
@@ -268,6 +269,7 @@ int main(int argc, char **argv) {
   }
   MPI_Init(&argc, &argv);
   const char *dir = argc > 1 ? argv[1] : ".";
+  mkdir(dir, 0755); /* the build makes it; a build copied without its work folders does not have it */
   CUDA_OK(cudaSetDevice(0));
   static ref_data_t data;
   if (!ref_data_make(&data, dir, 1)) {
