@@ -75,6 +75,10 @@ typedef struct {
   float *scratch_x, *scratch_lp, *scratch_grad, *scratch_out;
   float *scratch_p, *scratch_eps, *scratch_inv; /* a trajectory's padded block */
   int32_t *first_device[2];                     /* int32 1 and 0: does a call begin the trajectory */
+  /* What the trajectory calls cost around their programs (DSAMPLER_JAX_STATS=1 prints them when
+   * the target closes): program runs, outputs XLA put elsewhere than the donated input (each
+   * then copied back), and blocks staged through the scratch (padded or unaligned rows). */
+  int64_t stat_runs, stat_moved_outputs, stat_moved_bytes, stat_staged_blocks;
 } jax_target_t;
 
 static void *aligned_zeroed(size_t bytes) {
@@ -552,9 +556,13 @@ static int trajectory_block(jax_target_t *jax, const jax_program_t *program, flo
   for (int o = 0; o < 4 && status == DS_OK; ++o) {
     void *memory = NULL;
     status = pjrt_buffer_memory(jax->runtime, results[o], &memory);
-    if (status == DS_OK && memory != outs[o])
+    if (status == DS_OK && memory != outs[o]) {
       status = jax_device_copy(outs[o], memory, (size_t)(block * (o < 3 ? dim : 1)) * sizeof(float));
+      jax->stat_moved_outputs++;
+      jax->stat_moved_bytes += block * (o < 3 ? dim : 1) * (int64_t)sizeof(float);
+    }
   }
+  jax->stat_runs++;
   for (int o = 0; o < 4; ++o) pjrt_buffer_free(jax->runtime, results[o]);
   for (int a = 0; a < own; ++a) pjrt_buffer_free(jax->runtime, args[a]);
   return status;
@@ -598,6 +606,7 @@ static int jax_leapfrog_cuda(void *self, float *q, float *p, float *grad, float 
     const int staged = rows < block || !aligned_rows(jax, q_rows, p_rows, grad_rows, lp_rows, eps_rows) ||
                        !aligned_rows(jax, inv_rows, NULL, NULL, NULL, NULL);
     if (staged) {
+      jax->stat_staged_blocks++;
       state[0] = jax->scratch_x, state[1] = jax->scratch_p, state[2] = jax->scratch_grad, state[3] = jax->scratch_lp;
       eps = jax->scratch_eps;
       inv = shared_metric ? inv_rows : jax->scratch_inv;
@@ -655,6 +664,11 @@ static int jax_constrain(void *self, const double *x, int64_t n, const uint64_t 
 static void jax_destroy(void *self) {
   jax_target_t *jax = self;
   if (!jax) return;
+  const char *stats = getenv("DSAMPLER_JAX_STATS");
+  if (stats && stats[0] == '1' && jax->stat_runs > 0)
+    fprintf(stderr, "%s: %lld trajectory program runs, %lld outputs not in place (%.3g GB copied back), %lld blocks "
+            "staged\n", jax->what, (long long)jax->stat_runs, (long long)jax->stat_moved_outputs,
+            (double)jax->stat_moved_bytes / 1e9, (long long)jax->stat_staged_blocks);
   if (jax->runtime) {
     for (int d = 0; d < jax->n_data; ++d) pjrt_buffer_free(jax->runtime, jax->data[d].buffer);
     pjrt_program_free(jax->runtime, jax->logp_grad.program);
