@@ -270,17 +270,58 @@ static int scan_dir(const char *dir, entry_t **entries, int *count) {
   return DS_OK;
 }
 
+/* Reads a checkpoint's metadata attributes into meta: DS_OK, or DS_ERR_IO where a required one
+ * is missing or unreadable. Whether they are intact is meta_intact's question. */
+static int read_meta_fields(hid_t file, ckpt_meta_t *meta) {
+  if (read_string(file, "algorithm", meta->algorithm, sizeof meta->algorithm) != DS_OK ||
+      read_attr(file, "iteration", H5T_NATIVE_INT64, &meta->iteration) != DS_OK ||
+      read_attr(file, "draws_written", H5T_NATIVE_INT64, &meta->draws_written) != DS_OK ||
+      read_attr(file, "n_items", H5T_NATIVE_INT64, &meta->n_items) != DS_OK ||
+      read_attr(file, "dim", H5T_NATIVE_INT64, &meta->dim) != DS_OK ||
+      read_attr(file, "seed", H5T_NATIVE_UINT64, &meta->seed) != DS_OK ||
+      read_string(file, "target", meta->target, sizeof meta->target) != DS_OK ||
+      read_string(file, "run_id", meta->run_id, sizeof meta->run_id) != DS_OK ||
+      read_string(file, "config", meta->config, sizeof meta->config) != DS_OK)
+    return DS_ERR_IO;
+  /* Optional: older checkpoints lack them, and meta_hash then leaves them out. */
+  meta->inputs[0] = '\0';
+  if (read_string(file, "inputs", meta->inputs, sizeof meta->inputs) != DS_OK) meta->inputs[0] = '\0';
+  meta->start_dir[0] = '\0';
+  if (read_string(file, "start_dir", meta->start_dir, sizeof meta->start_dir) != DS_OK) meta->start_dir[0] = '\0';
+  return DS_OK;
+}
+
+/* Whether meta, as read from file, matches the checksum stored beside it. */
+static int meta_intact(hid_t file, const ckpt_meta_t *meta) {
+  uint64_t stored = 0;
+  return read_attr(file, "meta_checksum", H5T_NATIVE_UINT64, &stored) == DS_OK && stored == meta_hash(meta);
+}
+
 /* Rank 0: the run id of the checkpoint at `path` into id (read serially); 0 where the file is no
- * readable checkpoint (a user's own file of that name, a damaged one). */
+ * readable checkpoint (a user's own file of that name, a damaged one). A checkpoint of this
+ * format whose metadata fail their checksum is damaged, and its run id (perhaps the damaged
+ * part) says nothing: it must not make a resume's folder look like another run's, nor be pruned
+ * as this run's; resume already names it and passes over it. */
 static int checkpoint_run_id(const char *path, char *id, size_t size) {
   hid_t file;
   id[0] = '\0';
   H5E_BEGIN_TRY { file = H5Fis_hdf5(path) > 0 ? H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT) : H5I_INVALID_HID; }
   H5E_END_TRY;
   if (file < 0) return 0;
-  int read = 0;
-  H5E_BEGIN_TRY { read = read_string(file, "run_id", id, size) == DS_OK && id[0]; }
+  ckpt_meta_t *meta = calloc(1, sizeof *meta);
+  int version = 0, read = 0;
+  H5E_BEGIN_TRY {
+    if (meta && read_attr(file, "format_version", H5T_NATIVE_INT, &version) == DS_OK &&
+        version == CKPT_FORMAT_VERSION) {
+      read = read_meta_fields(file, meta) == DS_OK && meta->run_id[0] && meta_intact(file, meta);
+      if (read) snprintf(id, size, "%s", meta->run_id);
+    } else if (meta) {
+      /* Another format's checksum is not this one's to check: its run id is taken as written. */
+      read = read_string(file, "run_id", id, size) == DS_OK && id[0];
+    }
+  }
   H5E_END_TRY;
+  free(meta);
   H5Fclose(file);
   return read;
 }
@@ -461,24 +502,9 @@ int ckpt_read_meta(MPI_Comm comm, const char *path, ckpt_meta_t *meta) {
                                    "that wrote it, or move the file away to resume from an older checkpoint)",
                      path, version, CKPT_FORMAT_VERSION);
   const int foreign = status != DS_OK;
-  if (status == DS_OK &&
-      (read_string(file, "algorithm", meta->algorithm, sizeof meta->algorithm) != DS_OK ||
-       read_attr(file, "iteration", H5T_NATIVE_INT64, &meta->iteration) != DS_OK ||
-       read_attr(file, "draws_written", H5T_NATIVE_INT64, &meta->draws_written) != DS_OK ||
-       read_attr(file, "n_items", H5T_NATIVE_INT64, &meta->n_items) != DS_OK ||
-       read_attr(file, "dim", H5T_NATIVE_INT64, &meta->dim) != DS_OK ||
-       read_attr(file, "seed", H5T_NATIVE_UINT64, &meta->seed) != DS_OK ||
-       read_string(file, "target", meta->target, sizeof meta->target) != DS_OK ||
-       read_string(file, "run_id", meta->run_id, sizeof meta->run_id) != DS_OK ||
-       read_string(file, "config", meta->config, sizeof meta->config) != DS_OK))
+  if (status == DS_OK && read_meta_fields(file, meta) != DS_OK)
     status = ds_fail(DS_ERR_INPUT, "checkpoint %s: metadata missing or unreadable", path);
-  meta->inputs[0] = '\0';
-  if (status == DS_OK && read_string(file, "inputs", meta->inputs, sizeof meta->inputs) != DS_OK) meta->inputs[0] = '\0';
-  meta->start_dir[0] = '\0';
-  if (status == DS_OK && read_string(file, "start_dir", meta->start_dir, sizeof meta->start_dir) != DS_OK)
-    meta->start_dir[0] = '\0';
-  uint64_t stored = 0;
-  if (status == DS_OK && (read_attr(file, "meta_checksum", H5T_NATIVE_UINT64, &stored) != DS_OK || stored != meta_hash(meta)))
+  if (status == DS_OK && !meta_intact(file, meta))
     status = ds_fail(DS_ERR_INPUT, "checkpoint %s: the metadata do not match their checksum (the file is damaged)", path);
   /* A checkpoint's name carries its iteration too. */
   const char *name = strrchr(path, '/');

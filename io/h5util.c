@@ -149,8 +149,21 @@ static int agree_or_close(MPI_Comm comm, int status, hid_t *file) {
   return status;
 }
 
+static char locked_output[4096];
+
+void h5util_set_locked_output(const char *path) { snprintf(locked_output, sizeof locked_output, "%s", path ? path : ""); }
+
+/* Whether `path` is the output this run holds the lock on (the same file, however named). */
+static int is_locked_output(const char *path) {
+  struct stat mine, theirs;
+  return locked_output[0] && stat(locked_output, &mine) == 0 && stat(path, &theirs) == 0 &&
+         mine.st_dev == theirs.st_dev && mine.st_ino == theirs.st_ino;
+}
+
 /* Whether another process holds an exclusive lock on `path`, as a running dsampler run holds one
- * on its output (run.c): a file mid-write, not a damaged one. */
+ * on its output (run.c): a file mid-write, not a damaged one. This run's own output is never
+ * asked about: flock locks belong to an open file, so the probe's new descriptor would find this
+ * run's lock in its way and blame another run. */
 static int held_by_a_run(const char *path) {
   const int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return 0;
@@ -174,9 +187,13 @@ int h5util_open_read(MPI_Comm comm, const char *option, const char *path, hid_t 
     H5Pclose(fapl);
     if (*file < 0) {
       snprintf(what, sizeof what, "%s %s: %s", option, path,
-               held_by_a_run(path) ? "is being written by a running dsampler run (it holds the file's lock): read it "
-                                     "once that run has ended"
-                                   : "not an HDF5 file (or a truncated or damaged one)");
+               is_locked_output(path)
+                   ? "truncated or damaged since the run wrote it (HDF5 cannot open it; no other run is writing it: "
+                     "this run holds its lock): put back an intact copy of it to continue (the draws so far are only "
+                     "in this file; the checkpoints hold the sampler's state, not the draws)"
+               : held_by_a_run(path) ? "is being written by a running dsampler run (it holds the file's lock): read it "
+                                       "once that run has ended"
+                                     : "not an HDF5 file (or a truncated or damaged one)");
       status = h5util_fail(DS_ERR_INPUT, what);
     }
   }

@@ -37,6 +37,10 @@ void h5util_set_write_path(const char *path);
  * MPI_Finalize, whose HDF5 clean-up would wait or crash on it. */
 void h5util_left_open(void);
 int h5util_unclosed(void);
+/* The output file this run holds the lock on (run.c; NULL once released), on every rank: a file
+ * that then fails to open is damaged, not being written by another run, since the lock the
+ * open's diagnosis probes for is the run's own. */
+void h5util_set_locked_output(const char *path);
 /* Fault injection for the tests: DSAMPLER_FAULT_SKIP_SPACE_CHECK=1 skips the free-space checks
  * (the run's output before work, the output's growth, each checkpoint), as a disk filled by
  * someone else between a check and its write. */

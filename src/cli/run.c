@@ -294,11 +294,13 @@ static int lock_output(run_ctx_t *run, int *lock_fd) {
     }
   }
   DS_TRY(comm_agree(run->comm, status));
+  h5util_set_locked_output(run->cfg->out);
   /* Every rank knows whether the output is new (a resumed SVGD run decides on it together). */
   return comm_bcast(run->comm, &run->output_created, sizeof run->output_created, 0);
 }
 
 static void unlock_output(run_ctx_t *run, int lock_fd, int status) {
+  h5util_set_locked_output(NULL);
   if (lock_fd < 0) return;
   /* A run that failed before writing anything leaves no empty file of its own making. */
   struct stat st;

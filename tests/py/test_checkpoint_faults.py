@@ -1,6 +1,7 @@
 """Checkpoint faults: a rank killed (SIGKILL) while a checkpoint is being written leaves the
 previous one intact and `resume` uses it; a truncated, corrupted or header-damaged newest
-checkpoint is passed over, saying so, for the one before it; a second signal during a checkpoint does not spoil it;
+checkpoint (a damaged run id too, which must not pass for another run's) is passed over, saying
+so, for the one before it; a second signal during a checkpoint does not spoil it;
 an output overwritten by another run, a checkpoint of another dimension, and a missing
 directory each give a clear error. Every resumed run must equal an uninterrupted one."""
 import glob
@@ -71,7 +72,7 @@ def main():
     t.check(rc == 0 and equal(full, out), f"kill: resumed from 100 on 3 ranks equals the uninterrupted run (rc {rc})")
 
     # 2. and 3. A truncated, then a corrupted newest checkpoint: fall back to the previous one.
-    for damage in ("truncated", "corrupted", "header"):
+    for damage in ("truncated", "corrupted", "header", "run_id"):
         out, ckpt = fresh(damage)
         t.run(2, *ARGS, "--out", out, "--checkpoint-dir", ckpt, "--checkpoint-every", 150, "--keep", 3)
         newest = os.path.join(ckpt, "ckpt-600.h5")
@@ -81,6 +82,11 @@ def main():
         elif damage == "header":  # a plausible but wrong iteration in the metadata
             with h5py.File(newest, "r+") as f:
                 f.attrs.modify("iteration", np.int64(590))
+        elif damage == "run_id":  # one character of the run id: damage, not another run's checkpoint
+            with h5py.File(newest, "r+") as f:
+                run_id = f.attrs["run_id"]
+                run_id = run_id.decode() if isinstance(run_id, bytes) else run_id
+                f.attrs.modify("run_id", ("1" if run_id[0] != "1" else "2") + run_id[1:])
         else:
             with open(newest, "r+b") as f:  # overwrite a stretch of the particle data
                 f.seek(int(size * 0.5))

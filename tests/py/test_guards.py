@@ -312,7 +312,9 @@ def clear_errors():
 
 
 def input_being_written():
-    """--init naming the output of a run still writing it: said so, not called damaged."""
+    """--init naming the output of a run still writing it: said so, not called damaged; that
+    output truncated once the run stopped: its resume calls it damaged, not written by a running
+    run (the lock it finds is the resume's own)."""
     out, ckpt = t.path("g_writing.h5"), t.path("g_writing.ckpt")
     shutil.rmtree(ckpt, ignore_errors=True)
     proc = launch(1, "hmc", "--dim", 2, "--chains", 8, "--warmup", 10000000, "--draws", 10, "--backend", "cpu",
@@ -324,7 +326,11 @@ def input_being_written():
                 "is being written by a running dsampler run")
     finally:
         proc.send_signal(signal.SIGUSR1)
-        finish_within(proc)
+        rc, _, stderr = finish_within(proc)
+    t.check(rc == 75, f"writing: stopped with a checkpoint (exit {rc}, {t.error_lines(stderr)})")
+    os.truncate(out, os.path.getsize(out) - 5)
+    lines = refused("resume_truncated_output", ["resume", ckpt], "g_writing.h5: truncated or damaged", protect=[out])
+    t.check(not any("being written" in line for line in lines), f"resume_truncated_output: no running run blamed ({lines})")
 
 
 def main():
