@@ -3,6 +3,7 @@
 #include "comm.h"
 
 #include <limits.h>
+#include <stdarg.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <time.h>
@@ -428,12 +429,29 @@ static void watchdog_arm(int recorded) {
   atomic_compare_exchange_strong(&watchdog_deadline, &expected, monotonic_seconds() + watchdog_seconds);
 }
 
+/* The read deadline (comm_deadline_begin): 0 when none is armed; the message is written before
+ * the deadline is stored, and read after it is loaded. */
+static atomic_llong read_deadline;
+static long long read_seconds;
+static char read_what[4400];
+
 static void *watchdog_main(void *unused) {
   (void)unused;
   for (;;) {
     sleep(1);
+    long long now = monotonic_seconds(), reading = atomic_load(&read_deadline);
+    if (reading != 0 && now >= reading) {
+      fprintf(stderr,
+              "dsampler: error: rank %d on %s: %s has not finished in %lld s: the file is most likely damaged "
+              "(HDF5 can loop forever on some damaged files); move it away and try again "
+              "(DSAMPLER_READ_DEADLINE_SECONDS sets the limit); ending every rank\n",
+              watchdog_rank, watchdog_host, read_what, read_seconds);
+      fflush(stderr);
+      MPI_Abort(MPI_COMM_WORLD, 1);
+      _exit(1);
+    }
     long long deadline = atomic_load(&watchdog_deadline);
-    if (deadline == 0 || monotonic_seconds() < deadline) continue;
+    if (deadline == 0 || now < deadline) continue;
     fprintf(stderr, "dsampler: error: rank %d on %s: still running %lld s after its error (%s); ending every rank\n",
             watchdog_rank, watchdog_host, watchdog_seconds, ds_error_message());
     fflush(stderr);
@@ -443,10 +461,15 @@ static void *watchdog_main(void *unused) {
   return NULL;
 }
 
+static long long env_seconds(const char *name, long long fallback) {
+  const char *text = getenv(name);
+  return text ? atoll(text) : fallback;
+}
+
 int comm_watchdog_start(comm_ctx_t *ctx) {
-  const char *text = getenv("DSAMPLER_ERROR_WATCHDOG_SECONDS");
-  watchdog_seconds = text ? atoll(text) : COMM_WATCHDOG_DEFAULT_SECONDS;
-  if (watchdog_seconds <= 0) return DS_OK;
+  watchdog_seconds = env_seconds("DSAMPLER_ERROR_WATCHDOG_SECONDS", COMM_WATCHDOG_DEFAULT_SECONDS);
+  read_seconds = env_seconds("DSAMPLER_READ_DEADLINE_SECONDS", COMM_READ_DEADLINE_DEFAULT_SECONDS);
+  if (watchdog_seconds <= 0 && read_seconds <= 0) return DS_OK;
   watchdog_rank = ctx->rank;
   snprintf(watchdog_host, sizeof watchdog_host, "%s", ctx->host);
   pthread_t thread;
@@ -456,6 +479,17 @@ int comm_watchdog_start(comm_ctx_t *ctx) {
   int rc = pthread_create(&thread, &attr, watchdog_main, NULL);
   pthread_attr_destroy(&attr);
   if (rc != 0) return ds_fail(DS_ERR_INTERNAL, "cannot start the error watchdog: %s", strerror(rc));
-  ds_error_set_hook(watchdog_arm);
+  if (watchdog_seconds > 0) ds_error_set_hook(watchdog_arm);
   return DS_OK;
 }
+
+void comm_deadline_begin(const char *format, ...) {
+  if (read_seconds <= 0) return;
+  va_list args;
+  va_start(args, format);
+  vsnprintf(read_what, sizeof read_what, format, args);
+  va_end(args);
+  atomic_store(&read_deadline, monotonic_seconds() + read_seconds);
+}
+
+void comm_deadline_end(void) { atomic_store(&read_deadline, 0); }

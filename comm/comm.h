@@ -116,6 +116,15 @@ int comm_agree_on(MPI_Comm comm, const char *host, int status);
 #define COMM_WATCHDOG_DEFAULT_SECONDS 120
 int comm_watchdog_start(comm_ctx_t *ctx);
 
+/* A bounded read. HDF5 1.10 can loop forever on some damaged files (a damaged size in a heap of
+ * variable-length strings): reads that may meet one run between comm_deadline_begin (which
+ * names what is read, printf-style) and comm_deadline_end. Past DSAMPLER_READ_DEADLINE_SECONDS
+ * (default below; 0: off) the watchdog thread names it, calls it damaged and ends every rank.
+ * Only where comm_watchdog_start ran; not nested. */
+#define COMM_READ_DEADLINE_DEFAULT_SECONDS 120
+void comm_deadline_begin(const char *format, ...) __attribute__((format(printf, 1, 2)));
+void comm_deadline_end(void);
+
 /* NCCL's communicator is created non-blocking: it must form within DSAMPLER_NCCL_INIT_TIMEOUT
  * seconds (default below), and each later NCCL call be issued within as long (the first calls
  * connect the ranks), or the rank reports that it could not join, naming itself and its host,

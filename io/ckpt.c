@@ -28,9 +28,9 @@ static uint64_t row_hash(int64_t row, const void *bytes, size_t size) {
 }
 
 /* A hash of the metadata, so a damaged header is refused like damaged arrays are. */
-static uint64_t meta_hash(const ckpt_meta_t *meta) {
+static uint64_t meta_hash(const ckpt_meta_t *meta, int version) {
   char head[1024];
-  int length = snprintf(head, sizeof head, "v%d|%s|%lld|%lld|%lld|%lld|%llu|%s|%s|", CKPT_FORMAT_VERSION,
+  int length = snprintf(head, sizeof head, "v%d|%s|%lld|%lld|%lld|%lld|%llu|%s|%s|", version,
                         meta->algorithm, (long long)meta->iteration, (long long)meta->draws_written,
                         (long long)meta->n_items, (long long)meta->dim, (unsigned long long)meta->seed, meta->target,
                         meta->run_id);
@@ -41,6 +41,8 @@ static uint64_t meta_hash(const ckpt_meta_t *meta) {
   /* So did the start folder. */
   return meta->start_dir[0] ? hash ^ row_hash(3, meta->start_dir, strlen(meta->start_dir)) : hash;
 }
+
+uint64_t ckpt_meta_checksum(const ckpt_meta_t *meta, int version) { return meta_hash(meta, version); }
 
 /* The lowest failing rank's status and message, on every rank (h5util_agree). */
 static int agree(MPI_Comm comm, int status) { return h5util_agree(comm, status); }
@@ -69,15 +71,6 @@ static int write_attr(hid_t object, const char *name, hid_t type, const void *va
   return DS_OK;
 }
 
-static int write_string(hid_t object, const char *name, const char *value) {
-  hid_t type = H5Tcopy(H5T_C_S1);
-  H5_CHECK(type);
-  H5_CHECK(H5Tset_size(type, H5T_VARIABLE));
-  int status = write_attr(object, name, type, &value);
-  H5Tclose(type);
-  return status;
-}
-
 static int read_attr(hid_t object, const char *name, hid_t type, void *value) {
   int ok;
   H5E_BEGIN_TRY {
@@ -89,16 +82,51 @@ static int read_attr(hid_t object, const char *name, hid_t type, void *value) {
   return ok ? DS_OK : DS_ERR_IO;
 }
 
-static int read_string(hid_t object, const char *name, char *out, size_t size) {
+/* Strings are fixed-length attributes (format 6 on): stored inside the attribute itself, with
+ * no global heap. A damaged size field in a heap of variable-length strings (format 5) can send
+ * HDF5 1.10 into an endless loop in H5Aread; a damaged fixed-length string is only wrong bytes,
+ * which the metadata checksum refuses. */
+static int write_string(hid_t object, const char *name, const char *value) {
   hid_t type = H5Tcopy(H5T_C_S1);
-  H5Tset_size(type, H5T_VARIABLE);
-  char *value = NULL;
-  int status = read_attr(object, name, type, &value);
+  H5_CHECK(type);
+  H5_CHECK(H5Tset_size(type, strlen(value) + 1));
+  H5_CHECK(H5Tset_strpad(type, H5T_STR_NULLTERM));
+  int status = write_attr(object, name, type, value);
   H5Tclose(type);
-  if (status == DS_OK && value) {
-    snprintf(out, size, "%s", value);
-    H5free_memory(value);
+  return status;
+}
+
+/* Reads a string attribute of either kind: fixed-length (format 6) or variable-length (format 5,
+ * read under the read deadline of ckpt_read_meta's callers). One longer than `size` is refused. */
+static int read_string(hid_t object, const char *name, char *out, size_t size) {
+  int status = DS_ERR_IO;
+  out[0] = '\0';
+  H5E_BEGIN_TRY {
+    hid_t attr = H5Aopen(object, name, H5P_DEFAULT);
+    hid_t stored = attr >= 0 ? H5Aget_type(attr) : H5I_INVALID_HID;
+    htri_t variable = stored >= 0 && H5Tget_class(stored) == H5T_STRING ? H5Tis_variable_str(stored) : -1;
+    hid_t type = variable >= 0 ? H5Tcopy(H5T_C_S1) : H5I_INVALID_HID;
+    if (variable > 0 && type >= 0 && H5Tset_size(type, H5T_VARIABLE) >= 0 && h5util_match_cset(attr, type) >= 0) {
+      char *value = NULL;
+      if (H5Aread(attr, type, &value) >= 0 && value) {
+        status = strlen(value) < size ? DS_OK : DS_ERR_IO;
+        if (status == DS_OK) memcpy(out, value, strlen(value) + 1);
+      }
+      if (value) H5free_memory(value);
+    } else if (variable == 0 && type >= 0) {
+      size_t length = H5Tget_size(stored);
+      if (length > 0 && length <= size && H5Tset_size(type, length) >= 0 &&
+          H5Tset_strpad(type, H5T_STR_NULLTERM) >= 0 && H5Aread(attr, type, out) >= 0) {
+        out[length - 1] = '\0';
+        status = DS_OK;
+      }
+    }
+    if (type >= 0) H5Tclose(type);
+    if (stored >= 0) H5Tclose(stored);
+    if (attr >= 0) H5Aclose(attr);
   }
+  H5E_END_TRY;
+  if (status != DS_OK) out[0] = '\0';
   return status;
 }
 
@@ -122,7 +150,7 @@ static int write_contents(MPI_Comm comm, int rank, hid_t file, const ckpt_meta_t
                           int n_arrays, const ckpt_global_t *globals, int n_globals, int64_t row_begin,
                           int64_t row_end) {
   const int version = CKPT_FORMAT_VERSION;
-  const uint64_t header_checksum = meta_hash(meta);
+  const uint64_t header_checksum = meta_hash(meta, version);
   int status = write_attr(file, "format_version", H5T_NATIVE_INT, &version);
   if (status == DS_OK) status = write_string(file, "algorithm", meta->algorithm);
   if (status == DS_OK) status = write_attr(file, "iteration", H5T_NATIVE_INT64, &meta->iteration);
@@ -291,10 +319,13 @@ static int read_meta_fields(hid_t file, ckpt_meta_t *meta) {
   return DS_OK;
 }
 
+/* Format 5 differs from 6 only in its strings (variable-length), which read_string reads too. */
+static int readable_version(int version) { return version == CKPT_FORMAT_VERSION || version == 5; }
+
 /* Whether meta, as read from file, matches the checksum stored beside it. */
-static int meta_intact(hid_t file, const ckpt_meta_t *meta) {
+static int meta_intact(hid_t file, const ckpt_meta_t *meta, int version) {
   uint64_t stored = 0;
-  return read_attr(file, "meta_checksum", H5T_NATIVE_UINT64, &stored) == DS_OK && stored == meta_hash(meta);
+  return read_attr(file, "meta_checksum", H5T_NATIVE_UINT64, &stored) == DS_OK && stored == meta_hash(meta, version);
 }
 
 /* Rank 0: the run id of the checkpoint at `path` into id (read serially); 0 where the file is no
@@ -305,15 +336,18 @@ static int meta_intact(hid_t file, const ckpt_meta_t *meta) {
 static int checkpoint_run_id(const char *path, char *id, size_t size) {
   hid_t file;
   id[0] = '\0';
+  comm_deadline_begin("reading checkpoint %s", path);
   H5E_BEGIN_TRY { file = H5Fis_hdf5(path) > 0 ? H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT) : H5I_INVALID_HID; }
   H5E_END_TRY;
-  if (file < 0) return 0;
+  if (file < 0) {
+    comm_deadline_end();
+    return 0;
+  }
   ckpt_meta_t *meta = calloc(1, sizeof *meta);
   int version = 0, read = 0;
   H5E_BEGIN_TRY {
-    if (meta && read_attr(file, "format_version", H5T_NATIVE_INT, &version) == DS_OK &&
-        version == CKPT_FORMAT_VERSION) {
-      read = read_meta_fields(file, meta) == DS_OK && meta->run_id[0] && meta_intact(file, meta);
+    if (meta && read_attr(file, "format_version", H5T_NATIVE_INT, &version) == DS_OK && readable_version(version)) {
+      read = read_meta_fields(file, meta) == DS_OK && meta->run_id[0] && meta_intact(file, meta, version);
       if (read) snprintf(id, size, "%s", meta->run_id);
     } else if (meta) {
       /* Another format's checksum is not this one's to check: its run id is taken as written. */
@@ -323,6 +357,7 @@ static int checkpoint_run_id(const char *path, char *id, size_t size) {
   H5E_END_TRY;
   free(meta);
   H5Fclose(file);
+  comm_deadline_end();
   return read;
 }
 
@@ -487,9 +522,13 @@ int ckpt_list(MPI_Comm comm, const char *where, char paths[][4096], int *count) 
 int ckpt_read_meta(MPI_Comm comm, const char *path, ckpt_meta_t *meta) {
   memset(meta, 0, sizeof *meta);
   hid_t file;
+  comm_deadline_begin("reading checkpoint %s", path);
   int opened = h5util_open_read(comm, "checkpoint", path, &file);
   /* A file that does not open as HDF5 in a checkpoint's place is taken as a damaged one. */
-  if (opened != DS_OK) return opened == DS_ERR_INPUT ? DS_ERR_CHECKPOINT : opened;
+  if (opened != DS_OK) {
+    comm_deadline_end();
+    return opened == DS_ERR_INPUT ? DS_ERR_CHECKPOINT : opened;
+  }
   /* An HDF5 file that is not this version's checkpoint is someone else's file (the run's
    * output, a newer dsampler's checkpoint): DS_ERR_INPUT, and resume stops there, since
    * continuing from an older checkpoint would later write over it. Damage below is
@@ -497,14 +536,14 @@ int ckpt_read_meta(MPI_Comm comm, const char *path, ckpt_meta_t *meta) {
   int version = 0, status = DS_OK;
   if (read_attr(file, "format_version", H5T_NATIVE_INT, &version) != DS_OK)
     status = ds_fail(DS_ERR_INPUT, "checkpoint %s: no format_version: not a dsampler checkpoint", path);
-  else if (version != CKPT_FORMAT_VERSION)
-    status = ds_fail(DS_ERR_INPUT, "checkpoint %s: format version %d, this dsampler reads version %d (use the dsampler "
-                                   "that wrote it, or move the file away to resume from an older checkpoint)",
+  else if (!readable_version(version))
+    status = ds_fail(DS_ERR_INPUT, "checkpoint %s: format version %d, this dsampler reads versions 5 to %d (use the "
+                                   "dsampler that wrote it, or move the file away to resume from an older checkpoint)",
                      path, version, CKPT_FORMAT_VERSION);
   const int foreign = status != DS_OK;
   if (status == DS_OK && read_meta_fields(file, meta) != DS_OK)
     status = ds_fail(DS_ERR_INPUT, "checkpoint %s: metadata missing or unreadable", path);
-  if (status == DS_OK && !meta_intact(file, meta))
+  if (status == DS_OK && !meta_intact(file, meta, version))
     status = ds_fail(DS_ERR_INPUT, "checkpoint %s: the metadata do not match their checksum (the file is damaged)", path);
   /* A checkpoint's name carries its iteration too. */
   const char *name = strrchr(path, '/');
@@ -513,6 +552,7 @@ int ckpt_read_meta(MPI_Comm comm, const char *path, ckpt_meta_t *meta) {
     status = ds_fail(DS_ERR_INPUT, "checkpoint %s: holds iteration %lld, its name says %lld", path,
                      (long long)meta->iteration, named);
   H5Fclose(file);
+  comm_deadline_end();
   if (status != DS_OK && !foreign) status = DS_ERR_CHECKPOINT;
   return agree(comm, status);
 }

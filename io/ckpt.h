@@ -9,7 +9,8 @@
 #include <mpi.h>
 #include <stdint.h>
 
-#define CKPT_FORMAT_VERSION 5
+/* Written: 6 (strings fixed-length). Read: 5 and 6 (5's strings are variable-length). */
+#define CKPT_FORMAT_VERSION 6
 #define CKPT_CONFIG_MAX 16384
 /* The fingerprints of the files a run reads (run_context.h), one line each. */
 #define CKPT_INPUTS_MAX 32768
@@ -54,6 +55,10 @@ int ckpt_write(MPI_Comm comm, const char *dir, const ckpt_meta_t *meta, const ck
  * newest first, into paths[0 .. *count). Rank 0 looks; every rank gets the list. */
 #define CKPT_LIST_MAX 64
 int ckpt_list(MPI_Comm comm, const char *where, char paths[][4096], int *count);
+
+/* The checksum of meta as a checkpoint of format `version` stores it (meta_checksum): for tests
+ * that forge a checkpoint of an older format. */
+uint64_t ckpt_meta_checksum(const ckpt_meta_t *meta, int version);
 
 /* Collective. Opens `path` and reads its metadata, checking the format version. */
 int ckpt_read_meta(MPI_Comm comm, const char *path, ckpt_meta_t *meta);

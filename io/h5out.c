@@ -6,6 +6,7 @@
 #define _GNU_SOURCE /* sync_file_range */
 #endif
 #include "h5out.h"
+#include "comm.h"
 
 #include <fcntl.h>
 #include <hdf5.h>
@@ -578,12 +579,15 @@ int h5out_read_attr(h5out_t *f, const char *key, char *value, size_t size) {
   H5Tset_size(type, H5T_VARIABLE);
   char *text = NULL;
   int ok;
+  /* A variable-length string: a damaged file can make H5Aread loop (comm_deadline_begin). */
+  comm_deadline_begin("reading attribute %s of output %s", key, f->path);
   H5E_BEGIN_TRY {
     hid_t attr = H5Aopen_by_name(f->file, "/", key, H5P_DEFAULT, H5P_DEFAULT);
-    ok = attr >= 0 && H5Aread(attr, type, &text) >= 0;
+    ok = attr >= 0 && h5util_match_cset(attr, type) >= 0 && H5Aread(attr, type, &text) >= 0;
     if (attr >= 0) H5Aclose(attr);
   }
   H5E_END_TRY;
+  comm_deadline_end();
   H5Tclose(type);
   if (!ok || !text) return ds_fail(DS_ERR_INPUT, "output %s: no attribute %s", f->path, key);
   snprintf(value, size, "%s", text);

@@ -246,6 +246,14 @@ int h5util_same_file(const char *a, const char *b) {
   return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
 }
 
+int h5util_match_cset(hid_t attr, hid_t type) {
+  hid_t stored = H5Aget_type(attr);
+  if (stored < 0) return -1;
+  H5T_cset_t cset = H5Tget_class(stored) == H5T_STRING ? H5Tget_cset(stored) : H5T_CSET_ERROR;
+  H5Tclose(stored);
+  return cset == H5T_CSET_ERROR || H5Tset_cset(type, cset) < 0 ? -1 : 0;
+}
+
 /* Replaces one root attribute; collective (metadata writes are collective on this file). */
 static int set_root_attr(hid_t file, const char *key, const char *value) {
   hid_t type = H5Tcopy(H5T_C_S1), space = H5Screate(H5S_SCALAR), attr = H5I_INVALID_HID;
@@ -302,7 +310,13 @@ int h5util_read_root_attr(MPI_Comm comm, const char *option, const char *path, c
   char *text = NULL;
   htri_t exists = H5Aexists(file, key);
   if (exists > 0) attr = H5Aopen(file, key, H5P_DEFAULT);
-  if (type < 0 || H5Tset_size(type, H5T_VARIABLE) < 0 || attr < 0 || H5Aread(attr, type, &text) < 0 || !text) {
+  /* A variable-length string: a damaged file can make H5Aread loop (comm_deadline_begin). */
+  comm_deadline_begin("reading attribute %s of %s %s", key, option, path);
+  herr_t read = type >= 0 && H5Tset_size(type, H5T_VARIABLE) >= 0 && attr >= 0 && h5util_match_cset(attr, type) >= 0
+                    ? H5Aread(attr, type, &text)
+                    : -1;
+  comm_deadline_end();
+  if (read < 0 || !text) {
     H5Eclear2(H5E_DEFAULT);
     status = ds_fail(DS_ERR_INPUT, "%s %s: no readable string attribute '%s' (not a dsampler output?)", option, path, key);
   } else {

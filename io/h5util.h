@@ -84,6 +84,11 @@ int h5util_set_root_attrs(MPI_Comm comm, const char *option, const char *path, c
 
 /* Collective: reads string attribute `key` of the root group of `path` into value. Agreed;
  * DS_ERR_INPUT naming the file when absent. */
+/* Sets string type `type`'s character set to that of attribute `attr` (HDF5 1.10 has no
+ * conversion between a variable-length ASCII and UTF-8 string): 0, or -1 where attr is no
+ * string. */
+int h5util_match_cset(hid_t attr, hid_t type);
+
 int h5util_read_root_attr(MPI_Comm comm, const char *option, const char *path, const char *key, char *value,
                           size_t size);
 

@@ -20,7 +20,7 @@ enum { SC_DA_COUNTER = 0, SC_WINDOW_COUNTER, SC_WINDOW_SIZE, SC_NEXT_WINDOW, SC_
  * SC_POOLED_DA hold, are part of the checkpoint format: a checkpoint of another layout must not
  * be read as this one. A change of either needs a new CKPT_FORMAT_VERSION (io/ckpt.h), with its
  * layout stated here. */
-#if CKPT_FORMAT_VERSION == 5
+#if CKPT_FORMAT_VERSION == 5 || CKPT_FORMAT_VERSION == 6 /* 6 changed only how strings are stored */
 _Static_assert(SC_DA_COUNTER == 0 && SC_WINDOW_COUNTER == 1 && SC_WINDOW_SIZE == 2 && SC_NEXT_WINDOW == 3 &&
                    SC_WINDOW_SAMPLES == 4 && SC_SEARCHES == 5 && SC_TAIL_SAMPLES == 6 && SC_SEARCH_START == 7 &&
                    SC_STEP_REF == 8 && SC_CHEES_LOG_T == 9 && SC_CHEES_SQ == 10 && SC_CHEES_AVG_LOG_T == 11 &&

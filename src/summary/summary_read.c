@@ -18,6 +18,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "comm.h"
 #include "diagnostics.h"
 #include "exactsum.h"
 #include "h5out.h"
@@ -178,7 +179,11 @@ static int read_count_attr(hid_t file, const char *path, const char *key, int *f
     hid_t mem_type = H5Tcopy(file_type);
     if (H5Tis_variable_str(file_type) > 0) {
       char *read = NULL;
-      if (mem_type < 0 || H5Aread(attr, mem_type, &read) < 0) status = h5_fail(__FILE__, __LINE__, "H5Aread");
+      /* A damaged file can make this read loop (comm_deadline_begin). */
+      comm_deadline_begin("reading attribute %s of %s", key, path);
+      herr_t rc = mem_type < 0 ? -1 : H5Aread(attr, mem_type, &read);
+      comm_deadline_end();
+      if (rc < 0) status = h5_fail(__FILE__, __LINE__, "H5Aread");
       if (read) snprintf(text, sizeof text, "%s", read);
       if (read) H5free_memory(read);
     } else {

@@ -3,9 +3,12 @@ previous one intact and `resume` uses it; a truncated, corrupted or header-damag
 checkpoint (a damaged run id too, which must not pass for another run's) is passed over, saying
 so, for the one before it; a second signal during a checkpoint does not spoil it;
 an output overwritten by another run, a checkpoint of another dimension, and a missing
-directory each give a clear error. Every resumed run must equal an uninterrupted one."""
+directory each give a clear error. Every resumed run must equal an uninterrupted one. A checkpoint
+of the older format 5 (variable-length strings) whose string heap is damaged so that HDF5 loops
+forever ends the job by the read deadline with a message naming it, every file as it was."""
 import glob
 import os
+import struct
 import shutil
 import signal
 import subprocess
@@ -50,6 +53,33 @@ def fresh(name):
     out, ckpt = t.path(f"fault_{name}.h5"), t.path(f"fault_{name}.ckpt")
     shutil.rmtree(ckpt, ignore_errors=True)
     return out, ckpt
+
+
+def as_format_5_with_looping_heap(path):
+    """Rewrites checkpoint `path` as format 5 wrote its strings (variable-length, in a global heap),
+    then lengthens the heap's last string by 64 bytes: HDF5 1.10's walk of the heap then lands in
+    the zeroed free space and reads objects of size 0 forever. The checksums are left: the loop
+    comes first."""
+    with h5py.File(path, "r+") as f:
+        for key in ("algorithm", "target", "run_id", "config", "inputs", "start_dir"):
+            if key in f.attrs:
+                value = f.attrs[key]
+                value = value.decode() if isinstance(value, bytes) else str(value)
+                del f.attrs[key]
+                f.attrs.create(key, value, dtype=h5py.string_dtype("ascii"))
+        f.attrs.modify("format_version", np.int32(5))
+    data = bytearray(open(path, "rb").read())
+    heap = data.find(b"GCOL\x01")
+    end = heap + struct.unpack("<Q", data[heap + 8:heap + 16])[0]
+    at, last = heap + 16, None
+    while at + 16 <= end:
+        index, size = struct.unpack("<H", data[at:at + 2])[0], struct.unpack("<Q", data[at + 8:at + 16])[0]
+        if index == 0:
+            break
+        last, at = at, at + 16 + (size + 7) // 8 * 8
+    assert heap >= 0 and last is not None and end - at > 200, "the heap is not as expected"
+    data[last + 8:last + 16] = struct.pack("<Q", struct.unpack("<Q", data[last + 8:last + 16])[0] + 64)
+    open(path, "wb").write(data)
 
 
 def main():
@@ -145,6 +175,28 @@ def main():
     # 7. A missing directory.
     rc, _, stderr = t.run(2, "resume", t.path("no_such.ckpt"), expect_ok=False)
     t.check(rc != 0 and "no such file or directory" in stderr, f"missing: clear error ({stderr.strip().splitlines()[0]!r})")
+
+    # 8. A format-5 checkpoint whose string heap makes HDF5 loop: the read deadline ends every
+    # rank, naming the file; nothing is changed.
+    out, ckpt = fresh("heap")
+    t.run(2, *ARGS, "--out", out, "--checkpoint-dir", ckpt, "--checkpoint-every", 150, "--keep", 3)
+    os.remove(os.path.join(ckpt, "ckpt-610.h5"))
+    newest = os.path.join(ckpt, "ckpt-600.h5")
+    as_format_5_with_looping_heap(newest)
+    before = {p: open(p, "rb").read() for p in [out, *glob.glob(os.path.join(ckpt, "*"))]}
+    started = time.time()
+    proc = launch(2, ["resume", ckpt, "--quiet"], env={"DSAMPLER_READ_DEADLINE_SECONDS": "5"})
+    try:
+        _, stderr = proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        _, stderr = proc.communicate()
+    took = time.time() - started
+    t.check(proc.returncode != 0 and took < 100 and "has not finished in 5 s" in stderr and newest in stderr,
+            f"heap: a looping read ends by the deadline, naming the file (rc {proc.returncode}, {took:.0f} s, "
+            f"{[l for l in stderr.splitlines() if 'dsampler' in l][:1]!r})")
+    t.check(all(open(p, "rb").read() == b for p, b in before.items()) and
+            sorted(before) == sorted([out, *glob.glob(os.path.join(ckpt, "*"))]), "heap: every file as it was")
     t.finish("checkpoint_faults")
 
 

@@ -274,21 +274,49 @@ static void read_and_compare(MPI_Comm comm, const char *path, const ckpt_meta_t 
 
 /* --- the file on disk, through the plain HDF5 API (rank 0) ---------------------------------- */
 
+/* A fixed-length, null-terminated string attribute of exactly strlen + 1 bytes (format 6: no
+ * variable-length strings, whose heap a damaged byte can make HDF5 loop on); its text in out. */
 static int read_string_attr(hid_t object, const char *name, char *out, size_t size) {
   hid_t attr = H5Aopen(object, name, H5P_DEFAULT);
   if (attr < 0) return -1;
   hid_t file_type = H5Aget_type(attr);
-  const int variable = H5Tget_class(file_type) == H5T_STRING && H5Tis_variable_str(file_type) > 0;
-  hid_t memory_type = H5Tcopy(H5T_C_S1);
-  H5Tset_size(memory_type, H5T_VARIABLE);
-  char *value = NULL;
-  int ok = variable && H5Aread(attr, memory_type, &value) >= 0 && value;
-  if (ok) snprintf(out, size, "%s", value);
-  if (value) H5free_memory(value);
-  H5Tclose(memory_type);
+  const size_t length = H5Tget_size(file_type);
+  int ok = H5Tget_class(file_type) == H5T_STRING && H5Tis_variable_str(file_type) == 0 &&
+           H5Tget_strpad(file_type) == H5T_STR_NULLTERM && length > 0 && length <= size;
+  if (ok) ok = H5Aread(attr, file_type, out) >= 0 && strlen(out) + 1 == length;
   H5Tclose(file_type);
   H5Aclose(attr);
   return ok ? 0 : -1;
+}
+
+/* Rewrites checkpoint `path` as format 5 wrote it: its string attributes variable-length, its
+ * format_version 5 and meta_checksum that format's. Serial; 0 on success. */
+static int forge_format_5(const char *path, const ckpt_meta_t *meta) {
+  hid_t file = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT);
+  if (file < 0) return -1;
+  const char *names[] = {"algorithm", "target", "run_id", "config", "inputs", "start_dir"};
+  const char *values[] = {meta->algorithm, meta->target, meta->run_id, meta->config, meta->inputs, meta->start_dir};
+  int ok = 1;
+  hid_t space = H5Screate(H5S_SCALAR), type = H5Tcopy(H5T_C_S1);
+  H5Tset_size(type, H5T_VARIABLE);
+  for (int i = 0; i < 6 && ok; ++i) {
+    if (!values[i][0]) continue;
+    ok = H5Adelete(file, names[i]) >= 0;
+    hid_t attr = ok ? H5Acreate2(file, names[i], type, space, H5P_DEFAULT, H5P_DEFAULT) : H5I_INVALID_HID;
+    ok = attr >= 0 && H5Awrite(attr, type, &values[i]) >= 0;
+    if (attr >= 0) H5Aclose(attr);
+  }
+  const int version = 5;
+  const uint64_t checksum = ckpt_meta_checksum(meta, 5);
+  hid_t attr = H5Aopen(file, "format_version", H5P_DEFAULT);
+  ok = ok && attr >= 0 && H5Awrite(attr, H5T_NATIVE_INT, &version) >= 0;
+  if (attr >= 0) H5Aclose(attr);
+  attr = H5Aopen(file, "meta_checksum", H5P_DEFAULT);
+  ok = ok && attr >= 0 && H5Awrite(attr, H5T_NATIVE_UINT64, &checksum) >= 0;
+  if (attr >= 0) H5Aclose(attr);
+  H5Tclose(type);
+  H5Sclose(space);
+  return H5Fclose(file) >= 0 && ok ? 0 : -1;
 }
 
 /* An integer attribute of `bytes` bytes and `sign`, scalar; its value in *value. */
@@ -328,8 +356,8 @@ static void check_layout(const char *dir, const ckpt_meta_t *want, int with_opti
   static char text[CKPT_INPUTS_MAX];
   for (int i = 0; i < n_strings; ++i) {
     const int read = read_string_attr(file, strings[i], text, sizeof text);
-    EXPECT(read == 0 && strcmp(text, wanted_strings[i]) == 0, "%s: root attribute %s missing, not a variable-length "
-           "string, or '%.40s'", label, strings[i], read == 0 ? text : "");
+    EXPECT(read == 0 && strcmp(text, wanted_strings[i]) == 0, "%s: root attribute %s missing, not a fixed-length "
+           "null-terminated string of its length, or '%.40s'", label, strings[i], read == 0 ? text : "");
   }
   if (!with_optional)
     EXPECT(H5Aexists(file, "inputs") == 0 && H5Aexists(file, "start_dir") == 0,
@@ -894,6 +922,18 @@ int main(int argc, char **argv) {
     MPI_Barrier(MPI_COMM_WORLD);
     if (world_rank == 0) printf("damaged files (read on %d ranks):\n", world_size);
     test_damaged(MPI_COMM_WORLD, damaged_dir, good, &good_meta);
+
+    /* A checkpoint of format 5 (variable-length strings) still reads back as written. */
+    char old_dir[4200], old[4300];
+    snprintf(old_dir, sizeof old_dir, "%s/format5", root);
+    snprintf(old, sizeof old, "%s/ckpt-12.h5", old_dir);
+    ds_error_clear();
+    EXPECT(write_checkpoint(MPI_COMM_WORLD, old_dir, &good_meta, 2) == DS_OK, "writing format5/ckpt-12: %s",
+           ds_error_message());
+    if (world_rank == 0) EXPECT(forge_format_5(old, &good_meta) == 0, "rewriting %s as format 5", old);
+    MPI_Barrier(MPI_COMM_WORLD);
+    read_and_compare(MPI_COMM_WORLD, old, &good_meta, "format 5 (variable-length strings), read by format 6");
+    if (world_rank == 0) printf("format 5 read back\n");
   }
   {
     char dir[4200];
