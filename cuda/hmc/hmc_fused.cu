@@ -240,7 +240,7 @@ hmc_gaussian_kernel(const builtin_params_t params, const hmc_batch_t b) {
     write_verdict(b, chain, v, logp1);
     b.step_size[chain] = eps;
   }
-  if (MOMENTS && (!CHEES || b.moment_mean)) keep_moments<LANES, MB, VEC4>(b, row, lane, v.accept, q, valid);
+  if (MOMENTS && (!CHEES || b.moment_mean) && chain < b.moment_rows) keep_moments<LANES, MB, VEC4>(b, row, lane, v.accept, q, valid);
   if (!v.accept || b.probe) return;
   float grad[PER]; /* at the proposal: -(q - mean) / scale^2 */
 #pragma unroll

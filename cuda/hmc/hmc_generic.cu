@@ -107,6 +107,7 @@ __global__ void hmc_finish_kernel(const hmc_batch_t b, const float *q_work, floa
   if (!active) return;
   if (lane == 0) write_verdict(b, chain, v, logp_work[chain]);
   const float n = (float)b.moment_count;
+  const bool moments = b.moment_mean && chain < b.moment_rows;
   for (long long k = lane; k < dim; k += GENERIC_LANES) {
     float q = b.q[row + k];
     if (v.accept && !b.probe) {
@@ -114,7 +115,7 @@ __global__ void hmc_finish_kernel(const hmc_batch_t b, const float *q_work, floa
       b.q[row + k] = q;
       b.grad[row + k] = grad_work[row + k];
     }
-    if (b.moment_mean) welford_add(b.moment_mean + row + k, b.moment_m2 + row + k, q, n);
+    if (moments) welford_add(b.moment_mean + row + k, b.moment_m2 + row + k, q, n);
   }
 }
 

@@ -616,7 +616,7 @@ static int hmc_block(const dsampler_target *t, hmc_batch_t *batch, int64_t c0, i
       batch->logp[chain] = logp[c];
       if (wide) batch->logp_wide[chain] = wide[c];
     }
-    if (batch->moment_mean) hmc_add_moments(batch, chain);
+    if (batch->moment_mean && chain < batch->moment_rows) hmc_add_moments(batch, chain);
   }
   return DS_OK;
 }

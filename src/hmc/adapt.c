@@ -72,6 +72,9 @@ struct adapt {
    * [rows, dim (dim + 1) / 2] (backend); the factor (backend [2, dim, dim]: L, L^T) and its host
    * state. */
   int track_cov;
+  /* The chains the windows keep (adapt.h's ADAPT_WINDOW_CHAINS): in all, and this rank's, which
+   * are its first window_rows. */
+  int64_t window_chains, window_rows;
   float *window_cov, *factor, *factor_inv, *factor_row;
   double *dense;                /* [DENSE_FACTOR + dim dim] */
   double *inverse;              /* [dim dim]: L^-1, made from dense's L */
@@ -120,6 +123,13 @@ int adapt_create(adapt_t **out, comm_ctx_t *comm, backend_t *backend, const adap
   a->comm = comm;
   a->backend = backend;
   const int64_t rows = settings->rows, dim = settings->dim, warmup = settings->warmup;
+  a->window_chains = settings->chains_total;
+  a->window_rows = rows;
+  if (settings->mode == ADAPT_POOLED && settings->chains_total > ADAPT_WINDOW_CHAINS) {
+    a->window_chains = ADAPT_WINDOW_CHAINS;
+    const int64_t mine = ADAPT_WINDOW_CHAINS - settings->chain_begin;
+    a->window_rows = mine < 0 ? 0 : mine > rows ? rows : mine;
+  }
   /* Stan's windows: 75 / 25 / 50, or 15 / 75 / 10 % when the warmup is too short for them,
    * none below 20 iterations. */
   a->init_buffer = 75;
@@ -242,7 +252,7 @@ enum { POOLED_WINDOW_DRAWS = 6400, POOLED_WINDOW_MIN = 100 };
 
 static int64_t window_cap(const adapt_t *a) {
   if (a->s.mode != ADAPT_POOLED) return INT64_MAX;
-  const int64_t iterations = (POOLED_WINDOW_DRAWS + a->s.chains_total - 1) / a->s.chains_total;
+  const int64_t iterations = (POOLED_WINDOW_DRAWS + a->window_chains - 1) / a->window_chains;
   return iterations > POOLED_WINDOW_MIN ? iterations : POOLED_WINDOW_MIN;
 }
 
@@ -307,7 +317,7 @@ int adapt_chees_prepare(adapt_t *a, hmc_batch_t *batch, const float *q, int64_t 
   if (iteration % CHEES_CENTER_EVERY != 0 && a->center_sent) return DS_OK;
   /* (A resumed run takes the centre its checkpoint carries.) */
   if (iteration % CHEES_CENTER_EVERY == 0)
-    DS_TRY(moments_column_mean(a->comm, a->backend, q, a->s.rows, dim, a->s.chains_total, a->center_host));
+    DS_TRY(moments_column_mean(a->comm, a->backend, q, a->window_rows, dim, a->window_chains, a->center_host));
   a->center_sent = 1;
   for (int64_t k = 0; k < dim; ++k) a->center_row[k] = (float)a->center_host[k];
   return comm_agree(a->comm, a->backend->upload(a->backend, a->chees_center, a->center_row, (size_t)dim * sizeof(float)));
@@ -365,8 +375,10 @@ void adapt_before_iteration(adapt_t *a, hmc_batch_t *batch) {
   if (!a) return;
   if (in_tail(a, (int64_t)batch->iteration)) {
     batch->moment_count = (int64_t)a->scalars[SC_TAIL_SAMPLES] + 1;
+    batch->moment_rows = a->s.rows;
   } else if (a->s.diag_metric && in_window(a, (int64_t)a->scalars[SC_WINDOW_COUNTER])) {
     batch->moment_count = (int64_t)a->scalars[SC_WINDOW_SAMPLES] + 1;
+    batch->moment_rows = a->window_rows;
   } else {
     return;
   }
@@ -389,12 +401,12 @@ static int pooled_metric(adapt_t *a, double n_chain, float *inv_metric) {
   double *totals = malloc((size_t)(4 * dim) * sizeof *totals);
   if (!totals) return comm_agree(a->comm, DS_FAIL_ALLOC("metric totals", (size_t)(4 * dim) * sizeof(double)));
   double *grand_mean = totals, *within = totals + dim, *between = totals + 2 * dim, *within_grad = totals + 3 * dim;
-  int status = moments_pool(a->comm, b, a->window_mean, a->window_m2, rows, dim, a->s.chains_total, grand_mean,
-                            within, between);
+  int status = moments_pool(a->comm, b, a->window_mean, a->window_m2, a->window_rows, dim, a->window_chains,
+                            grand_mean, within, between);
   if (status == DS_OK && a->grad_mean)
-    status = moments_pool(a->comm, b, a->grad_mean, a->grad_m2, rows, dim, a->s.chains_total, grand_mean,
+    status = moments_pool(a->comm, b, a->grad_mean, a->grad_m2, a->window_rows, dim, a->window_chains, grand_mean,
                           within_grad, between);
-  const double chains = (double)a->s.chains_total;
+  const double chains = (double)a->window_chains;
   /* Stan's regularisation of a variance from n samples, with the window's samples over all
    * chains as n, applied to the mean within-chain variance sum_c m2_c / (C (n - 1)) (or the
    * Fisher diagonal), toward the geometric mean of those values (dual_variance_scale's). */
@@ -444,8 +456,8 @@ static int pooled_dense_metric(adapt_t *a, double n_chain) {
   double *sums = malloc((size_t)(triangle + 4 * dim * dim) * sizeof *sums);
   if (!sums) return comm_agree(a->comm, DS_FAIL_ALLOC("the dense metric", (size_t)(4 * dim * dim) * sizeof(double)));
   double *cov = sums + triangle, *L = cov + dim * dim, *work = L + dim * dim;
-  int status = moments_column_mean(a->comm, b, a->window_cov, rows, triangle, 1, sums);
-  const double chains = (double)a->s.chains_total, n = n_chain * chains;
+  int status = moments_column_mean(a->comm, b, a->window_cov, a->window_rows, triangle, 1, sums);
+  const double chains = (double)a->window_chains, n = n_chain * chains;
   for (int64_t i = 0; status == DS_OK && i < dim; ++i)
     for (int64_t j = 0; j <= i; ++j) {
       const double within = n_chain > 1 ? sums[i * (i + 1) / 2 + j] / (chains * (n_chain - 1.0)) : (i == j);
@@ -598,10 +610,10 @@ int adapt_after_iteration(adapt_t *a, int64_t iteration, const hmc_stats_t *stat
       a->accept[ACC_WINDOW_DIVERGENT] += (double)stats->divergent;
       a->accept[ACC_WINDOW_ITERATIONS] += 1.0;
       if (a->grad_mean)
-        DS_TRY(comm_agree(a->comm, b->running_moments_add(b, batch->grad, a->grad_mean, a->grad_m2, rows * dim,
-                                                          a->scalars[SC_WINDOW_SAMPLES])));
+        DS_TRY(comm_agree(a->comm, b->running_moments_add(b, batch->grad, a->grad_mean, a->grad_m2,
+                                                          a->window_rows * dim, a->scalars[SC_WINDOW_SAMPLES])));
       if (a->track_cov)
-        DS_TRY(comm_agree(a->comm, b->covariance_add(b, batch->q, a->window_mean, a->window_cov, rows, dim,
+        DS_TRY(comm_agree(a->comm, b->covariance_add(b, batch->q, a->window_mean, a->window_cov, a->window_rows, dim,
                                                      a->scalars[SC_WINDOW_SAMPLES])));
     }
     if (window_ends(a, window_counter)) {

@@ -656,6 +656,7 @@ static int iterate(run_ctx_t *run, hmc_chains_t *chains, adapt_t *adapt, hmc_out
       batch->moment_mean = chains->moment_mean;
       batch->moment_m2 = chains->moment_m2;
       batch->moment_count = (int64_t)chains->totals.moment_draws + 1;
+      batch->moment_rows = batch->n_chains;
     }
     batch->n_leapfrog = adapt_leapfrog_steps(adapt, it, cfg->warmup, hmc_fixed_steps(cfg));
     DS_TRY(comm_agree(run->comm, adapt_metric_factor(adapt, &batch->metric_factor, &batch->metric_factor_inv)));
@@ -784,7 +785,7 @@ int hmc_run(run_ctx_t *run) {
   const adapt_settings_t settings = {adapt_mode(cfg), cfg->metric != CONFIG_METRIC_UNIT, cfg->warmup,
                                      cfg->target_accept, cfg->step_size, rows, dim, config_items(cfg),
                                      cfg->steps == 0, HMC_CHEES_MAX_STEPS, metric,
-                                     cfg->metric_fit == CONFIG_METRIC_FIT_FISHER};
+                                     cfg->metric_fit == CONFIG_METRIC_FIT_FISHER, run->item_begin};
   hmc_batch_t *batch = &chains.batch;
   batch->shared_metric = !(settings.mode == ADAPT_PER_CHAIN && settings.diag_metric);
   batch->n_chains = rows;

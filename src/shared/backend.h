@@ -101,9 +101,10 @@ typedef struct hmc_batch {
   uint8_t *accepted;       /* [n_chains] out */
   /* When moment_mean is not NULL, the state kept is added to each chain's running moments
    * (Welford, float): with n = moment_count (this sample included), delta = q - mean,
-   * mean += delta / n, m2 += delta * (q - mean). [n_chains, dim] each. */
+   * mean += delta / n, m2 += delta * (q - mean). [n_chains, dim] each; only chains
+   * [0, moment_rows) take part (pooled adaptation's windows keep a subset, adapt.h). */
   float *moment_mean, *moment_m2;
-  int64_t moment_count;
+  int64_t moment_count, moment_rows;
   /* 1: a probe (the initial step-size search): the outputs are written, the state is not. */
   int probe;
   /* The target's own leapfrog trajectory on the device, or NULL (a JAX bundle's; dsampler's own,

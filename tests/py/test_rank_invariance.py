@@ -1,6 +1,6 @@
 """Same seed, any rank count: bitwise identical output datasets, HMC (fixed step; warmup
 adaptation per chain and pooled; jitter; ChEES trajectory lengths; the dense metric, forced and
-chosen by --metric auto; the Fisher diagonal) and SVGD (sgd, adagrad and adam), with chains or particles
+chosen by --metric auto; the Fisher diagonal; more chains than the windows keep) and SVGD (sgd, adagrad and adam), with chains or particles
 not divisible by the rank count and ranks owning none."""
 import os
 
@@ -29,6 +29,14 @@ RUNS = {
     # The Fisher diagonal (--metric-fit fisher): the gradients' window moments pooled too.
     "hmc_fisher": ["hmc", "--target", "banana", "--dim", 4, "--chains", 10, "--warmup", 150, "--draws", 30,
                    "--metric-fit", "fisher", "--seed", 20, "--save-warmup"],
+    # More chains than pooled adaptation's windows keep (adapt.h's ADAPT_WINDOW_CHAINS, 16384): the
+    # windows' moments, the dense covariances, ChEES's centre and the Fisher fit's gradient moments
+    # over the chains of global index below it, a set that ends inside a rank's block on 3 and 4 ranks.
+    "hmc_window_subset_dense": ["hmc", "--target", "corr-gaussian", "--target-args", "rho=0.9", "--dim", 3,
+                                "--chains", 17000, "--warmup", 150, "--draws", 10, "--metric", "dense",
+                                "--output-chains", 8, "--seed", 22],
+    "hmc_window_subset_fisher": ["hmc", "--target", "banana", "--dim", 3, "--chains", 17000, "--warmup", 150,
+                                 "--draws", 10, "--metric-fit", "fisher", "--output-chains", 8, "--seed", 23],
     "svgd": ["svgd", "--dim", 4, "--particles", 23, "--iters", 15, "--step-size", 0.2, "--seed", 11],
     "svgd_adagrad": ["svgd", "--dim", 2, "--particles", 9, "--iters", 10, "--update", "adagrad", "--seed", 3],
     "svgd_adam": ["svgd", "--dim", 3, "--particles", 11, "--iters", 10, "--update", "adam", "--seed", 3],
