@@ -517,6 +517,17 @@ static int config_validate(config_t *cfg) {
 /* Applies argv[skip + 1 ..] (argv[skip] stands in for the program name) in two passes: a
  * --config file first, then the command line over it. With `resume`, options that would
  * change the answer are refused. */
+/* The error for a long option given by a prefix of its name (`--output` for --output-chains). */
+static int abbreviated_option(const char *given, size_t length, const struct option *options, const char *command) {
+  char names[512] = "";
+  size_t used = 0;
+  for (const struct option *o = options; o->name && used + 64 < sizeof names; ++o)
+    if (strncmp(o->name, given + 2, length) == 0 || (strlen(o->name) < length && strncmp(o->name, given + 2, strlen(o->name)) == 0))
+      used += (size_t)snprintf(names + used, sizeof names - used, "%s--%s", used ? ", " : "", o->name);
+  return ds_fail(DS_ERR_INPUT, "unknown option '%.*s' for dsampler %s: options are named in full (did you mean %s?)",
+                 (int)(length + 2), given, command, names);
+}
+
 static int apply_command_line(config_t *cfg, int argc, char **argv, int skip, int resume, FILE *help_out) {
   const algorithm_t algorithm = cfg->algorithm;
   const int mask = algorithm == ALGO_HMC ? FOR_HMC : FOR_SVGD;
@@ -538,8 +549,18 @@ static int apply_command_line(config_t *cfg, int argc, char **argv, int skip, in
   for (int pass = 0; pass < 2; ++pass) {
     optind = 0; /* glibc: 0 restarts the scan */
     opterr = 0;
-    int c;
+    int c, before = optind;
     while ((c = getopt_long(argc - skip, argv + skip, "+h", long_options, NULL)) != -1) {
+      /* getopt_long takes any unambiguous prefix: `--output run.h5` would set --output-chains. An
+       * option is named in full, or refused with the names it could mean. */
+      const char *given = argv[skip + (before > 0 ? before : 1)];
+      before = optind;
+      if (c != '?' && c != ':' && given && strncmp(given, "--", 2) == 0) {
+        const char *name = c == 'h' ? "help" : option_table[c - 1000].name;
+        const size_t length = strcspn(given + 2, "=");
+        if (length != strlen(name) || strncmp(given + 2, name, length) != 0)
+          return abbreviated_option(given, length, long_options, command);
+      }
       if (c == 'h') {
         print_help(help_out, algorithm);
         return DS_HELP;

@@ -30,6 +30,11 @@ def main():
         ("unknown_target", ["hmc", "--target", "nosuch", "--dim", 2], "unknown target 'nosuch'"),
         ("unknown_option", ["svgd", "--dim", 2, "--partcles", 10], "--partcles"),
         ("unknown_command", ["mcmc", "--dim", 2], "unknown command 'mcmc'"),
+        # A prefix of an option's name is not taken for it (getopt's abbreviations would make
+        # `--output run.h5` set --output-chains): refused, naming what it could mean.
+        ("abbreviated_option", ["hmc", "--dim", 2, "--output", "x.h5"],
+         "unknown option '--output' for dsampler hmc: options are named in full (did you mean --output-chains, --out?)"),
+        ("abbreviated_option_value", ["hmc", "--dim", 2, "--draw=5"], "unknown option '--draw' for dsampler hmc"),
         ("dim_zero", ["hmc", "--dim", 0], "--dim"),
         ("dim_negative", ["svgd", "--dim", -3], "--dim"),
         ("dim_not_a_number", ["svgd", "--dim", "abc"], "--dim: expected an integer, got 'abc'"),
