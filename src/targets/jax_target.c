@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/stat.h>
 
 #include "jax_device.h"
@@ -79,6 +80,9 @@ typedef struct {
    * the target closes): program runs, outputs XLA put elsewhere than the donated input (each
    * then copied back), and blocks staged through the scratch (padded or unaligned rows). */
   int64_t stat_runs, stat_moved_outputs, stat_moved_bytes, stat_staged_blocks;
+  /* Host seconds in the trajectory calls: the wait for the sampler's stream, making and freeing
+   * the views, the programs' run (dispatch to completion), and the call in all. */
+  double stat_sync_s, stat_views_s, stat_run_s, stat_call_s;
 } jax_target_t;
 
 static void *aligned_zeroed(size_t bytes) {
@@ -534,8 +538,15 @@ static int jax_logp_grad_cuda(void *self, const float *x, int64_t n, float *logp
 /* One block of a trajectory program: every pointer in device memory, [block] rows each (inv
  * [dim] when the metric is shared). The outputs land in q, p, grad and lp (donated; copied
  * there when XLA put them elsewhere). */
+static double now_seconds(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
 static int trajectory_block(jax_target_t *jax, const jax_program_t *program, float *q, float *p, float *grad,
                             float *lp, float *eps, float *inv, int shared, int first) {
+  const double start = now_seconds();
   const int64_t block = program->block, dim = jax->dim;
   const int64_t rows_dims[2] = {block, dim}, inv_dims[2] = {block, dim}, shared_dims[1] = {dim};
   float *outs[4] = {q, p, grad, lp};
@@ -552,7 +563,11 @@ static int trajectory_block(jax_target_t *jax, const jax_program_t *program, flo
     status = pjrt_view(jax->runtime, jax->first_device[first ? 0 : 1], NULL, 0, PJRT_ELEMENT_S32, &args[n_args++]);
   const int own = n_args;
   for (int d = 0; d < jax->n_data; ++d) args[n_args++] = jax->data[d].buffer;
+  const double viewed = now_seconds();
   if (status == DS_OK) status = pjrt_execute(jax->runtime, program->program, args, (size_t)n_args, results, 4);
+  const double ran = now_seconds();
+  jax->stat_views_s += viewed - start;
+  jax->stat_run_s += ran - viewed;
   for (int o = 0; o < 4 && status == DS_OK; ++o) {
     void *memory = NULL;
     status = pjrt_buffer_memory(jax->runtime, results[o], &memory);
@@ -565,6 +580,7 @@ static int trajectory_block(jax_target_t *jax, const jax_program_t *program, flo
   jax->stat_runs++;
   for (int o = 0; o < 4; ++o) pjrt_buffer_free(jax->runtime, results[o]);
   for (int a = 0; a < own; ++a) pjrt_buffer_free(jax->runtime, args[a]);
+  jax->stat_views_s += now_seconds() - ran;
   return status;
 }
 
@@ -594,9 +610,11 @@ static int jax_leapfrog_cuda(void *self, float *q, float *p, float *grad, float 
   const int64_t block = jax->trajectory[metric][0].program.block, dim = jax->dim;
   jax_trajectory_t *order[JAX_TRAJECTORY_MAX * 64];
   pthread_mutex_lock(&jax->lock);
+  const double start = now_seconds();
   const int calls = trajectory_plan(jax, metric, n_steps, order, JAX_TRAJECTORY_MAX * 64);
   int status = calls < 0 ? ds_fail(DS_ERR_TARGET, "%s: no trajectory programs for %d steps", jax->what, n_steps)
                          : jax_device_sync(stream);
+  jax->stat_sync_s += now_seconds() - start;
   for (int64_t first = 0; status == DS_OK && first < n; first += block) {
     const int64_t rows = n - first < block ? n - first : block;
     float *q_rows = q + first * dim, *p_rows = p + first * dim, *grad_rows = grad + first * dim;
@@ -626,6 +644,7 @@ static int jax_leapfrog_cuda(void *self, float *q, float *p, float *grad, float 
       if (status == DS_OK) status = copy_rows(jax, lp_rows, state[3], rows, 1);
     }
   }
+  jax->stat_call_s += now_seconds() - start;
   pthread_mutex_unlock(&jax->lock);
   return status == DS_OK ? 0 : 1;
 }
@@ -667,8 +686,11 @@ static void jax_destroy(void *self) {
   const char *stats = getenv("DSAMPLER_JAX_STATS");
   if (stats && stats[0] == '1' && jax->stat_runs > 0)
     fprintf(stderr, "%s: %lld trajectory program runs, %lld outputs not in place (%.3g GB copied back), %lld blocks "
-            "staged\n", jax->what, (long long)jax->stat_runs, (long long)jax->stat_moved_outputs,
-            (double)jax->stat_moved_bytes / 1e9, (long long)jax->stat_staged_blocks);
+            "staged; host ms a run: %.3f in the programs (dispatch to completion), %.3f views; ms in all: %.1f "
+            "calls, %.1f waiting for the sampler's stream\n", jax->what, (long long)jax->stat_runs,
+            (long long)jax->stat_moved_outputs, (double)jax->stat_moved_bytes / 1e9, (long long)jax->stat_staged_blocks,
+            1e3 * jax->stat_run_s / (double)jax->stat_runs, 1e3 * jax->stat_views_s / (double)jax->stat_runs,
+            1e3 * jax->stat_call_s, 1e3 * jax->stat_sync_s);
   if (jax->runtime) {
     for (int d = 0; d < jax->n_data; ++d) pjrt_buffer_free(jax->runtime, jax->data[d].buffer);
     pjrt_program_free(jax->runtime, jax->logp_grad.program);
