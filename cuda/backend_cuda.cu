@@ -52,6 +52,12 @@ struct cuda_impl {
   cudaEvent_t timer[BACKEND_TIMER_SLOTS];          /* --timing's marks, made at the first */
   int timer_made;
   int builtin_trajectory_off;   /* backend_cuda_builtin_trajectory(b, 0): the step-by-step path (tests) */
+  /* DSAMPLER_JAX_STATS=1: the GPU time of a target trajectory's transitions, by part (events;
+   * each such transition then waits for its end): begin, the target's call, finish. */
+  int split_on;
+  cudaEvent_t split[4];
+  double split_ms[3];
+  int64_t split_count;
 };
 
 cuda_impl *impl_of(backend_t *b) { return static_cast<cuda_impl *>(b->impl); }
@@ -329,6 +335,7 @@ int cuda_hmc_transition(backend_t *b, const dsampler_target *t, hmc_batch_t *bat
                                  cuda_builtin_leapfrog_fits(builtin_target_lookup(t), batch->dim);
   /* The diagonal kick-drift's first step reads q and grad from the batch: no copy for it either. */
   const int copy_state = !builtin_trajectory && (batch->metric_factor || batch->leapfrog_cuda || batch->n_leapfrog == 0);
+  if (impl->split_on) CUDA_CHECK(cudaEventRecord(impl->split[0], impl->stream));
   DS_TRY(hmc_launch_begin(batch, q_work, p_work, grad_work, uniform, h0, copy_state, impl->stream));
   if (builtin_trajectory) {
     DS_TRY(cuda_builtin_leapfrog((void *)builtin_target_lookup(t), batch->q, batch->grad, q_work, p_work, grad_work, logp_work, batch->step_size,
@@ -337,12 +344,25 @@ int cuda_hmc_transition(backend_t *b, const dsampler_target *t, hmc_batch_t *bat
     return hmc_launch_finish(batch, q_work, p_work, grad_work, logp_work, uniform, h0, impl->stream);
   }
   if (!batch->metric_factor && batch->leapfrog_cuda && batch->n_leapfrog > 0) {
+    if (impl->split_on) CUDA_CHECK(cudaEventRecord(impl->split[1], impl->stream));
     /* The target's own trajectory: its kicks, drifts and gradients in one call. */
     int rc = batch->leapfrog_cuda(batch->leapfrog_self, q_work, p_work, grad_work, logp_work, batch->step_size,
                                   batch->inv_metric, batch->shared_metric, batch->n_leapfrog, batch->n_chains,
                                   impl->stream);
     if (rc != 0) return ds_fail(DS_ERR_TARGET, "target '%s': leapfrog_cuda failed (returned %d)", t->name, rc);
-    return hmc_launch_finish(batch, q_work, p_work, grad_work, logp_work, uniform, h0, impl->stream);
+    if (impl->split_on) CUDA_CHECK(cudaEventRecord(impl->split[2], impl->stream));
+    DS_TRY(hmc_launch_finish(batch, q_work, p_work, grad_work, logp_work, uniform, h0, impl->stream));
+    if (impl->split_on) {
+      CUDA_CHECK(cudaEventRecord(impl->split[3], impl->stream));
+      CUDA_CHECK(cudaEventSynchronize(impl->split[3]));
+      for (int k = 0; k < 3; ++k) {
+        float ms = 0.0f;
+        CUDA_CHECK(cudaEventElapsedTime(&ms, impl->split[k], impl->split[k + 1]));
+        impl->split_ms[k] += ms;
+      }
+      impl->split_count++;
+    }
+    return DS_OK;
   }
   for (int step = 0; step < batch->n_leapfrog; ++step) {
     if (batch->metric_factor)
@@ -528,6 +548,12 @@ void cuda_destroy(backend_t *b) {
   cuda_impl *impl = impl_of(b);
   if (impl) {
     if (impl->stream) CUDA_CHECK_NORETURN(cudaStreamSynchronize(impl->stream));
+    if (impl->split_count > 0)
+      fprintf(stderr, "cuda backend: %lld target-trajectory transitions, GPU ms each: begin %.3f, the target's call "
+              "%.3f, finish %.3f\n", (long long)impl->split_count, impl->split_ms[0] / (double)impl->split_count,
+              impl->split_ms[1] / (double)impl->split_count, impl->split_ms[2] / (double)impl->split_count);
+    if (impl->split_on)
+      for (int k = 0; k < 4; ++k) CUDA_CHECK_NORETURN(cudaEventDestroy(impl->split[k]));
     if (impl->hist_dev) CUDA_CHECK_NORETURN(cudaFree(impl->hist_dev));
     if (impl->hist_host) CUDA_CHECK_NORETURN(cudaFreeHost(impl->hist_host));
     if (impl->phi_scratch) CUDA_CHECK_NORETURN(cudaFree(impl->phi_scratch));
@@ -555,6 +581,11 @@ int cuda_setup(int device, backend_t *b, cuda_impl *impl) {
   CUDA_CHECK(cudaSetDevice(device));
   CUDA_CHECK(cudaDeviceGetAttribute(&impl->sm_count, cudaDevAttrMultiProcessorCount, device));
   CUDA_CHECK(cudaStreamCreateWithFlags(&impl->stream, cudaStreamNonBlocking));
+  const char *split = getenv("DSAMPLER_JAX_STATS");
+  if (split && split[0] == '1') {
+    for (int k = 0; k < 4; ++k) CUDA_CHECK(cudaEventCreate(&impl->split[k]));
+    impl->split_on = 1;
+  }
   CUDA_CHECK(cudaMalloc((void **)&impl->hist_dev, (size_t)SVGD_WINDOW_COUNTS * sizeof(unsigned long long)));
   CUDA_CHECK(cudaMallocHost((void **)&impl->hist_host, (size_t)SVGD_WINDOW_COUNTS * sizeof(uint64_t)));
   b->name = "cuda";
