@@ -336,6 +336,9 @@ static int meta_intact(hid_t file, const ckpt_meta_t *meta, int version) {
 static int checkpoint_run_id(const char *path, char *id, size_t size) {
   hid_t file;
   id[0] = '\0';
+  /* Only a regular file can be one (opening a FIFO of that name would wait for a writer). */
+  struct stat st;
+  if (stat(path, &st) != 0 || !S_ISREG(st.st_mode)) return 0;
   comm_deadline_begin("reading checkpoint %s", path);
   H5E_BEGIN_TRY { file = H5Fis_hdf5(path) > 0 ? H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT) : H5I_INVALID_HID; }
   H5E_END_TRY;

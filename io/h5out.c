@@ -238,6 +238,10 @@ static hid_t create_coordinate(h5out_t *f, hid_t group, const char *name, int64_
   if (growable) {
     hsize_t chunk = 4096;
     H5Pset_chunk(dcpl, 1, &chunk);
+    /* Space at creation or extension, as the variables': a file made on one rank (the POSIX
+     * driver, whose default allocates at the first write) is written collectively when resumed
+     * on several, and parallel HDF5 cannot allocate a chunk there (pwritev: Invalid argument). */
+    H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_EARLY);
   }
   hid_t dataset = H5Dcreate2(group, name, H5T_STD_I64LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
   H5Pclose(dcpl);

@@ -1,6 +1,6 @@
 """Restart equivalence: a run of T iterations equals a run stopped by a signal part-way and
 resumed, bitwise, for HMC and SVGD (sgd, adagrad and adam), resumed on the same and on a different
-rank count (in warmup: with the dense metric pooled and per chain, ChEES, and a target acceptance auto raised); SVGD with the IMQ kernel, a KSD series and snapshots; SVGD on minibatches of a dataset (--batch-size) too; a scheduled-checkpoint run
+rank count (from one rank, whose output the POSIX driver wrote, to two; in warmup: with the dense metric pooled and per chain, ChEES, and a target acceptance auto raised); SVGD with the IMQ kernel, a KSD series and snapshots; SVGD on minibatches of a dataset (--batch-size) too; a scheduled-checkpoint run
 resumed with more draws equals a longer run."""
 import glob
 import os
@@ -80,6 +80,12 @@ def main():
            "--seed", 9, "--checkpoint-every", 100, "--backend", "cpu"]
     case("hmc_same", "hmc", hmc, "--draws", 2, 2, signal.SIGTERM)
     case("hmc_other", "hmc", hmc, "--draws", 2, 3, signal.SIGUSR1)
+    # Started on one rank (the output written by the POSIX driver), stopped in warmup before any
+    # draw, resumed on two (MPI-IO, collective writes): every chunk of the draws' coordinate, the
+    # second too (past 4096 draws), allocated where the parallel writes need it.
+    one = ["hmc", "--dim", 4, "--chains", 16, "--warmup", 300, "--draws", 4500, "--seed", 4, "--checkpoint-every", 50,
+           "--backend", "cpu"]
+    case("hmc_one_to_two", "hmc", one, "--draws", 1, 2, signal.SIGTERM)
     # Stopped in warmup: the adaptation's state (pooled exact totals, dual averaging) resumes too.
     warm = ["hmc", "--dim", 32, "--chains", 512, "--warmup", 600, "--draws", 100, "--steps", 10, "--seed", 5,
             "--adapt", "pooled", "--save-warmup", "--checkpoint-every", 40, "--backend", "cpu"]
