@@ -167,9 +167,7 @@ hmc_gaussian_kernel(const builtin_params_t params, const hmc_batch_t b) {
   const long long thread = (long long)blockIdx.x * blockDim.x + threadIdx.x;
   long long chain = thread / LANES;
   const int lane = threadIdx.x % LANES;
-  /* A probe's chain whose step search has ended is idle too (backend.h): it reads the last
-   * chain's state (a cached row) and writes nothing. */
-  const bool active = chain < b.n_chains && !(b.probe && b.probe_direction && b.probe_direction[chain] == 2);
+  const bool active = chain < b.n_chains;
   if (!active) chain = b.n_chains - 1; /* idle lanes still take part in the shuffles */
   const int dim = (int)b.dim;
   const long long row = chain * b.dim;

@@ -644,10 +644,6 @@ static int cpu_hmc_transition(backend_t *b, const dsampler_target *t, hmc_batch_
     for (int64_t c0 = 0; c0 < n; c0 += block) {
       if (local_status != DS_OK) continue;
       int64_t count = n - c0 < block ? n - c0 : block;
-      /* A probe's block whose chains have all ended their search. */
-      int64_t open = batch->probe && batch->probe_direction ? 0 : count;
-      for (int64_t c = 0; c < count && open == 0; ++c) open += batch->probe_direction[c0 + c] != 2;
-      if (open == 0) continue;
       local_status = hmc_block(t, batch, c0, count, q, p, grad, logp, uniform, h0, wide, scratch);
     }
     if (local_status != DS_OK) {

@@ -107,10 +107,6 @@ typedef struct hmc_batch {
   int64_t moment_count, moment_rows;
   /* 1: a probe (the initial step-size search): the outputs are written, the state is not. */
   int probe;
-  /* With a probe, the search's direction per chain (step_search) or NULL: a chain at 2 has ended
-   * its search, and a backend may skip it (its outputs then keep their last values, which the
-   * search no longer reads). */
-  const int8_t *probe_direction;
   /* The target's own leapfrog trajectory on the device, or NULL (a JAX bundle's; dsampler's own,
    * not part of the plugin ABI). The CUDA backend then calls it, for a diagonal metric, instead
    * of logp_grad_cuda between its kick-drift kernels: for rows [n], n_steps times, with
