@@ -328,6 +328,21 @@ static int meta_intact(hid_t file, const ckpt_meta_t *meta, int version) {
   return read_attr(file, "meta_checksum", H5T_NATIVE_UINT64, &stored) == DS_OK && stored == meta_hash(meta, version);
 }
 
+/* The readable format whose metadata checksum the file's metadata match, or 0: a file whose
+ * format_version is missing or unknown but whose checksum is that of version 5 or 6 was written
+ * as one (the checksum hashes the version), and its version attribute is damaged. */
+static int checksum_version(hid_t file, ckpt_meta_t *meta) {
+  int found = 0;
+  H5E_BEGIN_TRY {
+    if (read_meta_fields(file, meta) == DS_OK)
+      for (int v = CKPT_FORMAT_VERSION; v >= 5 && !found; --v)
+        if (readable_version(v) && meta_intact(file, meta, v)) found = v;
+  }
+  H5E_END_TRY;
+  memset(meta, 0, sizeof *meta);
+  return found;
+}
+
 /* Rank 0: the run id of the checkpoint at `path` into id (read serially); 0 where the file is no
  * readable checkpoint (a user's own file of that name, a damaged one). A checkpoint of this
  * format whose metadata fail their checksum is damaged, and its run id (perhaps the damaged
@@ -536,14 +551,26 @@ int ckpt_read_meta(MPI_Comm comm, const char *path, ckpt_meta_t *meta) {
    * output, a newer dsampler's checkpoint): DS_ERR_INPUT, and resume stops there, since
    * continuing from an older checkpoint would later write over it. Damage below is
    * DS_ERR_CHECKPOINT: resume passes over it to an older checkpoint of the run. */
-  int version = 0, status = DS_OK;
-  if (read_attr(file, "format_version", H5T_NATIVE_INT, &version) != DS_OK)
-    status = ds_fail(DS_ERR_INPUT, "checkpoint %s: no format_version: not a dsampler checkpoint", path);
-  else if (!readable_version(version))
-    status = ds_fail(DS_ERR_INPUT, "checkpoint %s: format version %d, this dsampler reads versions 5 to %d (use the "
-                                   "dsampler that wrote it, or move the file away to resume from an older checkpoint)",
-                     path, version, CKPT_FORMAT_VERSION);
-  const int foreign = status != DS_OK;
+  int version = 0, status = DS_OK, foreign = 0;
+  const int has_version = read_attr(file, "format_version", H5T_NATIVE_INT, &version) == DS_OK;
+  if (!has_version || !readable_version(version)) {
+    /* Unless the metadata's checksum says a readable format wrote the file: then the version
+     * attribute itself (its value or its name) is what is damaged. */
+    const int written_as = checksum_version(file, meta);
+    if (written_as && has_version)
+      status = ds_fail(DS_ERR_INPUT, "checkpoint %s: format_version reads %d but the metadata's checksum is format "
+                                     "%d's (the file is damaged)", path, version, written_as);
+    else if (written_as)
+      status = ds_fail(DS_ERR_INPUT, "checkpoint %s: no format_version, but the metadata's checksum is format %d's "
+                                     "(the file is damaged)", path, written_as);
+    else if (!has_version)
+      status = ds_fail(DS_ERR_INPUT, "checkpoint %s: no format_version: not a dsampler checkpoint", path);
+    else
+      status = ds_fail(DS_ERR_INPUT, "checkpoint %s: format version %d, this dsampler reads versions 5 to %d (use the "
+                                     "dsampler that wrote it, or move the file away to resume from an older checkpoint)",
+                       path, version, CKPT_FORMAT_VERSION);
+    foreign = !written_as;
+  }
   if (status == DS_OK && read_meta_fields(file, meta) != DS_OK)
     status = ds_fail(DS_ERR_INPUT, "checkpoint %s: metadata missing or unreadable", path);
   if (status == DS_OK && !meta_intact(file, meta, version))

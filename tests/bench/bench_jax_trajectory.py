@@ -1,7 +1,7 @@
 """Where a JAX model's HMC trajectory spends its time on the GPU, the exporter's trajectory
 program alone (no dsampler around it): jitted from Python with the state donated, d = 64
 standard Gaussian, 2^20 chains, ms per call (median and minimum of 15) for programs of 1, 2, 8
-and 10 leapfrog steps, 8 + 2 as dsampler calls them for L = 10, one vmapped value-and-gradient,
+and 10 leapfrog steps (as XLA loops, and 8, 10 and 16 written out), 8 + 2 as dsampler calls them for L = 10, one vmapped value-and-gradient,
 a BlackJAX-style velocity Verlet loop (scalar step, identity metric) and dsampler's kick-drift
 form with a scalar step. Set against `dsampler hmc --target jax:... --timing`, the difference is
 what the C path around the programs costs. Usage: bench_jax_trajectory.py [HLO_OUT]
@@ -26,8 +26,8 @@ g = -q; lp = jnp.zeros((N,), jnp.float32); eps = jnp.full((N,), 0.1, jnp.float32
 first = jnp.int32(1)
 res = {}
 with jax.default_matmul_precision("highest"):
-    for steps in (1, 2, 8, 10):
-        f = jax.jit(trajectory_program(logp, 0, True, steps), donate_argnums=(0, 1, 2, 3))
+    for steps, unroll in ((1, False), (2, False), (8, False), (10, False), (8, True), (10, True), (16, True)):
+        f = jax.jit(trajectory_program(logp, 0, True, steps, "aos", unroll), donate_argnums=(0, 1, 2, 3))
         state = [q + 0, p + 0, g + 0, lp + 0]
         def call():
             global state
@@ -35,19 +35,20 @@ with jax.default_matmul_precision("highest"):
             state = list(out)
             return out
         call(); call()
-        res[f"traj_{steps}"] = med(call)
-        if steps == 10:
+        res[f"traj_{steps}" + ("_unrolled" if unroll else "")] = med(call)
+        if steps == 10 and not unroll:
             txt = f.lower(q, p, g, lp, eps, inv, first).compile().as_text()
             open(sys.argv[1] if len(sys.argv) > 1 else "/tmp/traj10_hlo.txt", "w").write(txt)
             res["traj10_fusions"] = len(re.findall(r"^\s*%?\S*fusion\S* = .*kind=k", txt, re.M))
-    # 8 + 2 as dsampler calls them
-    f8 = jax.jit(trajectory_program(logp, 0, True, 8), donate_argnums=(0, 1, 2, 3))
-    f2 = jax.jit(trajectory_program(logp, 0, True, 2), donate_argnums=(0, 1, 2, 3))
-    state = [q + 0, p + 0, g + 0, lp + 0]
-    def call82():
-        global state
-        out = f8(*state, eps, inv, jnp.int32(1)); out = f2(*out, eps, inv, jnp.int32(0)); state = list(out); return out
-    call82(); res["traj_8+2"] = med(call82)
+    # 8 + 2 as dsampler calls them, as loops and written out
+    for unroll in (False, True):
+        f8 = jax.jit(trajectory_program(logp, 0, True, 8, "aos", unroll), donate_argnums=(0, 1, 2, 3))
+        f2 = jax.jit(trajectory_program(logp, 0, True, 2, "aos", unroll), donate_argnums=(0, 1, 2, 3))
+        state = [q + 0, p + 0, g + 0, lp + 0]
+        def call82():
+            global state
+            out = f8(*state, eps, inv, jnp.int32(1)); out = f2(*out, eps, inv, jnp.int32(0)); state = list(out); return out
+        call82(); res["traj_8+2" + ("_unrolled" if unroll else "")] = med(call82)
     # value and grad alone
     vg = jax.jit(jax.vmap(jax.value_and_grad(logp)))
     vg(q); res["value_and_grad"] = med(lambda: vg(q))

@@ -66,10 +66,13 @@ def data_destroyed():
     # resume given the run's own output: refused, the output neither renamed nor changed.
     refused("resume_output", ["resume", out], "not a dsampler checkpoint", protect=[out])
     t.check(not glob.glob(t.path("*.unusable")), "resume_output: nothing renamed *.unusable")
-    # A checkpoint of another format version as the newest: passed over, left in place.
+    # A checkpoint of another format version as the newest (its version hashed into its own
+    # checksum, which is then not format 6's): resume stops there, the file left in place.
     newest = sorted(glob.glob(os.path.join(ckpt, "ckpt-*.h5")), key=lambda p: int(p.split("-")[-1][:-3]))[-1]
     with h5py.File(newest, "r+") as f:
+        checksum = f.attrs["meta_checksum"]
         f.attrs.modify("format_version", np.int32(99))
+        f.attrs.modify("meta_checksum", np.uint64(int(checksum) ^ 0x5A5A))
     files = sorted(glob.glob(os.path.join(ckpt, "*")))
     v2_before = inputs_of(files)
     # Falling back to an older checkpoint would write over it at its iteration: resume stops.
@@ -78,6 +81,16 @@ def data_destroyed():
             "version: the checkpoint directory is exactly as it was")
     # Only that one file: resume refuses and changes nothing.
     refused("resume_version_only", ["resume", newest], "format version 99", protect=[newest])
+    # format_version alone damaged (the metadata's checksum still format 6's, so format 6 wrote
+    # it): resume names it, passes over it to the older checkpoint and ends with the same draws.
+    with h5py.File(newest, "r+") as f:
+        f.attrs.modify("meta_checksum", checksum)
+    draws_before = t.read(out, "posterior/x")
+    rc, _, stderr = t.run(2, "resume", ckpt, "--quiet", expect_ok=False)
+    t.check(rc == 0 and os.path.basename(newest) in stderr and "format_version reads 99" in stderr,
+            f"damaged format_version: resume passes over the file, naming it (rc {rc}: {stderr[-400:]})")
+    t.check(np.array_equal(t.read(out, "posterior/x"), draws_before),
+            "damaged format_version: the resumed draws equal the uninterrupted run's")
 
     # Two runs on one --out: the second is refused while the first writes; the first, stopped
     # by SIGUSR1 afterwards, checkpoints (75) and resumes to a whole output of its own.

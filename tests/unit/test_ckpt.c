@@ -493,6 +493,8 @@ typedef enum {
   DAMAGE_NO_ARRAY_CHECKSUM,
   DAMAGE_ARRAY_RESHAPED,
   DAMAGE_VERSION,
+  DAMAGE_NO_VERSION,
+  DAMAGE_FOREIGN_VERSION,
   DAMAGE_MISNAMED,
   DAMAGE_MISSING_FILE,
   DAMAGE_COUNT
@@ -504,7 +506,9 @@ static const char *const damage_names[DAMAGE_COUNT] = {
     "a byte of global 'totals' flipped", "attribute seed edited", "attribute config edited",
     "attribute iteration deleted", "attribute meta_checksum deleted", "dataset 'grad' deleted",
     "dataset 'totals' deleted", "checksum of 'metric' deleted", "'metric' replaced by a [n, 4] dataset",
-    "format_version 4", "copied to another iteration's name", "no such file"};
+    "format_version 4 (the checksum format 6's)", "attribute format_version deleted",
+    "format_version 7 with format 7's checksum (another format's file)", "copied to another iteration's name",
+    "no such file"};
 
 /* Where the damage shows: 1 when ckpt_read_meta should refuse it, 0 when only ckpt_read. */
 static int damage_in_meta(damage_t damage) {
@@ -523,7 +527,8 @@ static int damage_in_meta(damage_t damage) {
 }
 
 /* Rank 0: a damaged copy of `good` at `path` (a directory of its own for the misnamed case). */
-static int make_damaged(const char *good, const char *dir, damage_t damage, char *path, size_t size) {
+static int make_damaged(const char *good, const ckpt_meta_t *meta, const char *dir, damage_t damage, char *path,
+                        size_t size) {
   snprintf(path, size, "%s/damaged-%d.h5", dir, (int)damage);
   if (damage == DAMAGE_MISNAMED) snprintf(path, size, "%s/ckpt-13.h5", dir); /* good is ckpt-12.h5 */
   if (damage == DAMAGE_MISSING_FILE) {
@@ -582,6 +587,18 @@ static int make_damaged(const char *good, const char *dir, damage_t damage, char
       H5Tclose(type);
       H5Sclose(space);
     }
+  } else if (damage == DAMAGE_NO_VERSION) {
+    rc = H5Adelete(file, "format_version");
+  } else if (damage == DAMAGE_FOREIGN_VERSION) {
+    /* What a later format would write: its own version, hashed into its own checksum. */
+    const int version = CKPT_FORMAT_VERSION + 1;
+    const uint64_t checksum = ckpt_meta_checksum(meta, version);
+    hid_t attr = H5Aopen(file, "format_version", H5P_DEFAULT);
+    rc = attr >= 0 ? H5Awrite(attr, H5T_NATIVE_INT, &version) : -1;
+    if (attr >= 0) H5Aclose(attr);
+    attr = H5Aopen(file, "meta_checksum", H5P_DEFAULT);
+    if (rc >= 0) rc = attr >= 0 ? H5Awrite(attr, H5T_NATIVE_UINT64, &checksum) : -1;
+    if (attr >= 0) H5Aclose(attr);
   } else if (damage == DAMAGE_NO_ITERATION) {
     rc = H5Adelete(file, "iteration");
   } else if (damage == DAMAGE_NO_META_CHECKSUM) {
@@ -627,7 +644,7 @@ static void test_damaged(MPI_Comm comm, const char *dir, const char *good, const
   for (int d = 0; d < DAMAGE_COUNT; ++d) {
     char path[4600];
     int made = 0;
-    if (rank == 0) made = make_damaged(good, dir, (damage_t)d, path, sizeof path);
+    if (rank == 0) made = make_damaged(good, want, dir, (damage_t)d, path, sizeof path);
     MPI_Bcast(&made, 1, MPI_INT, 0, comm);
     MPI_Bcast(path, sizeof path, MPI_CHAR, 0, comm);
     EXPECT(made == 0, "could not make the damaged file (%s)", damage_names[d]);
@@ -640,9 +657,10 @@ static void test_damaged(MPI_Comm comm, const char *dir, const char *good, const
     if (in_meta) {
       EXPECT(meta_status != DS_OK && ds_error_message()[0], "%s: ckpt_read_meta accepted it (status %d)",
              damage_names[d], meta_status);
-      /* Damage is DS_ERR_CHECKPOINT (resume tries an older one); another version, or no file, is
+      /* Damage is DS_ERR_CHECKPOINT (resume tries an older one), a damaged format_version too
+       * (the checksum says which format wrote the file); another format's file, or no file, is
        * DS_ERR_INPUT (resume stops there: a newer dsampler's file must not be overwritten). */
-      const int want_status = d == DAMAGE_VERSION ? DS_ERR_INPUT : DS_ERR_CHECKPOINT;
+      const int want_status = d == DAMAGE_FOREIGN_VERSION ? DS_ERR_INPUT : DS_ERR_CHECKPOINT;
       if (d != DAMAGE_MISSING_FILE)
         EXPECT(meta_status == want_status, "%s: ckpt_read_meta status %d, expected %d (%s)", damage_names[d],
                meta_status, want_status, ds_error_message());
@@ -669,7 +687,8 @@ static void test_damaged(MPI_Comm comm, const char *dir, const char *good, const
     /* What only the metadata carry (seed, config, iteration, meta_checksum, version, the name)
      * is ckpt_read_meta's to refuse; the rest must fail ckpt_read. */
     const int meta_only = d == DAMAGE_SEED_EDITED || d == DAMAGE_CONFIG_EDITED || d == DAMAGE_NO_ITERATION ||
-                          d == DAMAGE_NO_META_CHECKSUM || d == DAMAGE_VERSION || d == DAMAGE_MISNAMED;
+                          d == DAMAGE_NO_META_CHECKSUM || d == DAMAGE_VERSION || d == DAMAGE_NO_VERSION ||
+                          d == DAMAGE_FOREIGN_VERSION || d == DAMAGE_MISNAMED;
     if (!meta_only)
       EXPECT(read_status != DS_OK && ds_error_message()[0], "%s: ckpt_read accepted it", damage_names[d]);
     if (rank == 0 && read_status != DS_OK && !in_meta) printf("  refused (%s): %s\n", damage_names[d], ds_error_message());

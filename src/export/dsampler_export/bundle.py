@@ -246,7 +246,7 @@ def row_programs(model, n_data):
     return logp_grad, constrain
 
 
-def export_programs(model, inputs, platforms, blocks, trajectory_layout="aos"):
+def export_programs(model, inputs, platforms, blocks, trajectory_layout="aos", trajectory_unroll="auto"):
     """-> {program: {platform: (bytes, block, inputs)}}, refusing custom calls."""
     import jax
     from jax import export
@@ -271,13 +271,18 @@ def export_programs(model, inputs, platforms, blocks, trajectory_layout="aos"):
             if p == "cuda":
                 # HMC's whole trajectory for the GPU (dsampler_target.h's leapfrog_cuda), for
                 # the metric shared by every chain and for one per chain.
-                from .trajectory import TRAJECTORY_STEPS, trajectory_program
+                from .trajectory import TRAJECTORY_STEPS, trajectory_program, unroll_steps
                 tb = blocks.get("trajectory", b)
+                row = jax.ShapeDtypeStruct((d,), f32)
                 rows = jax.ShapeDtypeStruct((tb, d), f32)
                 for (name, shared), steps in itertools.product(
                         (("trajectory_shared", True), ("trajectory_chain", False)), TRAJECTORY_STEPS):
                     metric = jax.ShapeDtypeStruct((d,) if shared else (tb, d), f32)
-                    fn = trajectory_program(model.logp, len(inputs), shared, steps, trajectory_layout)
+                    unroll = {"0": False, "1": True}.get(
+                        trajectory_unroll, None)
+                    if unroll is None:
+                        unroll = unroll_steps(model.logp, row, data_specs, steps)
+                    fn = trajectory_program(model.logp, len(inputs), shared, steps, trajectory_layout, unroll)
                     programs[f"{name}_{steps}"] = (
                         jax.jit(fn, donate_argnums=(0, 1, 2, 3), keep_unused=True),
                         [rows, rows, rows, jax.ShapeDtypeStruct((tb,), f32), jax.ShapeDtypeStruct((tb,), f32),
@@ -456,5 +461,6 @@ def export_bundle(source, data_path, out, kind=None, init=None,
 
     check_initial_point(model, inputs)
     programs = export_programs(model, inputs, platforms, blocks,
-                               os.environ.get("DSAMPLER_EXPORT_TRAJECTORY_LAYOUT", "aos"))
+                               os.environ.get("DSAMPLER_EXPORT_TRAJECTORY_LAYOUT", "aos"),
+                               os.environ.get("DSAMPLER_EXPORT_TRAJECTORY_UNROLL", "auto"))
     return write_bundle(out, model, source, static, inputs, programs)

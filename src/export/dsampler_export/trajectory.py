@@ -22,7 +22,7 @@ from jax import lax
 TRAJECTORY_STEPS = (1, 2, 4, 8, 16)
 
 
-def trajectory_program(logp, n_data, shared_metric, steps, layout="aos"):
+def trajectory_program(logp, n_data, shared_metric, steps, layout="aos", unroll=False):
     """-> f(q, p, grad, lp_buf, eps, inv_metric, first, *data) -> (q, p, grad, lp): `steps`
     leapfrog steps of rows [block, dim] (eps [block]; inv_metric [dim] when shared, else
     [block, dim]; first an int32 scalar, non-zero when these steps begin the trajectory, whose
@@ -30,13 +30,20 @@ def trajectory_program(logp, n_data, shared_metric, steps, layout="aos"):
 
     The step count is fixed in the program: XLA then knows the loop's trip count and runs it
     without reading a predicate back to the host every step. dsampler makes a trajectory of L
-    steps from programs of 1, 2, 4, ... steps (L = 10: 8 + 2)."""
+    steps from programs of 1, 2, 4, ... steps (L = 10: 8 + 2). Only the last step computes the
+    log density; the steps before it take the gradient alone.
+
+    unroll: the steps written out one after another rather than as an XLA loop, so that XLA can
+    fuse across steps (a density whose gradient is elementwise becomes one pass over memory for
+    the whole program); compile time grows with the steps (see unroll_steps)."""
     value_and_grad = jax.value_and_grad(logp)
     data_axes = (None,) * n_data
     chains_minor = layout == "soa"
     # Rows are columns when the state is carried chains-minor.
-    rows = jax.vmap(value_and_grad, in_axes=((1 if chains_minor else 0),) + data_axes,
-                    out_axes=(0, 1 if chains_minor else 0))
+    in_axes = ((1 if chains_minor else 0),) + data_axes
+    out_axis = 1 if chains_minor else 0
+    rows = jax.vmap(value_and_grad, in_axes=in_axes, out_axes=(0, out_axis))
+    grads = jax.vmap(jax.grad(logp), in_axes=in_axes, out_axes=out_axis)
     axis = 0 if chains_minor else 1  # where a per-row scalar broadcasts
 
     def run(q, p, grad, lp_buf, eps, inv_metric, first, *data):
@@ -48,15 +55,48 @@ def trajectory_program(logp, n_data, shared_metric, steps, layout="aos"):
         eps_b = jnp.expand_dims(eps, axis)
         scale = eps_b * metric
 
-        def step(i, state):
-            q, p, grad, _ = state
+        def kick_drift(i, q, p, grad):
             kick = jnp.where((i == 0) & (first != 0), 0.5 * eps_b, eps_b)
             p = p + kick * grad
-            q = q + scale * p
-            lp, grad = rows(q, *data)
-            return q, p, grad, lp
-        q, p, grad, lp = lax.fori_loop(0, steps, step, (q, p, grad, lp_buf))
+            return q + scale * p, p
+
+        def step(i, state):
+            q, p = kick_drift(i, *state)
+            return q, p, grads(q, *data)
+
+        state = (q, p, grad)
+        if unroll:
+            for i in range(steps - 1):
+                state = step(i, state)
+        elif steps > 1:
+            state = lax.fori_loop(0, steps - 1, step, state)
+        q, p = kick_drift(steps - 1, *state)
+        lp, grad = rows(q, *data)
         if chains_minor:
             q, p, grad = q.T, p.T, grad.T
         return q, p, grad, lp
     return run
+
+
+# Steps x the gradient's operations up to which a trajectory program is written out (unrolled):
+# the Gaussian's gradient is a few operations, eight schools' about a hundred, a Gaussian process
+# with its Cholesky unrolled thousands (whose programs stay loops).
+UNROLL_BUDGET = 4096
+
+
+def unroll_steps(logp, example_row, data, steps):
+    """Whether to write out `steps` steps of logp's gradient (jaxpr equations x steps within
+    UNROLL_BUDGET)."""
+    jaxpr = jax.make_jaxpr(jax.value_and_grad(logp))(example_row, *data)
+    return _count_equations(jaxpr.jaxpr) * steps <= UNROLL_BUDGET
+
+
+def _count_equations(jaxpr):
+    count = 0
+    for eqn in jaxpr.eqns:
+        count += 1
+        for value in eqn.params.values():
+            inner = getattr(value, "jaxpr", None)
+            if inner is not None:
+                count += _count_equations(getattr(inner, "jaxpr", inner))
+    return count
