@@ -324,9 +324,10 @@ static char *checkpoint_lock_path(const char *dir) {
 /* Collective: rank 0 creates the checkpoint folder if need be and takes an advisory lock in
  * it, held in *lock_fd until unlock_checkpoint_dir; a second run on the folder is refused.
  * *created says whether the folder was made here. Agreed. */
-static int lock_checkpoint_dir(run_ctx_t *run, int *lock_fd, int *created) {
+static int lock_checkpoint_dir(run_ctx_t *run, int *lock_fd, int *created, int *lock_made) {
   *lock_fd = -1;
   *created = 0;
+  *lock_made = 0;
   int status = DS_OK;
   const char *dir = run->cfg->checkpoint_dir;
   if (run->comm->rank == 0) {
@@ -335,7 +336,11 @@ static int lock_checkpoint_dir(run_ctx_t *run, int *lock_fd, int *created) {
       status = ds_fail(DS_ERR_INPUT, "--checkpoint-dir %s: cannot create: %s", dir, strerror(errno));
     char *path = status == DS_OK ? checkpoint_lock_path(dir) : NULL;
     if (status == DS_OK && !path) status = DS_FAIL_ALLOC("the checkpoint lock's name", strlen(dir) + 32);
-    int fd = status == DS_OK ? open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0666) : -1;
+    /* Made here (O_EXCL) or found: a run refused later removes the lock file it made, so that a
+     * refused run leaves nothing in a folder (perhaps another run's). */
+    int fd = status == DS_OK ? open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0666) : -1;
+    if (fd >= 0) *lock_made = 1;
+    else if (status == DS_OK && errno == EEXIST) fd = open(path, O_RDWR | O_CLOEXEC);
     if (status == DS_OK && fd < 0)
       status = ds_fail(DS_ERR_INPUT, "--checkpoint-dir %s: cannot write in it: %s", dir, strerror(errno));
     if (status == DS_OK && flock(fd, LOCK_EX | LOCK_NB) != 0)
@@ -345,6 +350,7 @@ static int lock_checkpoint_dir(run_ctx_t *run, int *lock_fd, int *created) {
                    : ds_fail(DS_ERR_IO, "--checkpoint-dir %s: cannot lock %s: %s", dir, path, strerror(errno));
     if (status == DS_OK) *lock_fd = fd;
     else if (fd >= 0) close(fd);
+    if (status != DS_OK && *lock_made && fd >= 0) unlink(path);
     free(path);
     if (status != DS_OK && *created) rmdir(dir);
   }
@@ -352,14 +358,16 @@ static int lock_checkpoint_dir(run_ctx_t *run, int *lock_fd, int *created) {
 }
 
 /* Releases the checkpoint folder; a folder this run made and left without a checkpoint goes
- * (lock file and all), so a run that never checkpointed leaves nothing behind. */
-static void unlock_checkpoint_dir(run_ctx_t *run, int lock_fd, int created) {
+ * (lock file and all), so a run that never checkpointed leaves nothing behind; a failed run
+ * removes the lock file it made in a folder that was there (the lock still held: a run waiting
+ * for it then holds a file no longer named, and a new one is made by the next). */
+static void unlock_checkpoint_dir(run_ctx_t *run, int lock_fd, int created, int lock_made, int status) {
   if (lock_fd < 0) return;
-  if (created) {
+  if (created || (lock_made && status != DS_OK)) {
     char *path = checkpoint_lock_path(run->cfg->checkpoint_dir);
     if (path) {
       unlink(path);
-      rmdir(run->cfg->checkpoint_dir); /* fails, as it should, where checkpoints are */
+      if (created) rmdir(run->cfg->checkpoint_dir); /* fails, as it should, where checkpoints are */
       free(path);
     }
   }
@@ -453,10 +461,10 @@ int run_main(comm_ctx_t *comm, const config_t *cfg, const char *resume_path, con
   int status = check_paths(&run);
   if (status == DS_OK) status = lock_output(&run, &lock_fd);
   if (status != DS_OK) return status;
-  int ckpt_lock_fd = -1, ckpt_dir_created = 0;
+  int ckpt_lock_fd = -1, ckpt_dir_created = 0, ckpt_lock_made = 0;
   status = fingerprint_inputs(&run);
   if (status == DS_OK) status = comm_agree(comm, check_inputs_unchanged(&run));
-  if (status == DS_OK) status = lock_checkpoint_dir(&run, &ckpt_lock_fd, &ckpt_dir_created);
+  if (status == DS_OK) status = lock_checkpoint_dir(&run, &ckpt_lock_fd, &ckpt_dir_created, &ckpt_lock_made);
   if (status != DS_OK) {
     unlock_output(&run, lock_fd, status);
     return status;
@@ -481,7 +489,7 @@ int run_main(comm_ctx_t *comm, const config_t *cfg, const char *resume_path, con
   status = comm_agree(comm, status);
   if (status != DS_OK) {
     backend_destroy(backend);
-    unlock_checkpoint_dir(&run, ckpt_lock_fd, ckpt_dir_created);
+    unlock_checkpoint_dir(&run, ckpt_lock_fd, ckpt_dir_created, ckpt_lock_made, status);
     unlock_output(&run, lock_fd, status);
     return status;
   }
@@ -521,7 +529,7 @@ int run_main(comm_ctx_t *comm, const config_t *cfg, const char *resume_path, con
   target_close(&target);
   comm_release_transport(comm); /* NCCL goes before the CUDA resources it used */
   backend_destroy(backend);
-  unlock_checkpoint_dir(&run, ckpt_lock_fd, ckpt_dir_created);
+  unlock_checkpoint_dir(&run, ckpt_lock_fd, ckpt_dir_created, ckpt_lock_made, status);
   unlock_output(&run, lock_fd, status);
   return status;
 }

@@ -345,7 +345,7 @@ static int config_parse_text(ini_context_t *ctx, char *text, size_t length) {
     n = strlen(line);
     while (n && isspace((unsigned char)line[n - 1])) line[--n] = '\0';
     if (line[0] == '[') {
-      if (line[n - 1] != ']' || n - 2 >= sizeof section)
+      if (line[n - 1] != ']' || n < 3 || n - 2 >= sizeof section)
         return ds_fail(DS_ERR_INPUT, "--config %s: line %d: a section is written [hmc] or [svgd]", path, number);
       memcpy(section, line + 1, n - 2);
       section[n - 2] = '\0';

@@ -159,10 +159,14 @@ def foreign_checkpoint_dir():
         t.run(2, "hmc", "--dim", 2, "--chains", 8, "--warmup", 50, "--draws", 50, "--checkpoint-every", 25,
               "--backend", "cpu", "--quiet", "--out", out, "--checkpoint-dir", ckpt)
         runs[name] = (out, ckpt)
+    # B's folder holds no lock file once B ended: the refused run must not leave one of its own.
     b_files = sorted(glob.glob(os.path.join(runs["B"][1], "*")))
+    b_listing = sorted(os.listdir(runs["B"][1]))
     refused("resume_into_other_folder", ["resume", runs["A"][1], "--checkpoint-dir", runs["B"][1], "--draws", 80],
             "holds the checkpoints of another run", protect=[*b_files, runs["B"][0], runs["A"][0]])
     t.check(sorted(glob.glob(os.path.join(runs["B"][1], "*"))) == b_files, "resume_into_other_folder: B's folder as it was")
+    t.check(sorted(os.listdir(runs["B"][1])) == b_listing,
+            f"resume_into_other_folder: no lock file left in B ({sorted(os.listdir(runs['B'][1]))})")
     rc, _, stderr = t.run(2, "resume", runs["A"][1], "--draws", 80, "--quiet", expect_ok=False)
     t.check(rc == 0, f"resume_into_other_folder: A resumes into its own folder ({t.error_lines(stderr)})")
 

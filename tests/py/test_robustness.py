@@ -212,6 +212,10 @@ def wrong_answers():
     with open(cfg, "w") as f:
         f.write("[hcm]\ndim = 3\nchains = 4\n")
     refused("ini_section", ["hmc", "--config", cfg, "--out", out], "unknown section [hcm]", protect=[cfg])
+    # An empty section name is no section: refused, not read as the keys of every algorithm.
+    with open(cfg, "w") as f:
+        f.write("dim = 3\n[]\nchains = 4\n")
+    refused("ini_section_empty", ["hmc", "--config", cfg, "--out", out], "line 2: a section is written", protect=[cfg])
     # An indented line is not a continuation of the value above it (the output's name would
     # become "chains = 6"): the file is refused, naming the line.
     cfg = t.path("rb_indented.ini")
