@@ -257,6 +257,21 @@ static int open_csv(const summary_options_t *options, FILE **csv, char *partial,
     *csv = stdout; /* /dev/stdout, or the file stdout goes to: after the table, not over it */
     return DS_OK;
   }
+  if (exists && S_ISFIFO(st.st_mode)) {
+    /* Opened without waiting: a FIFO nobody reads would hold the open (and the job) forever. */
+    int fd = open(path, O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0 && errno == ENXIO)
+      return ds_fail(DS_ERR_INPUT, "summary --csv %s: a FIFO that no process is reading (start its reader first)",
+                     path);
+    if (fd < 0) return ds_fail(DS_ERR_INPUT, "summary --csv %s: %s", path, strerror(errno));
+    const int flags = fcntl(fd, F_GETFL);
+    if (flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0 || !(*csv = fdopen(fd, "w"))) {
+      const int error = errno;
+      close(fd);
+      return ds_fail(DS_ERR_IO, "summary --csv %s: %s", path, strerror(error));
+    }
+    return DS_OK;
+  }
   if ((exists && !S_ISREG(st.st_mode)) || system_path) {
     *csv = fopen(path, "w");
     if (!*csv) return ds_fail(DS_ERR_INPUT, "summary --csv %s: %s", path, strerror(errno));

@@ -304,9 +304,22 @@ def summary_outputs(out):
     if os.path.exists(fifo):
         os.remove(fifo)
     os.mkfifo(fifo)
-    reader = subprocess.Popen(["cat", fifo], stdout=subprocess.PIPE, text=True)
+    # Nobody reads it: refused at once (opening it would wait for a reader forever).
+    refused("csv_fifo_no_reader", ["summary", out, "--csv", fifo], "a FIFO that no process is reading", ranks=1)
+    # Its reader open (this process, which reads once the summary ends: the CSV fits the pipe).
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
     rc, _, stderr = t.run(1, "summary", out, "--csv", fifo, expect_ok=False)
-    lines = reader.communicate(timeout=TIMEOUT)[0].splitlines()
+    text = b""
+    while True:
+        try:
+            chunk = os.read(reader, 65536)
+        except BlockingIOError:
+            break
+        if not chunk:
+            break
+        text += chunk
+    os.close(reader)
+    lines = text.decode().splitlines()
     t.check(rc == 0 and lines and lines[0].startswith("variable,"), f"csv_fifo: written, exit 0 (rc {rc}, {stderr!r})")
     # An output a run is writing.
     busy_out, busy_ckpt = t.path("rb_busy.h5"), t.path("rb_busy.ckpt")
