@@ -419,6 +419,13 @@ int ckpt_write(MPI_Comm comm, const char *dir, const ckpt_meta_t *meta, const ck
   char tmp[4300], final_path[4200];
   snprintf(final_path, sizeof final_path, "%s/ckpt-%lld.h5", dir, (long long)meta->iteration);
   snprintf(tmp, sizeof tmp, "%s.tmp", final_path);
+  /* Something that is not a file under the checkpoint's name (made since the run began) would
+   * fail the rename at the end: refused before writing. */
+  struct stat in_place;
+  if (rank == 0 && lstat(final_path, &in_place) == 0 && !S_ISREG(in_place.st_mode))
+    status = ds_fail(DS_ERR_IO, "checkpoint %s: something that is not a file has its name; move it away", final_path);
+  MPI_CHECK(MPI_Bcast(&status, 1, MPI_INT, 0, comm));
+  if (status != DS_OK) return rank == 0 ? status : ds_fail(status, "checkpoint %s: rank 0 cannot write it", final_path);
   h5util_set_context("checkpoint %s", tmp);
   h5util_set_write_path(tmp);
   hid_t file;
@@ -450,8 +457,10 @@ int ckpt_write(MPI_Comm comm, const char *dir, const ckpt_meta_t *meta, const ck
     return status;
   }
   if (rank == 0) {
-    if (sync_path(tmp, 0) != 0 || rename(tmp, final_path) != 0 || sync_path(dir, 1) != 0)
+    if (sync_path(tmp, 0) != 0 || rename(tmp, final_path) != 0 || sync_path(dir, 1) != 0) {
       status = ds_fail(DS_ERR_IO, "checkpoint %s: rename or sync failed: %s", final_path, strerror(errno));
+      unlink(tmp); /* gone where the rename failed; no effect where it was done */
+    }
     entry_t *entries = NULL;
     int count = 0;
     /* Only this run's checkpoints older than this one count and go: a newer number is one a
@@ -500,6 +509,32 @@ int ckpt_dir_checkpoints(MPI_Comm comm, const char *dir, const char *run_id, int
   *found = head.found;
   if (other) snprintf(other, other_size, "%s", head.other);
   return DS_OK;
+}
+
+int ckpt_dir_obstacle(MPI_Comm comm, const char *dir) {
+  int rank;
+  MPI_Comm_rank(comm, &rank);
+  int status = DS_OK;
+  if (rank == 0) {
+    entry_t *entries = NULL;
+    int count = 0;
+    DIR *d = opendir(dir);
+    if (d) {
+      closedir(d);
+      if (scan_dir(dir, &entries, &count) != DS_OK) count = 0;
+    }
+    for (int i = 0; i < count && status == DS_OK; ++i) {
+      char path[4400];
+      struct stat st;
+      snprintf(path, sizeof path, "%s/%s", dir, entries[i].name);
+      if (lstat(path, &st) == 0 && !S_ISREG(st.st_mode))
+        status = ds_fail(DS_ERR_INPUT, "--checkpoint-dir %s: %s is a %s, not a checkpoint, and a checkpoint of that "
+                         "name could not be written; move it away", dir, entries[i].name,
+                         S_ISDIR(st.st_mode) ? "directory" : S_ISLNK(st.st_mode) ? "symbolic link" : "special file");
+    }
+    free(entries);
+  }
+  return agree(comm, status);
 }
 
 int ckpt_list(MPI_Comm comm, const char *where, char paths[][4096], int *count) {

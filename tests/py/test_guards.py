@@ -171,6 +171,26 @@ def foreign_checkpoint_dir():
     t.check(rc == 0, f"resume_into_other_folder: A resumes into its own folder ({t.error_lines(stderr)})")
 
 
+def checkpoint_name_taken():
+    """A directory under the name of a checkpoint the run will write (ckpt-125.h5 for a resume
+    that checkpoints at 125): refused before the run, naming it, no .tmp left; the resume runs
+    once it is moved away."""
+    out, ckpt = t.path("g_taken.h5"), t.path("g_taken.ckpt")
+    shutil.rmtree(ckpt, ignore_errors=True)
+    t.run(2, "hmc", "--dim", 2, "--chains", 8, "--warmup", 50, "--draws", 50, "--checkpoint-every", 25,
+          "--backend", "cpu", "--quiet", "--out", out, "--checkpoint-dir", ckpt)
+    taken = os.path.join(ckpt, "ckpt-125.h5")
+    os.mkdir(taken)
+    files = sorted(glob.glob(os.path.join(ckpt, "ckpt-*.h5")))
+    refused("checkpoint_name_taken", ["resume", ckpt, "--draws", 80, "--quiet"], "ckpt-125.h5 is a directory",
+            protect=[p for p in files if p != taken] + [out])
+    t.check(sorted(os.listdir(ckpt)) == sorted(os.path.basename(p) for p in files),
+            f"checkpoint_name_taken: the folder as it was, no .tmp ({sorted(os.listdir(ckpt))})")
+    os.rmdir(taken)
+    rc, _, stderr = t.run(2, "resume", ckpt, "--draws", 80, "--quiet", expect_ok=False)
+    t.check(rc == 0 and os.path.isfile(taken), f"checkpoint_name_taken: resumes once it is moved ({t.error_lines(stderr)})")
+
+
 def config_lines():
     """A 300-byte comment ending in 'dim = 3' sets nothing; a 260-byte path is a value; a line
     indented with a vertical tab is refused naming its line."""
@@ -341,6 +361,7 @@ def main():
     early_signals()
     svgd_hard_kill()
     foreign_checkpoint_dir()
+    checkpoint_name_taken()
     config_lines()
     kernel_ranges()
     keep_many()
