@@ -483,8 +483,12 @@ int comm_watchdog_start(comm_ctx_t *ctx) {
   return DS_OK;
 }
 
+/* Nesting depth of comm_deadline_begin (the main thread's): the outermost read's name and
+ * deadline hold until its end. */
+static int read_depth;
+
 void comm_deadline_begin(const char *format, ...) {
-  if (read_seconds <= 0) return;
+  if (read_seconds <= 0 || read_depth++ > 0) return;
   va_list args;
   va_start(args, format);
   vsnprintf(read_what, sizeof read_what, format, args);
@@ -492,4 +496,7 @@ void comm_deadline_begin(const char *format, ...) {
   atomic_store(&read_deadline, monotonic_seconds() + read_seconds);
 }
 
-void comm_deadline_end(void) { atomic_store(&read_deadline, 0); }
+void comm_deadline_end(void) {
+  if (read_seconds <= 0 || read_depth == 0 || --read_depth > 0) return;
+  atomic_store(&read_deadline, 0);
+}

@@ -120,7 +120,8 @@ int comm_watchdog_start(comm_ctx_t *ctx);
  * variable-length strings): reads that may meet one run between comm_deadline_begin (which
  * names what is read, printf-style) and comm_deadline_end. Past DSAMPLER_READ_DEADLINE_SECONDS
  * (default below; 0: off) the watchdog thread names it, calls it damaged and ends every rank.
- * Only where comm_watchdog_start ran; not nested. */
+ * Only where comm_watchdog_start ran. Nestable (on the main thread): the outermost begin names the
+ * read, and its deadline holds until the matching end. */
 #define COMM_READ_DEADLINE_DEFAULT_SECONDS 120
 void comm_deadline_begin(const char *format, ...) __attribute__((format(printf, 1, 2)));
 void comm_deadline_end(void);
