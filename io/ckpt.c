@@ -99,35 +99,7 @@ static int write_string(hid_t object, const char *name, const char *value) {
 /* Reads a string attribute of either kind: fixed-length (format 6) or variable-length (format 5,
  * read under the read deadline of ckpt_read_meta's callers). One longer than `size` is refused. */
 static int read_string(hid_t object, const char *name, char *out, size_t size) {
-  int status = DS_ERR_IO;
-  out[0] = '\0';
-  H5E_BEGIN_TRY {
-    hid_t attr = H5Aopen(object, name, H5P_DEFAULT);
-    hid_t stored = attr >= 0 ? H5Aget_type(attr) : H5I_INVALID_HID;
-    htri_t variable = stored >= 0 && H5Tget_class(stored) == H5T_STRING ? H5Tis_variable_str(stored) : -1;
-    hid_t type = variable >= 0 ? H5Tcopy(H5T_C_S1) : H5I_INVALID_HID;
-    if (variable > 0 && type >= 0 && H5Tset_size(type, H5T_VARIABLE) >= 0 && h5util_match_cset(attr, type) >= 0) {
-      char *value = NULL;
-      if (H5Aread(attr, type, &value) >= 0 && value) {
-        status = strlen(value) < size ? DS_OK : DS_ERR_IO;
-        if (status == DS_OK) memcpy(out, value, strlen(value) + 1);
-      }
-      if (value) H5free_memory(value);
-    } else if (variable == 0 && type >= 0) {
-      size_t length = H5Tget_size(stored);
-      if (length > 0 && length <= size && H5Tset_size(type, length) >= 0 &&
-          H5Tset_strpad(type, H5T_STR_NULLTERM) >= 0 && H5Aread(attr, type, out) >= 0) {
-        out[length - 1] = '\0';
-        status = DS_OK;
-      }
-    }
-    if (type >= 0) H5Tclose(type);
-    if (stored >= 0) H5Tclose(stored);
-    if (attr >= 0) H5Aclose(attr);
-  }
-  H5E_END_TRY;
-  if (status != DS_OK) out[0] = '\0';
-  return status;
+  return h5util_read_string_attr(object, name, out, size, "a checkpoint");
 }
 
 /* Selects this rank's rows [row_begin, row_end) of a [n, width] dataset, or none. */

@@ -579,23 +579,10 @@ int h5out_set_attr(h5out_t *f, const char *key, const char *value) {
 
 int h5out_read_attr(h5out_t *f, const char *key, char *value, size_t size) {
   output_context(f);
-  hid_t type = H5Tcopy(H5T_C_S1);
-  H5Tset_size(type, H5T_VARIABLE);
-  char *text = NULL;
-  int ok;
-  /* A variable-length string: a damaged file can make H5Aread loop (comm_deadline_begin). */
-  comm_deadline_begin("reading attribute %s of output %s", key, f->path);
-  H5E_BEGIN_TRY {
-    hid_t attr = H5Aopen_by_name(f->file, "/", key, H5P_DEFAULT, H5P_DEFAULT);
-    ok = attr >= 0 && h5util_match_cset(attr, type) >= 0 && H5Aread(attr, type, &text) >= 0;
-    if (attr >= 0) H5Aclose(attr);
-  }
-  H5E_END_TRY;
-  comm_deadline_end();
-  H5Tclose(type);
-  if (!ok || !text) return ds_fail(DS_ERR_INPUT, "output %s: no attribute %s", f->path, key);
-  snprintf(value, size, "%s", text);
-  H5free_memory(text);
+  char what[4200];
+  snprintf(what, sizeof what, "output %s", f->path);
+  if (h5util_read_string_attr(f->file, key, value, size, what) != DS_OK)
+    return ds_fail(DS_ERR_INPUT, "output %s: no attribute %s", f->path, key);
   return DS_OK;
 }
 

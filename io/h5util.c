@@ -300,31 +300,52 @@ int h5util_set_root_attrs(MPI_Comm comm, const char *option, const char *path, c
   return h5util_agree(comm, status);
 }
 
+int h5util_read_string_attr(hid_t object, const char *name, char *out, size_t size, const char *what) {
+  int status = DS_ERR_IO;
+  out[0] = '\0';
+  H5E_BEGIN_TRY {
+    hid_t attr = H5Aexists(object, name) > 0 ? H5Aopen(object, name, H5P_DEFAULT) : H5I_INVALID_HID;
+    hid_t stored = attr >= 0 ? H5Aget_type(attr) : H5I_INVALID_HID;
+    htri_t variable = stored >= 0 && H5Tget_class(stored) == H5T_STRING ? H5Tis_variable_str(stored) : -1;
+    hid_t type = variable >= 0 ? H5Tcopy(H5T_C_S1) : H5I_INVALID_HID;
+    if (variable > 0 && type >= 0 && H5Tset_size(type, H5T_VARIABLE) >= 0 && h5util_match_cset(attr, type) >= 0) {
+      char *value = NULL;
+      /* A damaged heap of variable-length strings can make H5Aread loop (comm_deadline_begin). */
+      comm_deadline_begin("reading attribute %s of %s", name, what);
+      const herr_t read = H5Aread(attr, type, &value);
+      comm_deadline_end();
+      if (read >= 0 && value && strlen(value) < size) {
+        memcpy(out, value, strlen(value) + 1);
+        status = DS_OK;
+      }
+      if (value) H5free_memory(value);
+    } else if (variable == 0 && type >= 0) {
+      const size_t length = H5Tget_size(stored);
+      if (length > 0 && length <= size && H5Tset_size(type, length) >= 0 && h5util_match_cset(attr, type) >= 0 &&
+          H5Tset_strpad(type, H5T_STR_NULLTERM) >= 0 && H5Aread(attr, type, out) >= 0) {
+        out[length - 1] = '\0';
+        status = DS_OK;
+      }
+    }
+    if (type >= 0) H5Tclose(type);
+    if (stored >= 0) H5Tclose(stored);
+    if (attr >= 0) H5Aclose(attr);
+  }
+  H5E_END_TRY;
+  if (status != DS_OK) out[0] = '\0';
+  return status;
+}
+
 int h5util_read_root_attr(MPI_Comm comm, const char *option, const char *path, const char *key, char *value,
                           size_t size) {
   value[0] = '\0';
   hid_t file;
   DS_TRY(h5util_open_read(comm, option, path, &file));
+  char what[4200];
+  snprintf(what, sizeof what, "%s %s", option, path);
   int status = DS_OK;
-  hid_t type = H5Tcopy(H5T_C_S1), attr = H5I_INVALID_HID;
-  char *text = NULL;
-  htri_t exists = H5Aexists(file, key);
-  if (exists > 0) attr = H5Aopen(file, key, H5P_DEFAULT);
-  /* A variable-length string: a damaged file can make H5Aread loop (comm_deadline_begin). */
-  comm_deadline_begin("reading attribute %s of %s %s", key, option, path);
-  herr_t read = type >= 0 && H5Tset_size(type, H5T_VARIABLE) >= 0 && attr >= 0 && h5util_match_cset(attr, type) >= 0
-                    ? H5Aread(attr, type, &text)
-                    : -1;
-  comm_deadline_end();
-  if (read < 0 || !text) {
-    H5Eclear2(H5E_DEFAULT);
+  if (h5util_read_string_attr(file, key, value, size, what) != DS_OK)
     status = ds_fail(DS_ERR_INPUT, "%s %s: no readable string attribute '%s' (not a dsampler output?)", option, path, key);
-  } else {
-    snprintf(value, size, "%s", text);
-  }
-  if (text) H5free_memory(text);
-  if (attr >= 0) H5Aclose(attr);
-  if (type >= 0) H5Tclose(type);
   H5Fclose(file);
   return h5util_agree(comm, status);
 }

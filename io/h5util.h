@@ -82,13 +82,20 @@ int h5util_same_file(const char *a, const char *b);
 int h5util_set_root_attrs(MPI_Comm comm, const char *option, const char *path, const char *const *keys,
                           const char *const *values, int count);
 
-/* Collective: reads string attribute `key` of the root group of `path` into value. Agreed;
- * DS_ERR_INPUT naming the file when absent. */
 /* Sets string type `type`'s character set to that of attribute `attr` (HDF5 1.10 has no
  * conversion between a variable-length ASCII and UTF-8 string): 0, or -1 where attr is no
  * string. */
 int h5util_match_cset(hid_t attr, hid_t type);
 
+/* The string attribute `name` of `object` into out[size], stored fixed- or variable-length and
+ * read in its own character set. DS_OK; DS_ERR_IO (out "") where it is missing, not a string,
+ * unreadable or longer than size - 1; no HDF5 error stack is printed and none is recorded. A
+ * variable-length read runs under the read deadline (comm_deadline_begin), `what` naming the
+ * file. Local. */
+int h5util_read_string_attr(hid_t object, const char *name, char *out, size_t size, const char *what);
+
+/* Collective: reads string attribute `key` of the root group of `path` into value. Agreed;
+ * DS_ERR_INPUT naming the file when absent. */
 int h5util_read_root_attr(MPI_Comm comm, const char *option, const char *path, const char *key, char *value,
                           size_t size);
 

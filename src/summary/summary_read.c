@@ -175,23 +175,8 @@ static int read_count_attr(hid_t file, const char *path, const char *key, int *f
     if (H5Aread(attr, H5T_NATIVE_LLONG, &number) < 0) status = h5_fail(__FILE__, __LINE__, "H5Aread");
     snprintf(text, sizeof text, "%lld", number);
   } else if (status == DS_OK && H5Tget_class(file_type) == H5T_STRING) {
-    /* Read in the file's own string type: HDF5 does not convert between ASCII and UTF-8. */
-    hid_t mem_type = H5Tcopy(file_type);
-    if (H5Tis_variable_str(file_type) > 0) {
-      char *read = NULL;
-      /* A damaged file can make this read loop (comm_deadline_begin). */
-      comm_deadline_begin("reading attribute %s of %s", key, path);
-      herr_t rc = mem_type < 0 ? -1 : H5Aread(attr, mem_type, &read);
-      comm_deadline_end();
-      if (rc < 0) status = h5_fail(__FILE__, __LINE__, "H5Aread");
-      if (read) snprintf(text, sizeof text, "%s", read);
-      if (read) H5free_memory(read);
-    } else {
-      size_t size = H5Tget_size(file_type); /* text stays NUL-terminated: size < sizeof text */
-      if (size == 0 || size >= sizeof text || mem_type < 0 || H5Aread(attr, mem_type, text) < 0)
-        status = ds_fail(DS_ERR_INPUT, "summary %s: attribute %s cannot be read as a number", path, key);
-    }
-    if (mem_type >= 0) H5Tclose(mem_type);
+    if (h5util_read_string_attr(file, key, text, sizeof text, path) != DS_OK)
+      status = ds_fail(DS_ERR_INPUT, "summary %s: attribute %s cannot be read as a number", path, key);
   } else if (status == DS_OK) {
     status = ds_fail(DS_ERR_INPUT, "summary %s: attribute %s is neither a string nor an integer", path, key);
   }
