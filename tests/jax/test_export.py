@@ -253,6 +253,52 @@ def check_lowering_restored():
           f"{before} {inside} {after}")
 
 
+def check_trajectory():
+    """The trajectory programs (the GPU's; here jitted on the CPU): written out for a small
+    gradient and as a loop for a large one (unroll_steps), and both forms against leapfrog steps
+    in float64 (numpy, the analytic gradient) of a Gaussian with scales s: kick p + k g (k = eps/2
+    on the first step of a trajectory, eps after), drift q + eps m p, per-row eps."""
+    import jax
+    import jax.numpy as jnp
+    from dsampler_export.trajectory import trajectory_program, unroll_steps
+    d, rows = 5, 16
+    s = np.linspace(0.5, 2.0, d)
+
+    def logp(x):
+        return -0.5 * jnp.sum((x / s.astype(np.float32)) ** 2)
+
+    def wide(x):  # the same density through many more operations than UNROLL_MAX_EQUATIONS
+        total = 0.0
+        for i in range(d):
+            for _ in range(20):
+                total = total + 0.0 * jnp.sin(x[i])
+        return total + logp(x)
+    row = jax.ShapeDtypeStruct((d,), np.float32)
+    check("trajectory: a small gradient's programs are written out", unroll_steps(logp, row, [], 8))
+    check("trajectory: a large gradient's programs stay loops", not unroll_steps(wide, row, [], 8))
+    rng = np.random.default_rng(5)
+    q0 = rng.standard_normal((rows, d)).astype(np.float32)
+    p0 = rng.standard_normal((rows, d)).astype(np.float32)
+    eps = rng.uniform(0.05, 0.3, rows).astype(np.float32)
+    inv = rng.uniform(0.5, 1.5, d).astype(np.float32)
+    g0 = (-q0 / s ** 2).astype(np.float32)
+    for steps, first in ((1, 1), (4, 1), (4, 0)):
+        q, p, g = q0.astype(np.float64), p0.astype(np.float64), g0.astype(np.float64)
+        for i in range(steps):
+            k = (0.5 if i == 0 and first else 1.0) * eps[:, None].astype(np.float64)
+            p = p + k * g
+            q = q + eps[:, None] * inv[None, :] * p
+            g = -q / s ** 2
+        lp = -0.5 * np.sum((q / s) ** 2, axis=1)
+        for unroll in (False, True):
+            f = jax.jit(trajectory_program(logp, 0, True, steps, "aos", unroll))
+            out = [np.asarray(a, np.float64) for a in f(q0, p0, g0, np.zeros(rows, np.float32), eps, inv,
+                                                          np.int32(first))]
+            err = max(float(np.max(np.abs(a - b) / (1e-3 + np.abs(b)))) for a, b in zip(out, (q, p, g, lp)))
+            check(f"trajectory {steps} steps (first {first}, {'written out' if unroll else 'loop'}) against float64",
+                  err < 2e-5, f"relative error {err:.3g}")
+
+
 def check_refusals(tmp):
     schools = json.loads((POSTERIORDB / "eight_schools-eight_schools_noncentered" /
                           "data.json").read_text())
@@ -468,6 +514,7 @@ def main():
         compares.append(check_linalg(tmp, jobs, n))
     check_refusals(tmp)
     check_warning(tmp)
+    check_trajectory()
 
     (tmp / "jobs.json").write_text(json.dumps(jobs))
     env = dict(os.environ, JAX_ENABLE_X64="1", JAX_PLATFORMS="cpu")
