@@ -462,6 +462,7 @@ int ckpt_dir_checkpoints(MPI_Comm comm, const char *dir, const char *run_id, int
   int rank;
   MPI_Comm_rank(comm, &rank);
   struct { int found; char other[64]; } head = {0, ""};
+  int status = DS_OK;
   if (rank == 0) {
     entry_t *entries = NULL;
     int count = 0;
@@ -471,41 +472,22 @@ int ckpt_dir_checkpoints(MPI_Comm comm, const char *dir, const char *run_id, int
       if (scan_dir(dir, &entries, &count) == DS_OK) head.found = count > 0;
     }
     char path[4400], id[sizeof head.other];
-    for (int i = 0; run_id && i < count && !head.other[0]; ++i) {
+    for (int i = 0; i < count && status == DS_OK; ++i) {
       snprintf(path, sizeof path, "%s/%s", dir, entries[i].name);
-      if (checkpoint_run_id(path, id, sizeof id) && strcmp(id, run_id) != 0) snprintf(head.other, sizeof head.other, "%s", id);
+      /* Something under a checkpoint's name that is not a file: that checkpoint could not be written. */
+      struct stat st;
+      if (lstat(path, &st) == 0 && !S_ISREG(st.st_mode))
+        status = ds_fail(DS_ERR_INPUT, "--checkpoint-dir %s: %s is a %s, not a checkpoint, and a checkpoint of that "
+                         "name could not be written; move it away", dir, entries[i].name,
+                         S_ISDIR(st.st_mode) ? "directory" : S_ISLNK(st.st_mode) ? "symbolic link" : "special file");
+      else if (run_id && !head.other[0] && checkpoint_run_id(path, id, sizeof id) && strcmp(id, run_id) != 0)
+        snprintf(head.other, sizeof head.other, "%s", id);
     }
     free(entries);
   }
   MPI_CHECK(MPI_Bcast(&head, (int)sizeof head, MPI_BYTE, 0, comm));
   *found = head.found;
   if (other) snprintf(other, other_size, "%s", head.other);
-  return DS_OK;
-}
-
-int ckpt_dir_obstacle(MPI_Comm comm, const char *dir) {
-  int rank;
-  MPI_Comm_rank(comm, &rank);
-  int status = DS_OK;
-  if (rank == 0) {
-    entry_t *entries = NULL;
-    int count = 0;
-    DIR *d = opendir(dir);
-    if (d) {
-      closedir(d);
-      if (scan_dir(dir, &entries, &count) != DS_OK) count = 0;
-    }
-    for (int i = 0; i < count && status == DS_OK; ++i) {
-      char path[4400];
-      struct stat st;
-      snprintf(path, sizeof path, "%s/%s", dir, entries[i].name);
-      if (lstat(path, &st) == 0 && !S_ISREG(st.st_mode))
-        status = ds_fail(DS_ERR_INPUT, "--checkpoint-dir %s: %s is a %s, not a checkpoint, and a checkpoint of that "
-                         "name could not be written; move it away", dir, entries[i].name,
-                         S_ISDIR(st.st_mode) ? "directory" : S_ISLNK(st.st_mode) ? "symbolic link" : "special file");
-    }
-    free(entries);
-  }
   return agree(comm, status);
 }
 

@@ -73,12 +73,9 @@ int ckpt_read(MPI_Comm comm, const char *path, const ckpt_array_t *arrays, int n
  * output may overwrite or be mistaken for. */
 int ckpt_is_checkpoint_path(const char *path);
 
-/* DS_ERR_INPUT, naming it, where DIR holds something under a checkpoint's name that is not a
- * regular file (a directory, a link, a FIFO): a checkpoint of that iteration could not be
- * written. Rank 0 looks; agreed. Collective. */
-int ckpt_dir_obstacle(MPI_Comm comm, const char *dir);
-
-/* *found = 1 when DIR holds at least one ckpt-*.h5; with run_id, `other` (other_size bytes) gets
+/* *found = 1 when DIR holds at least one ckpt-*.h5; DS_ERR_INPUT, naming it, where something there
+ * under a checkpoint's name is not a regular file (a directory, a link, a FIFO: that checkpoint
+ * could not be written); with run_id, `other` (other_size bytes) gets
  * the run id of a checkpoint there that belongs to another run ("" where none does). Rank 0
  * looks; the answers are broadcast. Collective. */
 int ckpt_dir_checkpoints(MPI_Comm comm, const char *dir, const char *run_id, int *found, char *other,

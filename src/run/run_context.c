@@ -331,7 +331,6 @@ int run_stop_requested(run_ctx_t *run, int *stop) {
 int run_check_checkpoint_dir(run_ctx_t *run) {
   int found = 0;
   char other[64] = "";
-  DS_TRY(ckpt_dir_obstacle(run->comm->world, run->cfg->checkpoint_dir));
   DS_TRY(ckpt_dir_checkpoints(run->comm->world, run->cfg->checkpoint_dir, run->run_id, &found, other, sizeof other));
   /* A resume writes its checkpoints beside its own run's only: in another run's folder the next
    * `resume` of that folder would continue this run under the other's name. */

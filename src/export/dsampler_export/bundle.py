@@ -273,15 +273,13 @@ def export_programs(model, inputs, platforms, blocks, trajectory_layout="aos", t
                 # the metric shared by every chain and for one per chain.
                 from .trajectory import TRAJECTORY_STEPS, trajectory_program, unroll_steps
                 tb = blocks.get("trajectory", b)
-                row = jax.ShapeDtypeStruct((d,), f32)
                 rows = jax.ShapeDtypeStruct((tb, d), f32)
+                unroll = {"0": False, "1": True}.get(trajectory_unroll)
+                if unroll is None:
+                    unroll = unroll_steps(model.logp, jax.ShapeDtypeStruct((d,), f32), data_specs)
                 for (name, shared), steps in itertools.product(
                         (("trajectory_shared", True), ("trajectory_chain", False)), TRAJECTORY_STEPS):
                     metric = jax.ShapeDtypeStruct((d,) if shared else (tb, d), f32)
-                    unroll = {"0": False, "1": True}.get(
-                        trajectory_unroll, None)
-                    if unroll is None:
-                        unroll = unroll_steps(model.logp, row, data_specs, steps)
                     fn = trajectory_program(model.logp, len(inputs), shared, steps, trajectory_layout, unroll)
                     programs[f"{name}_{steps}"] = (
                         jax.jit(fn, donate_argnums=(0, 1, 2, 3), keep_unused=True),

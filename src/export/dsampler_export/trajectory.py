@@ -88,11 +88,9 @@ def trajectory_program(logp, n_data, shared_metric, steps, layout="aos", unroll=
 UNROLL_MAX_EQUATIONS = 64
 
 
-def unroll_steps(logp, example_row, data, steps):
-    """Whether to write out the steps of logp's trajectory programs: where its value and
-    gradient take at most UNROLL_MAX_EQUATIONS operations (`steps` is not used: every program of
-    one model is written out or none)."""
-    del steps
+def unroll_steps(logp, example_row, data):
+    """Whether to write out logp's trajectory programs (every program of one model is written
+    out or none): where its value and gradient take at most UNROLL_MAX_EQUATIONS operations."""
     jaxpr = jax.make_jaxpr(jax.value_and_grad(logp))(example_row, *data)
     return _count_equations(jaxpr.jaxpr) <= UNROLL_MAX_EQUATIONS
 
