@@ -567,7 +567,7 @@ const char *adapt_metric_used(const adapt_t *a, double *condition, int64_t *drop
 
 /* --target-accept auto: at a window's end in warmup's second half, a window that diverged on more
  * than ADAPT_ACCEPT_DIVERGENT of its transitions halves 1 - target, and halves it once more for
- * each further factor of 4 in the rate (1.5%: 0.8 -> 0.9; 2.5%: 0.8 -> 0.95), up to
+ * each further factor of 4 in the rate (0.3%: 0.8 -> 0.9; 0.5%: 0.8 -> 0.95), up to
  * ADAPT_ACCEPT_AUTO_MAX. Divergences that persist late in warmup mark curvature the step does
  * not resolve (a Gaussian process's hyperparameters, a funnel's neck); a smaller step there
  * costs gradients but keeps the chains from skipping the region, where a higher target

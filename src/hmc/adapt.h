@@ -42,7 +42,7 @@ typedef enum { ADAPT_METRIC_DIAG = 0, ADAPT_METRIC_DENSE = 1, ADAPT_METRIC_AUTO 
  * (all chains) diverged more often than ADAPT_ACCEPT_DIVERGENT halves 1 - target, once more per
  * further factor of 4 in that rate, up to ADAPT_ACCEPT_AUTO_MAX. A given target never changes. */
 #define ADAPT_ACCEPT_AUTO_START 0.8
-#define ADAPT_ACCEPT_DIVERGENT 0.005
+#define ADAPT_ACCEPT_DIVERGENT 0.001
 #define ADAPT_ACCEPT_AUTO_MAX 0.95
 
 typedef struct adapt_settings {

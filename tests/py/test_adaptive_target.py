@@ -3,7 +3,7 @@ where divergences persist late in warmup.
 
 The rule (src/hmc/adapt.h), recomputed here from the run's own warmup statistics: at the end of
 each metric window in warmup's second half, a window whose transitions (all chains) diverged more
-often than 0.5% halves 1 - target, once more for each further factor of 4 in that rate, up to
+often than 0.1% halves 1 - target, once more for each further factor of 4 in that rate, up to
 0.95. The window schedule is recomputed too (Stan's 75 / 25 / 50 with doubling windows, capped at
 max(100, 6400 / chains) iterations under pooled adaptation).
 - Neal's funnel (d = 20, 64 chains, 2 ranks): the target_accept attribute states the target, the
@@ -20,7 +20,7 @@ import numpy as np
 
 import dstest as t
 
-START, THRESHOLD, CAP = 0.8, 0.005, 0.95
+START, THRESHOLD, CAP = 0.8, 0.001, 0.95
 
 
 def window_ends(warmup, chains):

@@ -20,7 +20,7 @@ by tests/posteriordb/import_posteriordb.py with ArviZ from posteriordb's 10 x 10
 A posterior passes when every element passes all three; the test fails when any posterior fails.
 A run longer than DSAMPLER_PDB_RUN_LIMIT seconds (default 600) is stopped and counted a failure.
 DSAMPLER_PDB_ARGS adds options to every run (for benchmarks of other settings, e.g.
-`--metric-fit fisher`; the test sets none).
+`--metric-fit fisher`; the test sets none); DSAMPLER_PDB_SEED replaces the seed S (20250601).
 
 Reported per posterior: the worst |z|, the sd ratio farthest from 1, the largest R-hat, the
 smallest bulk and tail ESS (over the reference's elements), the gradients (leapfrog steps, warmup
@@ -50,7 +50,8 @@ import dstest as t
 HERE = os.path.dirname(os.path.abspath(__file__))
 PDB_DIR = os.path.normpath(os.path.join(HERE, "..", "posteriordb"))
 SRC_SHARED = os.path.normpath(os.path.join(HERE, "..", "..", "src", "shared"))
-CHAINS, RANKS, SEED = 64, 2, 20250601
+CHAINS, RANKS = 64, 2
+SEED = int(os.environ.get("DSAMPLER_PDB_SEED", "20250601"))
 RUN_LIMIT = float(os.environ.get("DSAMPLER_PDB_RUN_LIMIT", "600"))
 # Options added to every run (benchmarks of non-default settings; the test itself sets none).
 EXTRA_ARGS = shlex.split(os.environ.get("DSAMPLER_PDB_ARGS", ""))
