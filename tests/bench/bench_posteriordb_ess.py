@@ -78,8 +78,25 @@ def machine():
     return f"{os.cpu_count()}-core {platform.machine()} VM ({cpu})"
 
 
-def run_stan(name):
+def smallest_ess(name, draws_of):
+    """The smallest bulk and tail ESS (ArviZ) over NAME's reference elements, draws_of(element)
+    giving [chain, draw], and the elements that have them ({"bulk": ..., "tail": ...})."""
     import arviz as az
+    min_bulk = min_tail = float("inf")
+    worst = {}
+    for element in reference(name):
+        x = draws_of(element)
+        bulk = float(az.ess(x, method="bulk"))
+        tail = float(az.ess(x, method="tail"))
+        if bulk < min_bulk:
+            worst["bulk"] = element
+        if tail < min_tail:
+            worst["tail"] = element
+        min_bulk, min_tail = min(min_bulk, bulk), min(min_tail, tail)
+    return min_bulk, min_tail, worst
+
+
+def run_stan(name):
     import httpstan
     import stan
 
@@ -100,17 +117,7 @@ def run_stan(name):
     leapfrog = draws[names.index("n_leapfrog__")]
     gradients = int(leapfrog.sum())
     divergent = int(draws[names.index("divergent__")][warmup:].sum())
-    min_bulk = min_tail = float("inf")
-    worst = {}
-    for element in reference(name):
-        x = draws[names.index(stan_column(element))][warmup:].T  # [chain, draw]
-        bulk = float(az.ess(x, method="bulk"))
-        tail = float(az.ess(x, method="tail"))
-        if bulk < min_bulk:
-            worst["bulk"] = element
-        if tail < min_tail:
-            worst["tail"] = element
-        min_bulk, min_tail = min(min_bulk, bulk), min(min_tail, tail)
+    min_bulk, min_tail, worst = smallest_ess(name, lambda element: draws[names.index(stan_column(element))][warmup:].T)
     return {"posterior": name, "sampler": f"Stan NUTS (PyStan {stan.__version__}, httpstan {httpstan.__version__})",
             "chains": STAN_CHAINS, "warmup": warmup, "draws": fit.num_samples, "seed": STAN_SEED,
             "min_ess_bulk": min_bulk, "min_ess_tail": min_tail, "min_bulk_element": worst.get("bulk"),
@@ -209,7 +216,6 @@ def element_draws(posterior, element):
 def run_nutpie(name, low_rank):
     import threading
 
-    import arviz as az
     import nutpie
     from nutpie.compiled_pyfunc import from_pyfunc
 
@@ -239,17 +245,7 @@ def run_nutpie(name, low_rank):
     trace = nutpie.sample(compiled, chains=NUTPIE_CHAINS, cores=NUTPIE_CORES, seed=STAN_SEED, progress_bar=False,
                           save_warmup=True, low_rank_modified_mass_matrix=low_rank)
     wall = time.time() - start
-    min_bulk = min_tail = float("inf")
-    worst = {}
-    for element in reference(name):
-        x = element_draws(trace.posterior, element)
-        bulk = float(az.ess(x, method="bulk"))
-        tail = float(az.ess(x, method="tail"))
-        if bulk < min_bulk:
-            worst["bulk"] = element
-        if tail < min_tail:
-            worst["tail"] = element
-        min_bulk, min_tail = min(min_bulk, bulk), min(min_tail, tail)
+    min_bulk, min_tail, worst = smallest_ess(name, lambda element: element_draws(trace.posterior, element))
     steps = trace.sample_stats.n_steps.values
     return {"posterior": name, "sampler": f"nutpie {nutpie.__version__}{' low-rank' if low_rank else ''}",
             "chains": NUTPIE_CHAINS, "warmup": int(trace.warmup_sample_stats.sizes["draw"]),
