@@ -333,25 +333,32 @@ int cuda_hmc_transition(backend_t *b, const dsampler_target *t, hmc_batch_t *bat
   const int builtin_trajectory = !batch->metric_factor && !batch->leapfrog_cuda && batch->n_leapfrog > 0 &&
                                  !impl->builtin_trajectory_off && builtin_target_lookup(t) &&
                                  cuda_builtin_leapfrog_fits(builtin_target_lookup(t), batch->dim);
+  /* The target's own trajectory (a JAX model's programs) runs on the batch's state, its start
+   * kept in the work arrays: an accepted chain then moves nothing in finish. */
+  const int own_trajectory = !batch->metric_factor && batch->leapfrog_cuda && batch->n_leapfrog > 0;
   /* The diagonal kick-drift's first step reads q and grad from the batch: no copy for it either. */
-  const int copy_state = !builtin_trajectory && (batch->metric_factor || batch->leapfrog_cuda || batch->n_leapfrog == 0);
+  const hmc_state_mode_t mode = own_trajectory ? HMC_STATE_IN_PLACE
+                                : !builtin_trajectory && (batch->metric_factor || batch->n_leapfrog == 0) ? HMC_STATE_COPY
+                                                                                                      : HMC_STATE_READ;
   if (impl->split_on) CUDA_CHECK(cudaEventRecord(impl->split[0], impl->stream));
-  DS_TRY(hmc_launch_begin(batch, q_work, p_work, grad_work, uniform, h0, copy_state, impl->stream));
+  DS_TRY(hmc_launch_begin(batch, q_work, p_work, grad_work, logp_work, uniform, h0, mode, impl->stream));
   if (builtin_trajectory) {
     DS_TRY(cuda_builtin_leapfrog((void *)builtin_target_lookup(t), batch->q, batch->grad, q_work, p_work, grad_work, logp_work, batch->step_size,
                                  batch->inv_metric, batch->shared_metric, batch->n_leapfrog, batch->n_chains,
                                  impl->stream));
-    return hmc_launch_finish(batch, q_work, p_work, grad_work, logp_work, uniform, h0, impl->stream);
+    return hmc_launch_finish(batch, q_work, p_work, grad_work, logp_work, uniform, h0, mode, impl->stream);
   }
-  if (!batch->metric_factor && batch->leapfrog_cuda && batch->n_leapfrog > 0) {
+  if (own_trajectory) {
     if (impl->split_on) CUDA_CHECK(cudaEventRecord(impl->split[1], impl->stream));
-    /* The target's own trajectory: its kicks, drifts and gradients in one call. */
-    int rc = batch->leapfrog_cuda(batch->leapfrog_self, q_work, p_work, grad_work, logp_work, batch->step_size,
-                                  batch->inv_metric, batch->shared_metric, batch->n_leapfrog, batch->n_chains,
-                                  impl->stream);
+    /* The target's own trajectory: its kicks, drifts and gradients in one call, on the batch's
+     * q, grad and logp (a failed call leaves them mid-trajectory; the run then stops without a
+     * checkpoint from them). */
+    int rc = batch->leapfrog_cuda(batch->leapfrog_self, batch->q, p_work, batch->grad, batch->logp,
+                                  batch->step_size, batch->inv_metric, batch->shared_metric, batch->n_leapfrog,
+                                  batch->n_chains, impl->stream);
     if (rc != 0) return ds_fail(DS_ERR_TARGET, "target '%s': leapfrog_cuda failed (returned %d)", t->name, rc);
     if (impl->split_on) CUDA_CHECK(cudaEventRecord(impl->split[2], impl->stream));
-    DS_TRY(hmc_launch_finish(batch, q_work, p_work, grad_work, logp_work, uniform, h0, impl->stream));
+    DS_TRY(hmc_launch_finish(batch, q_work, p_work, grad_work, logp_work, uniform, h0, mode, impl->stream));
     if (impl->split_on) {
       CUDA_CHECK(cudaEventRecord(impl->split[3], impl->stream));
       CUDA_CHECK(cudaEventSynchronize(impl->split[3]));
@@ -373,7 +380,7 @@ int cuda_hmc_transition(backend_t *b, const dsampler_target *t, hmc_batch_t *bat
       DS_TRY(hmc_launch_kick_drift(batch, step, q_work, p_work, grad_work, impl->stream));
     DS_TRY(cuda_logp_grad(b, t, q_work, batch->n_chains, logp_work, grad_work));
   }
-  return hmc_launch_finish(batch, q_work, p_work, grad_work, logp_work, uniform, h0, impl->stream);
+  return hmc_launch_finish(batch, q_work, p_work, grad_work, logp_work, uniform, h0, mode, impl->stream);
 }
 
 /* Device digits -> exact sums: digits[k * EXACT_DIGITS + d]. */

@@ -30,10 +30,16 @@ int hmc_launch_gaussian_fused(const builtin_params_t *params, const hmc_batch_t 
 
 /* The generic path, for any target: begin, then per leapfrog step a kick-drift and one
  * batched gradient of q_work, then finish. Work arrays are [n_chains, dim] (q, p, grad) and
- * [n_chains] (logp, uniform, h0). begin copies q and grad into q_work and grad_work with
- * copy_state (a trajectory that reads them from the batch and writes the work arrays needs no copy). */
-int hmc_launch_begin(const hmc_batch_t *batch, float *q_work, float *p_work, float *grad_work,
-                     float *uniform, double *h0, int copy_state, cudaStream_t stream);
+ * [n_chains] (logp, uniform, h0). How begin treats the chains' state (q, grad, logp): */
+typedef enum {
+  HMC_STATE_READ = 0,     /* left where it is: the first kick-drift reads it and writes the work arrays */
+  HMC_STATE_COPY = 1,     /* q and grad copied into q_work and grad_work, where the trajectory runs */
+  HMC_STATE_IN_PLACE = 2  /* q, grad and logp copied into q_work, grad_work and logp_work, and the
+                           * trajectory runs on the batch's own arrays: finish then restores the
+                           * start of a rejected chain where an accepted one moves nothing */
+} hmc_state_mode_t;
+int hmc_launch_begin(const hmc_batch_t *batch, float *q_work, float *p_work, float *grad_work, float *logp_work,
+                     float *uniform, double *h0, hmc_state_mode_t mode, cudaStream_t stream);
 int hmc_launch_kick_drift(const hmc_batch_t *batch, int step, float *q_work, float *p_work,
                           const float *grad_work, cudaStream_t stream);
 /* With a dense metric (batch->metric_factor), the kick-drift of hmc_launch_dense_kick_drift
@@ -41,7 +47,7 @@ int hmc_launch_kick_drift(const hmc_batch_t *batch, int step, float *q_work, flo
  * kernels of their own. */
 int hmc_launch_finish(const hmc_batch_t *batch, const float *q_work, float *p_work,
                       const float *grad_work, const float *logp_work, const float *uniform,
-                      const double *h0, cudaStream_t stream);
+                      const double *h0, hmc_state_mode_t mode, cudaStream_t stream);
 int hmc_launch_dense_kick_drift(const hmc_batch_t *batch, int step, float *q_work, float *p_work,
                                 const float *grad_work, cudaStream_t stream);
 /* backend.h's running_moments_add. */

@@ -127,15 +127,17 @@ extern "C" int hmc_launch_gaussian_fused(const builtin_params_t *params, const h
 }
 
 extern "C" int hmc_launch_begin(const hmc_batch_t *batch, float *q_work, float *p_work, float *grad_work,
-                                float *uniform, double *h0, int copy_state, cudaStream_t stream) {
+                                float *logp_work, float *uniform, double *h0, hmc_state_mode_t mode,
+                                cudaStream_t stream) {
   DS_TRY(check_batch(batch, "hmc_launch_begin"));
   if (batch->n_chains == 0) return DS_OK;
   const size_t bytes = (size_t)(batch->n_chains * batch->dim) * sizeof(float);
-  if (copy_state) {
+  if (mode != HMC_STATE_READ) {
     CUDA_CHECK(cudaMemcpyAsync(q_work, batch->q, bytes, cudaMemcpyDeviceToDevice, stream));
     CUDA_CHECK(cudaMemcpyAsync(grad_work, batch->grad, bytes, cudaMemcpyDeviceToDevice, stream));
   }
-  hmc_begin_kernel<<<blocks_for(batch->n_chains * GENERIC_LANES, 128), 128, 0, stream>>>(*batch, p_work, uniform, h0);
+  hmc_begin_kernel<<<blocks_for(batch->n_chains * GENERIC_LANES, 128), 128, 0, stream>>>(
+      *batch, p_work, uniform, h0, mode == HMC_STATE_IN_PLACE ? logp_work : NULL);
   CUDA_CHECK_LAUNCH("hmc_begin_kernel");
   return DS_OK;
 }
@@ -352,15 +354,17 @@ extern "C" int launch_key_histogram(const float *values, int64_t rows, int clamp
 
 extern "C" int hmc_launch_finish(const hmc_batch_t *batch, const float *q_work, float *p_work,
                                  const float *grad_work, const float *logp_work, const float *uniform,
-                                 const double *h0, cudaStream_t stream) {
+                                 const double *h0, hmc_state_mode_t mode, cudaStream_t stream) {
   DS_TRY(check_batch(batch, "hmc_launch_finish"));
   if (batch->n_chains == 0) return DS_OK;
+  if (mode == HMC_STATE_IN_PLACE && batch->metric_factor)
+    return ds_fail(DS_ERR_INTERNAL, "hmc_launch_finish: a dense metric's trajectory does not run in place");
   if (batch->metric_factor) {
     DS_TRY(launch_dense_step(batch, 0.5f, 0, NULL, p_work, grad_work, stream));
     if (batch->chees_center) DS_TRY(launch_dense_chees(batch, q_work, p_work, stream));
   }
   hmc_finish_kernel<<<blocks_for(batch->n_chains * GENERIC_LANES, 128), 128, 0, stream>>>(
-      *batch, q_work, p_work, grad_work, logp_work, uniform, h0);
+      *batch, q_work, p_work, grad_work, logp_work, uniform, h0, mode == HMC_STATE_IN_PLACE);
   CUDA_CHECK_LAUNCH("hmc_finish_kernel");
   return DS_OK;
 }

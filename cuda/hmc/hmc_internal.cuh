@@ -139,12 +139,13 @@ template <int LANES, int MB>
 int launch_gaussian(const builtin_params_t &params, const hmc_batch_t &b, cudaStream_t stream);
 
 /* hmc_generic.cu */
-__global__ void hmc_begin_kernel(const hmc_batch_t b, float *p_work, float *uniform_out, double *h0_out);
+__global__ void hmc_begin_kernel(const hmc_batch_t b, float *p_work, float *uniform_out, double *h0_out,
+                                 float *logp_save);
 __global__ void hmc_kick_drift_kernel(const hmc_batch_t b, int step, float *q_work, float *p_work,
                                       const float *grad_work);
 __global__ void hmc_finish_kernel(const hmc_batch_t b, const float *q_work, float *p_work,
                                   const float *grad_work, const float *logp_work,
-                                  const float *uniform, const double *h0);
+                                  const float *uniform, const double *h0, int in_place);
 
 /* hmc_dense_element.cu */
 __global__ void hmc_dense_kick_kernel(const hmc_batch_t b, float scale, float *p_work, const float *grad_work);

@@ -5,7 +5,8 @@
  * through svgd_exact_median with the last medians kept (the window pass, median.h): its hit
  * rate and per-step times, each median checked equal to the radix select's. Also phi's
  * accuracy against a float64 direct sum. Prints tables. Exits 77 without a GPU.
- * Modes: --logistic FILE CHAINS, --svgd-dim D N,N,..., --ksd D N,N,... (the KSD pass beside phi). */
+ * Modes: --logistic FILE CHAINS, --svgd-dim D N,N,..., --ksd D N,N,... (the KSD pass beside phi),
+ * --generic D CHAINS (the generic HMC path's begin and finish kernels). */
 #include <cuda_runtime_api.h>
 #include <curand.h>
 #include <math.h>
@@ -385,6 +386,96 @@ static int run_hmc_only(curandGenerator_t generator, const dsampler_target *targ
   return DS_OK;
 }
 
+/* The generic path's begin and finish kernels alone (hmc_kernels.h), the parts of an iteration
+ * that a target's own trajectory (leapfrog_cuda: a JAX model's programs) does not do: CUDA
+ * events around each launch, median of 21 after 3 warm-ups, beside a device-to-device copy of
+ * one [chains, dim] array (the bandwidth they are held to). Rows: begin with and without its
+ * copies of q and grad into the work arrays; finish alone, with the sampling moments and with
+ * ChEES's terms (warmup); finish for a trajectory that ran in place (HMC_STATE_IN_PLACE: rejected
+ * chains restored, the accepted ones, about half here, left). */
+static int run_generic(int64_t dim, int64_t chains, const char *gpu_name) {
+  const size_t count = (size_t)(chains * dim), n = (size_t)chains;
+  float *q, *grad, *inv, *logp, *step_nominal, *q_work, *p_work, *grad_work, *logp_work, *uniform, *mean, *m2;
+  float *center, *chees;
+  double *h0, *h0_begin; /* begin writes its own H0: finish's stays as set below */
+  uint8_t *accepted;
+  float **arrays[] = {&q, &grad, &q_work, &p_work, &grad_work, &mean, &m2};
+  for (int a = 0; a < 7; ++a) CUDA_CHECK(cudaMalloc((void **)arrays[a], count * sizeof(float)));
+  float **rows[] = {&logp, &step_nominal, &logp_work, &uniform};
+  for (int a = 0; a < 4; ++a) CUDA_CHECK(cudaMalloc((void **)rows[a], n * sizeof(float)));
+  CUDA_CHECK(cudaMalloc((void **)&inv, (size_t)dim * sizeof(float)));
+  CUDA_CHECK(cudaMalloc((void **)&center, (size_t)dim * sizeof(float)));
+  CUDA_CHECK(cudaMalloc((void **)&chees, 2 * n * sizeof(float)));
+  CUDA_CHECK(cudaMalloc((void **)&h0, n * sizeof(double)));
+  CUDA_CHECK(cudaMalloc((void **)&h0_begin, n * sizeof(double)));
+  CUDA_CHECK(cudaMalloc((void **)&accepted, n));
+  curandGenerator_t generator;
+  BENCH_TRY(bench_generator(7, &generator));
+  for (int a = 0; a < 7; ++a) BENCH_TRY(fill_normal(generator, *arrays[a], count, 1.0f));
+  BENCH_TRY(fill_normal(generator, logp, n, 1.0f));
+  BENCH_TRY(fill_normal(generator, logp_work, n, 1.0f));
+  BENCH_TRY(fill_uniform(generator, uniform, n));
+  BENCH_TRY(launch_fill(inv, 1.0f, dim, stream));
+  BENCH_TRY(launch_fill(center, 0.0f, dim, stream));
+  BENCH_TRY(launch_fill(step_nominal, 0.1f, chains, stream));
+  /* H0 that accepts 4 chains in 5 (H0 - H1 near +50) and rejects the fifth (near -50), as a run at
+   * the default target acceptance does. */
+  double *h0_host = malloc(n * sizeof(double));
+  if (!h0_host) exit(1);
+  for (size_t c = 0; c < n; ++c) h0_host[c] = c % 5 == 4 ? -50.0 : 50.0;
+  CUDA_CHECK(cudaMemcpy(h0, h0_host, n * sizeof(double), cudaMemcpyHostToDevice));
+  free(h0_host);
+  hmc_batch_t batch = {.n_chains = chains, .chain_begin = 0, .dim = dim, .seed = 2024, .iteration = 0,
+                       .n_leapfrog = 10, .q = q, .logp = logp, .grad = grad, .step_nominal = step_nominal,
+                       .inv_metric = inv, .accepted = accepted, .shared_metric = 1};
+  BENCH_TRY(hmc_batch_alloc_stats(gpu, &batch));
+  enum { COPY, BEGIN_COPY, BEGIN, FINISH, FINISH_IN_PLACE, FINISH_MOMENTS, FINISH_CHEES, CASES };
+  static const char *const names[CASES] = {"copy of one [chains, dim] array", "begin, with its copies of q and grad",
+                                           "begin, no copies", "finish", "finish, trajectory in place",
+                                           "finish + sampling moments", "finish + ChEES terms (warmup)"};
+  float ms[CASES][21];
+  for (int r = -3; r < 21; ++r) {
+    batch.iteration = (uint32_t)(r + 3);
+    for (int c = 0; c < CASES; ++c) {
+      batch.moment_mean = c == FINISH_MOMENTS ? mean : NULL;
+      batch.moment_m2 = c == FINISH_MOMENTS ? m2 : NULL;
+      batch.moment_rows = c == FINISH_MOMENTS ? chains : 0;
+      batch.moment_count = r + 4;
+      batch.chees_center = c == FINISH_CHEES ? center : NULL;
+      batch.chees = c == FINISH_CHEES ? chees : NULL;
+      BENCH_TRY(record(0));
+      if (c == COPY) CUDA_CHECK(cudaMemcpyAsync(q_work, q, count * sizeof(float), cudaMemcpyDeviceToDevice, stream));
+      if (c == BEGIN_COPY || c == BEGIN)
+        BENCH_TRY(hmc_launch_begin(&batch, q_work, p_work, grad_work, logp_work, uniform, h0_begin,
+                                   c == BEGIN_COPY ? HMC_STATE_COPY : HMC_STATE_READ, stream));
+      if (c >= FINISH)
+        BENCH_TRY(hmc_launch_finish(&batch, q_work, p_work, grad_work, logp_work, uniform, h0,
+                                    c == FINISH_IN_PLACE ? HMC_STATE_IN_PLACE : HMC_STATE_COPY, stream));
+      BENCH_TRY(record(1));
+      const float t = between(0, 1);
+      if (r >= 0) ms[c][r] = t;
+    }
+  }
+  printf("%s: generic path kernels, dim %lld, %lld chains, shared metric, 4 in 5 accepted; CUDA events, median of 21\n", gpu_name,
+         (long long)dim, (long long)chains);
+  printf("| kernel | ms | GB/s of one array's read + write |\n|---|---|---|\n");
+  for (int c = 0; c < CASES; ++c) {
+    const float med = median_of(ms[c], 21);
+    printf("| %s | %.4f | %.0f |\n", names[c], med, 2.0 * (double)count * 4.0 / (med * 1e-3) / 1e9);
+  }
+  CURAND_CHECK(curandDestroyGenerator(generator));
+  hmc_batch_release_stats(gpu, &batch);
+  for (int a = 0; a < 7; ++a) CUDA_CHECK(cudaFree(*arrays[a]));
+  for (int a = 0; a < 4; ++a) CUDA_CHECK(cudaFree(*rows[a]));
+  CUDA_CHECK(cudaFree(inv));
+  CUDA_CHECK(cudaFree(center));
+  CUDA_CHECK(cudaFree(chees));
+  CUDA_CHECK(cudaFree(h0));
+  CUDA_CHECK(cudaFree(h0_begin));
+  CUDA_CHECK(cudaFree(accepted));
+  return DS_OK;
+}
+
 /* One gradient of the logistic target (X, y from `data`) for `chains` chains drawn near 0: the
  * kernel alone, CUDA events, median of 21 after a warm-up. 4 n D C flops per gradient (two
  * products of n x D by D x C). */
@@ -622,7 +713,8 @@ int main(int argc, char **argv) {
   /* One rank: svgd_exact_median's collectives are then local. */
   BENCH_TRY(comm_init(&comm, &argc, &argv));
   const char *mode = argc > 1 ? argv[1] : "";
-  if ((strcmp(mode, "--logistic") == 0 || strcmp(mode, "--svgd-dim") == 0 || strcmp(mode, "--ksd") == 0) && argc > 3) {
+  if ((strcmp(mode, "--logistic") == 0 || strcmp(mode, "--svgd-dim") == 0 || strcmp(mode, "--ksd") == 0 ||
+       strcmp(mode, "--generic") == 0) && argc > 3) {
     struct cudaDeviceProp prop;
     CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
     BENCH_TRY(backend_cuda_create(0, &gpu));
@@ -632,6 +724,8 @@ int main(int argc, char **argv) {
       BENCH_TRY(run_logistic(argv[2], atoll(argv[3]), prop.name));
     else if (strcmp(mode, "--ksd") == 0)
       BENCH_TRY(run_ksd(atoll(argv[2]), argv[3], prop.name));
+    else if (strcmp(mode, "--generic") == 0)
+      BENCH_TRY(run_generic(atoll(argv[2]), atoll(argv[3]), prop.name));
     else
       BENCH_TRY(run_svgd_dim(atoll(argv[2]), argv[3], prop.name));
     backend_destroy(gpu);
