@@ -695,6 +695,19 @@ int64_t adapt_next_search(adapt_t *a) {
 
 int adapt_restart_steps(adapt_t *a, int64_t iteration, float *step_nominal, float pooled_step) {
   backend_t *b = a->backend;
+  /* The switch to one pooled step (the tail of warmup) keeps the trajectory's step count: T
+   * scales with the step. Before the tail the reference step (the searched median times the
+   * shared factor) is not the step most chains take, and ChEES's T is tuned to it; in the tail
+   * every chain takes the reference step. T, carried over unscaled, started the tail far from
+   * the tail's optimum (eight schools: log T -0.2 to -0.9 at the switch, 0.45 +- 0.1 where the
+   * tail settles), and the tail's 50 iterations of steps of at most ~0.025 in log T left the
+   * sampling T short of it. */
+  if (a->s.chees && iteration > 0 && adapt_steps_pooled(a, iteration) && !adapt_steps_pooled(a, iteration - 1) &&
+      a->scalars[SC_STEP_REF] > 0.0) {
+    const double shift = log((double)pooled_step / a->scalars[SC_STEP_REF]);
+    a->scalars[SC_CHEES_LOG_T] += shift;
+    a->scalars[SC_CHEES_AVG_LOG_T] += shift;
+  }
   a->scalars[SC_SEARCH_START] = (double)pooled_step;
   a->scalars[SC_STEP_REF] = (double)pooled_step;
   if (a->s.chees) chees_clip(a);
