@@ -16,5 +16,12 @@ int jax_device_download(void *host, const void *device, size_t bytes);
 int jax_device_copy(void *dst, const void *src, size_t bytes);
 /* Waits for the work queued on `stream` (a cudaStream_t), so a program reads what it wrote. */
 int jax_device_sync(void *stream);
+/* Stream order without the host waiting: `waiter` (a cudaStream_t) goes on once `signaller`
+ * reaches the work queued on it now; a copy queued on `stream`; a mark recorded on `stream`,
+ * and a wait on the host for it (which also lets it go; NULL: nothing to wait for). */
+int jax_device_stream_after(void *waiter, void *signaller);
+int jax_device_copy_on(void *dst, const void *src, size_t bytes, void *stream);
+int jax_device_mark(void *stream, void **mark);
+int jax_device_mark_wait(void *mark);
 
 #endif

@@ -41,3 +41,37 @@ int jax_device_sync(void *stream) {
   CUDA_CHECK(cudaStreamSynchronize((cudaStream_t)stream));
   return DS_OK;
 }
+
+int jax_device_stream_after(void *waiter, void *signaller) {
+  cudaEvent_t event;
+  CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+  cudaError_t error = cudaEventRecord(event, (cudaStream_t)signaller);
+  if (error == cudaSuccess) error = cudaStreamWaitEvent((cudaStream_t)waiter, event, 0);
+  CUDA_CHECK_NORETURN(cudaEventDestroy(event));
+  CUDA_CHECK(error);
+  return DS_OK;
+}
+
+int jax_device_copy_on(void *dst, const void *src, size_t bytes, void *stream) {
+  CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, (cudaStream_t)stream));
+  return DS_OK;
+}
+
+int jax_device_mark(void *stream, void **mark) {
+  cudaEvent_t event;
+  *mark = NULL;
+  CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+  const cudaError_t error = cudaEventRecord(event, (cudaStream_t)stream);
+  if (error != cudaSuccess) CUDA_CHECK_NORETURN(cudaEventDestroy(event));
+  CUDA_CHECK(error);
+  *mark = event;
+  return DS_OK;
+}
+
+int jax_device_mark_wait(void *mark) {
+  if (!mark) return DS_OK;
+  const cudaError_t error = cudaEventSynchronize((cudaEvent_t)mark);
+  CUDA_CHECK_NORETURN(cudaEventDestroy((cudaEvent_t)mark));
+  CUDA_CHECK(error);
+  return DS_OK;
+}

@@ -12,3 +12,7 @@ int jax_device_upload(void *device, const void *host, size_t bytes) { (void)devi
 int jax_device_download(void *host, const void *device, size_t bytes) { (void)host; (void)device; (void)bytes; return no_cuda(); }
 int jax_device_copy(void *dst, const void *src, size_t bytes) { (void)dst; (void)src; (void)bytes; return no_cuda(); }
 int jax_device_sync(void *stream) { (void)stream; return no_cuda(); }
+int jax_device_stream_after(void *waiter, void *signaller) { (void)waiter; (void)signaller; return no_cuda(); }
+int jax_device_copy_on(void *dst, const void *src, size_t bytes, void *stream) { (void)dst; (void)src; (void)bytes; (void)stream; return no_cuda(); }
+int jax_device_mark(void *stream, void **mark) { (void)stream; *mark = NULL; return no_cuda(); }
+int jax_device_mark_wait(void *mark) { (void)mark; return DS_OK; }

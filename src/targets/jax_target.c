@@ -83,7 +83,42 @@ typedef struct {
   /* Host seconds in the trajectory calls: the wait for the sampler's stream, making and freeing
    * the views, the programs' run (dispatch to completion), and the call in all. */
   double stat_sync_s, stat_views_s, stat_run_s, stat_call_s, stat_compile_s;
+  /* Trajectories ordered on the device (DSAMPLER_JAX_STREAM_ORDER=1, GPU with PJRT's stream
+   * extension): the views are defined on PJRT's stream once it reaches the sampler's work,
+   * the sampler's stream waits on the outputs, and the host waits for neither. The buffers of
+   * a call are freed at the next call (or at close), once the mark recorded after them is
+   * passed. */
+  int stream_order;
+  intptr_t ready_stream;
+  PJRT_Buffer **retired;
+  int n_retired, retired_capacity;
+  void *retired_mark;
 } jax_target_t;
+
+/* Frees the buffers of the last device-ordered call once the sampler's stream is past them. */
+static int release_retired(jax_target_t *jax) {
+  const int status = jax_device_mark_wait(jax->retired_mark);
+  jax->retired_mark = NULL;
+  for (int i = 0; i < jax->n_retired; ++i) pjrt_buffer_free(jax->runtime, jax->retired[i]);
+  jax->n_retired = 0;
+  return status;
+}
+
+static int retire(jax_target_t *jax, PJRT_Buffer *buffer) {
+  if (!buffer) return DS_OK;
+  if (jax->n_retired == jax->retired_capacity) {
+    const int capacity = jax->retired_capacity ? 2 * jax->retired_capacity : 64;
+    PJRT_Buffer **grown = realloc(jax->retired, (size_t)capacity * sizeof *grown);
+    if (!grown) {
+      pjrt_buffer_free(jax->runtime, buffer);
+      return DS_FAIL_ALLOC("the trajectory's buffer list", (size_t)capacity * sizeof *grown);
+    }
+    jax->retired = grown;
+    jax->retired_capacity = capacity;
+  }
+  jax->retired[jax->n_retired++] = buffer;
+  return DS_OK;
+}
 
 static void *aligned_zeroed(size_t bytes) {
   const size_t rounded = (bytes + JAX_ALIGN - 1) / JAX_ALIGN * JAX_ALIGN;
@@ -545,41 +580,54 @@ static double now_seconds(void) {
 }
 
 static int trajectory_block(jax_target_t *jax, const jax_program_t *program, float *q, float *p, float *grad,
-                            float *lp, float *eps, float *inv, int shared, int first) {
+                            float *lp, float *eps, float *inv, int shared, int first, void *stream, int queued) {
   const double start = now_seconds();
   const int64_t block = program->block, dim = jax->dim;
   const int64_t rows_dims[2] = {block, dim}, inv_dims[2] = {block, dim}, shared_dims[1] = {dim};
   float *outs[4] = {q, p, grad, lp};
   PJRT_Buffer *args[7 + JAX_MAX_DATA] = {NULL};
   PJRT_Buffer *results[4] = {NULL};
-  int status = DS_OK, n_args = 0;
+  /* Queued: the views are defined on PJRT's stream once it reaches the sampler's work so far. */
+  const intptr_t ready = queued ? jax->ready_stream : 0;
+  int status = queued ? jax_device_stream_after((void *)ready, stream) : DS_OK, n_args = 0;
   for (int o = 0; o < 4 && status == DS_OK; ++o)
-    status = pjrt_view(jax->runtime, outs[o], rows_dims, o < 3 ? 2 : 1, PJRT_ELEMENT_F32, &args[n_args++]);
-  if (status == DS_OK) status = pjrt_view(jax->runtime, eps, rows_dims, 1, PJRT_ELEMENT_F32, &args[n_args++]);
+    status = pjrt_view_on(jax->runtime, outs[o], rows_dims, o < 3 ? 2 : 1, PJRT_ELEMENT_F32, ready, &args[n_args++]);
+  if (status == DS_OK) status = pjrt_view_on(jax->runtime, eps, rows_dims, 1, PJRT_ELEMENT_F32, ready, &args[n_args++]);
   if (status == DS_OK)
-    status = pjrt_view(jax->runtime, inv, shared ? shared_dims : inv_dims, shared ? 1 : 2, PJRT_ELEMENT_F32,
-                       &args[n_args++]);
+    status = pjrt_view_on(jax->runtime, inv, shared ? shared_dims : inv_dims, shared ? 1 : 2, PJRT_ELEMENT_F32, ready,
+                          &args[n_args++]);
   if (status == DS_OK)
-    status = pjrt_view(jax->runtime, jax->first_device[first ? 0 : 1], NULL, 0, PJRT_ELEMENT_S32, &args[n_args++]);
+    status = pjrt_view_on(jax->runtime, jax->first_device[first ? 0 : 1], NULL, 0, PJRT_ELEMENT_S32, ready,
+                          &args[n_args++]);
   const int own = n_args;
   for (int d = 0; d < jax->n_data; ++d) args[n_args++] = jax->data[d].buffer;
   const double viewed = now_seconds();
-  if (status == DS_OK) status = pjrt_execute(jax->runtime, program->program, args, (size_t)n_args, results, 4);
+  if (status == DS_OK)
+    status = pjrt_execute_queued(jax->runtime, program->program, args, (size_t)n_args, results, 4, !queued);
   const double ran = now_seconds();
   jax->stat_views_s += viewed - start;
   jax->stat_run_s += ran - viewed;
   for (int o = 0; o < 4 && status == DS_OK; ++o) {
+    /* Queued: the sampler's stream goes on once the program has defined the output. */
+    if (queued) status = pjrt_wait_on_stream(jax->runtime, results[o], (intptr_t)stream);
     void *memory = NULL;
-    status = pjrt_buffer_memory(jax->runtime, results[o], &memory);
+    if (status == DS_OK) status = pjrt_buffer_memory(jax->runtime, results[o], &memory);
     if (status == DS_OK && memory != outs[o]) {
-      status = jax_device_copy(outs[o], memory, (size_t)(block * (o < 3 ? dim : 1)) * sizeof(float));
+      const size_t bytes = (size_t)(block * (o < 3 ? dim : 1)) * sizeof(float);
+      status = queued ? jax_device_copy_on(outs[o], memory, bytes, stream) : jax_device_copy(outs[o], memory, bytes);
       jax->stat_moved_outputs++;
-      jax->stat_moved_bytes += block * (o < 3 ? dim : 1) * (int64_t)sizeof(float);
+      jax->stat_moved_bytes += (int64_t)bytes;
     }
   }
   jax->stat_runs++;
-  for (int o = 0; o < 4; ++o) pjrt_buffer_free(jax->runtime, results[o]);
-  for (int a = 0; a < own; ++a) pjrt_buffer_free(jax->runtime, args[a]);
+  for (int o = 0; o < 4; ++o) {
+    if (!queued) pjrt_buffer_free(jax->runtime, results[o]);
+    else if (retire(jax, results[o]) != DS_OK && status == DS_OK) status = DS_ERR_MEMORY;
+  }
+  for (int a = 0; a < own; ++a) {
+    if (!queued) pjrt_buffer_free(jax->runtime, args[a]);
+    else if (retire(jax, args[a]) != DS_OK && status == DS_OK) status = DS_ERR_MEMORY;
+  }
   jax->stat_views_s += now_seconds() - ran;
   return status;
 }
@@ -615,8 +663,17 @@ static int jax_leapfrog_cuda(void *self, float *q, float *p, float *grad, float 
   const int calls = trajectory_plan(jax, metric, n_steps, order, JAX_TRAJECTORY_MAX * 64);
   const double planned = now_seconds();
   jax->stat_compile_s += planned - start;
-  int status = calls < 0 ? ds_fail(DS_ERR_TARGET, "%s: no trajectory programs for %d steps", jax->what, n_steps)
-                         : jax_device_sync(stream);
+  /* Ordered on the device when every block is whole and viewed in place (a staged block's
+   * copies wait on the host). */
+  int queued = jax->stream_order && n % block == 0;
+  for (int64_t first = 0; queued && first < n; first += block)
+    queued = aligned_rows(jax, q + first * dim, p + first * dim, grad + first * dim, logp + first,
+                          (float *)step_size + first) &&
+             aligned_rows(jax, (float *)inv_metric + (shared_metric ? 0 : first * dim), NULL, NULL, NULL, NULL);
+  int status = release_retired(jax);
+  if (status == DS_OK)
+    status = calls < 0 ? ds_fail(DS_ERR_TARGET, "%s: no trajectory programs for %d steps", jax->what, n_steps)
+                       : queued ? DS_OK : jax_device_sync(stream);
   jax->stat_sync_s += now_seconds() - planned;
   for (int64_t first = 0; status == DS_OK && first < n; first += block) {
     const int64_t rows = n - first < block ? n - first : block;
@@ -639,13 +696,17 @@ static int jax_leapfrog_cuda(void *self, float *q, float *p, float *grad, float 
     }
     for (int c = 0; c < calls && status == DS_OK; ++c)
       status = trajectory_block(jax, &order[c]->program, state[0], state[1], state[2], state[3], eps, inv,
-                                shared_metric, c == 0);
+                                shared_metric, c == 0, stream, queued);
     if (staged) {
       if (status == DS_OK) status = copy_rows(jax, q_rows, state[0], rows, dim);
       if (status == DS_OK) status = copy_rows(jax, p_rows, state[1], rows, dim);
       if (status == DS_OK) status = copy_rows(jax, grad_rows, state[2], rows, dim);
       if (status == DS_OK) status = copy_rows(jax, lp_rows, state[3], rows, 1);
     }
+  }
+  if (queued && jax->n_retired > 0) {
+    const int marked = jax_device_mark(stream, &jax->retired_mark);
+    if (status == DS_OK) status = marked;
   }
   jax->stat_call_s += now_seconds() - planned;
   pthread_mutex_unlock(&jax->lock);
@@ -696,6 +757,8 @@ static void jax_destroy(void *self) {
             1e3 * jax->stat_run_s / (double)jax->stat_runs, 1e3 * jax->stat_views_s / (double)jax->stat_runs,
             1e3 * jax->stat_call_s, 1e3 * jax->stat_sync_s, 1e3 * jax->stat_compile_s);
   if (jax->runtime) {
+    release_retired(jax);
+    free(jax->retired);
     for (int d = 0; d < jax->n_data; ++d) pjrt_buffer_free(jax->runtime, jax->data[d].buffer);
     pjrt_program_free(jax->runtime, jax->logp_grad.program);
     pjrt_program_free(jax->runtime, jax->constrain.program);
@@ -787,6 +850,12 @@ static int make_scratch(jax_target_t *jax) {
       const int32_t first = k == 0;
       DS_TRY(jax_device_alloc((void **)&jax->first_device[k], sizeof first));
       DS_TRY(jax_device_upload(jax->first_device[k], &first, sizeof first));
+    }
+    /* Not yet the default: measured on no GPU so far. */
+    const char *order = getenv("DSAMPLER_JAX_STREAM_ORDER");
+    if (order && order[0] == '1' && pjrt_has_streams(jax->runtime)) {
+      DS_TRY(pjrt_ready_stream(jax->runtime, &jax->ready_stream));
+      jax->stream_order = 1;
     }
   }
   return DS_OK;

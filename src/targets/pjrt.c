@@ -15,8 +15,27 @@
 /* Oldest plugin API whose calls and structs this file relies on. */
 #define PJRT_OLDEST_MINOR 40
 
+/* PJRT's stream extension (xla/pjrt/c/pjrt_c_api_stream_extension.h, version 0): the plugin's
+ * stream for external readiness and a device-side wait on a buffer. Its layout is ABI. */
+typedef struct {
+  size_t struct_size;
+  PJRT_Device *device;
+  intptr_t stream; /* out */
+} stream_get_args_t;
+typedef struct {
+  size_t struct_size;
+  intptr_t stream;
+  PJRT_Buffer *buffer;
+} stream_wait_args_t;
+typedef struct {
+  PJRT_Extension_Base base;
+  PJRT_Error *(*get_stream)(stream_get_args_t *args);
+  PJRT_Error *(*wait_stream)(stream_wait_args_t *args);
+} stream_extension_t;
+
 struct pjrt_runtime {
   void *library;
+  const stream_extension_t *streams; /* NULL where the plugin has none (the CPU plugin) */
   const PJRT_Api *api;
   PJRT_Client *client;
   PJRT_Device *device;
@@ -146,6 +165,9 @@ static int make_client(pjrt_runtime_t *runtime, int on_gpu, int device_ordinal) 
                                            .device = runtime->device};
   PJRT_TRY(runtime, DS_ERR_INPUT, runtime->api->PJRT_Device_DefaultMemory(&memory), "PJRT_Device_DefaultMemory");
   runtime->memory = memory.memory;
+  for (const PJRT_Extension_Base *e = runtime->api->extension_start; e; e = e->next)
+    if (e->type == PJRT_Extension_Type_Stream && e->struct_size >= sizeof(stream_extension_t))
+      runtime->streams = (const stream_extension_t *)e;
   return DS_OK;
 }
 
@@ -252,16 +274,38 @@ static void keep_memory(void *memory, void *arg) {
   (void)arg;
 }
 
-int pjrt_view(pjrt_runtime_t *runtime, void *memory, const int64_t *dims, int rank, pjrt_element_t type,
-              PJRT_Buffer **out) {
+int pjrt_view_on(pjrt_runtime_t *runtime, void *memory, const int64_t *dims, int rank, pjrt_element_t type,
+                 intptr_t stream, PJRT_Buffer **out) {
   PJRT_Client_CreateViewOfDeviceBuffer_Args view = {
       .struct_size = PJRT_Client_CreateViewOfDeviceBuffer_Args_STRUCT_SIZE, .client = runtime->client,
       .device_buffer_ptr = memory, .dims = dims, .num_dims = (size_t)rank,
       .element_type = type == PJRT_ELEMENT_F32 ? PJRT_Buffer_Type_F32 : PJRT_Buffer_Type_S32,
-      .device = runtime->device, .on_delete_callback = keep_memory, .memory = runtime->memory};
+      .device = runtime->device, .on_delete_callback = keep_memory, .memory = runtime->memory, .stream = stream};
   PJRT_TRY(runtime, DS_ERR_TARGET, runtime->api->PJRT_Client_CreateViewOfDeviceBuffer(&view),
            "PJRT_Client_CreateViewOfDeviceBuffer");
   *out = view.buffer;
+  return DS_OK;
+}
+
+int pjrt_view(pjrt_runtime_t *runtime, void *memory, const int64_t *dims, int rank, pjrt_element_t type,
+              PJRT_Buffer **out) {
+  return pjrt_view_on(runtime, memory, dims, rank, type, 0, out);
+}
+
+int pjrt_has_streams(const pjrt_runtime_t *runtime) { return runtime->streams != NULL; }
+
+int pjrt_ready_stream(pjrt_runtime_t *runtime, intptr_t *stream) {
+  if (!runtime->streams) return ds_fail(DS_ERR_TARGET, "%s: the PJRT plugin has no stream extension", runtime->what);
+  stream_get_args_t get = {.struct_size = sizeof get, .device = runtime->device};
+  PJRT_TRY(runtime, DS_ERR_TARGET, runtime->streams->get_stream(&get), "PJRT_Get_Stream_For_External_Ready_Events");
+  *stream = get.stream;
+  return DS_OK;
+}
+
+int pjrt_wait_on_stream(pjrt_runtime_t *runtime, PJRT_Buffer *buffer, intptr_t stream) {
+  if (!runtime->streams) return ds_fail(DS_ERR_TARGET, "%s: the PJRT plugin has no stream extension", runtime->what);
+  stream_wait_args_t wait = {.struct_size = sizeof wait, .stream = stream, .buffer = buffer};
+  PJRT_TRY(runtime, DS_ERR_TARGET, runtime->streams->wait_stream(&wait), "PJRT_Wait_Until_Buffer_Ready_On_Stream");
   return DS_OK;
 }
 
@@ -307,6 +351,11 @@ int pjrt_buffer_to_host(pjrt_runtime_t *runtime, PJRT_Buffer *buffer, void *dst,
 
 int pjrt_execute(pjrt_runtime_t *runtime, pjrt_program_t *program, PJRT_Buffer *const *args, size_t n_args,
                  PJRT_Buffer **outputs, size_t n_outputs) {
+  return pjrt_execute_queued(runtime, program, args, n_args, outputs, n_outputs, 1);
+}
+
+int pjrt_execute_queued(pjrt_runtime_t *runtime, pjrt_program_t *program, PJRT_Buffer *const *args, size_t n_args,
+                        PJRT_Buffer **outputs, size_t n_outputs, int await) {
   if (n_outputs != program->outputs)
     return ds_fail(DS_ERR_TARGET, "%s: program %s returns %zu outputs, not %zu", runtime->what, program->name,
                    program->outputs, n_outputs);
@@ -318,7 +367,7 @@ int pjrt_execute(pjrt_runtime_t *runtime, pjrt_program_t *program, PJRT_Buffer *
   PJRT_LoadedExecutable_Execute_Args execute = {
       .struct_size = PJRT_LoadedExecutable_Execute_Args_STRUCT_SIZE, .executable = program->executable,
       .options = &options, .argument_lists = argument_lists, .num_devices = 1, .num_args = n_args,
-      .output_lists = output_lists, .device_complete_events = done};
+      .output_lists = output_lists, .device_complete_events = await ? done : NULL};
   char call[96];
   snprintf(call, sizeof call, "running %s", program->name);
   PJRT_TRY(runtime, DS_ERR_TARGET, runtime->api->PJRT_LoadedExecutable_Execute(&execute), call);

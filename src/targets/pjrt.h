@@ -38,6 +38,16 @@ void pjrt_program_free(pjrt_runtime_t *runtime, pjrt_program_t *program);
  * to 64 bytes for the CPU client), C-order dims. The memory must outlive the buffer. */
 int pjrt_view(pjrt_runtime_t *runtime, void *memory, const int64_t *dims, int rank, pjrt_element_t type,
               PJRT_Buffer **out);
+/* The same, defined once `stream` (the plugin's stream for external readiness, from
+ * pjrt_ready_stream; 0: at once) reaches the point where the view is made. */
+int pjrt_view_on(pjrt_runtime_t *runtime, void *memory, const int64_t *dims, int rank, pjrt_element_t type,
+                 intptr_t stream, PJRT_Buffer **out);
+/* PJRT's stream extension (the CUDA plugin has it, the CPU plugin not): whether there is one;
+ * the plugin's stream for external readiness (a cudaStream_t); a wait queued on `stream` (a
+ * cudaStream_t) for `buffer` to be defined, the host not waiting. */
+int pjrt_has_streams(const pjrt_runtime_t *runtime);
+int pjrt_ready_stream(pjrt_runtime_t *runtime, intptr_t *stream);
+int pjrt_wait_on_stream(pjrt_runtime_t *runtime, PJRT_Buffer *buffer, intptr_t stream);
 void pjrt_buffer_free(pjrt_runtime_t *runtime, PJRT_Buffer *buffer);
 /* Where a buffer's values are (device or host memory, as the client is). */
 int pjrt_buffer_memory(pjrt_runtime_t *runtime, PJRT_Buffer *buffer, void **memory);
@@ -49,6 +59,10 @@ int pjrt_buffer_to_host(pjrt_runtime_t *runtime, PJRT_Buffer *buffer, void *dst,
 int pjrt_execute(pjrt_runtime_t *runtime, pjrt_program_t *program, PJRT_Buffer *const *args, size_t n_args,
                  PJRT_Buffer **outputs, size_t n_outputs);
 /* The number of outputs a program returns. */
+/* pjrt_execute, returning once the program is queued when `await` is 0 (its outputs are defined
+ * when it ends: order work after them with pjrt_wait_on_stream, and free them after that). */
+int pjrt_execute_queued(pjrt_runtime_t *runtime, pjrt_program_t *program, PJRT_Buffer *const *args, size_t n_args,
+                        PJRT_Buffer **outputs, size_t n_outputs, int await);
 size_t pjrt_program_outputs(const pjrt_program_t *program);
 
 #endif
