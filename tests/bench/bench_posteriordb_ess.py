@@ -284,19 +284,23 @@ def nutpie_main(names, out, low_rank):
 def stan_main(names, out):
     import httpstan
     results = []
+
+    def write():
+        doc = {"date": datetime.date.today().isoformat(), "machine": machine(),
+               "stan": f"httpstan {httpstan.__version__}: Stan 2.35.0, Stan Math 4.9.0 (as shipped in that wheel)",
+               "settings": f"{STAN_CHAINS} chains, NUTS defaults: 1000 warmup + 1000 draws, diag_e metric, "
+                           f"adapt_delta 0.8, max_depth 10; random_seed {STAN_SEED}",
+               "results": results}
+        os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
+        with open(out, "w") as f:
+            json.dump(doc, f, indent=1)
+
     for name in names:
         r = run_stan(name)
         print(f"{name}: bulk {r['min_ess_bulk']:.0f} tail {r['min_ess_tail']:.0f} gradients {r['gradients']} "
               f"wall {r['wall_s']:.1f} s", flush=True)
         results.append(r)
-    doc = {"date": datetime.date.today().isoformat(), "machine": machine(),
-           "stan": f"httpstan {httpstan.__version__}: Stan 2.35.0, Stan Math 4.9.0 (as shipped in that wheel)",
-           "settings": f"{STAN_CHAINS} chains, NUTS defaults: 1000 warmup + 1000 draws, diag_e metric, "
-                       f"adapt_delta 0.8, max_depth 10; random_seed {STAN_SEED}",
-           "results": results}
-    os.makedirs(os.path.dirname(out), exist_ok=True)
-    with open(out, "w") as f:
-        json.dump(doc, f, indent=1)
+        write()  # after each posterior, so that a long sweep cut short keeps what it measured
     print(f"wrote {out}")
 
 
