@@ -88,6 +88,8 @@ __global__ void hmc_finish_kernel(const hmc_batch_t b, const float *q_work, floa
   const float *q_new = in_place ? b.q : q_work, *q_start = in_place ? q_work : b.q;
   const float *grad_new = in_place ? b.grad : grad_work, *logp_new = in_place ? b.logp : logp_work;
   double kinetic = 0.0, change = 0.0, along = 0.0;
+  /* Read before the lanes' shuffles: in place, lane 0 restores a rejected chain's logp below. */
+  const float lp_new = logp_new[chain];
   /* A dense metric's last half kick and ChEES terms come from their own kernels. */
   const bool dense = b.metric_factor != NULL;
   for (long long k = lane; k < dim; k += GENERIC_LANES) {
@@ -110,7 +112,6 @@ __global__ void hmc_finish_kernel(const hmc_batch_t b, const float *q_work, floa
       b.chees[2 * chain + 1] = (float)along;
     }
   }
-  const float lp_new = logp_new[chain];
   const double h1 = -(double)lp_new + 0.5 * kinetic;
   const hmc_verdict v = hmc_decide(h0[chain], h1, uniform[chain]);
   if (!active) return;

@@ -91,31 +91,49 @@ typedef struct {
   int stream_order;
   intptr_t ready_stream;
   PJRT_Buffer **retired;
+  unsigned char *retired_output; /* 1 where a retired buffer is a program's output */
   int n_retired, retired_capacity;
   void *retired_mark;
 } jax_target_t;
 
-/* Frees the buffers of the last device-ordered call once the sampler's stream is past them. */
+/* Frees the buffers of the last device-ordered call once the sampler's stream is past them,
+ * and returns the first error a program left on its outputs (a queued run reports none on the
+ * host). Where the wait itself fails the buffers are left unfreed: the device may still use them. */
 static int release_retired(jax_target_t *jax) {
-  const int status = jax_device_mark_wait(jax->retired_mark);
+  if (jax->n_retired == 0) return DS_OK;
+  int status = jax_device_mark_wait(jax->retired_mark);
   jax->retired_mark = NULL;
-  for (int i = 0; i < jax->n_retired; ++i) pjrt_buffer_free(jax->runtime, jax->retired[i]);
+  if (status != DS_OK) {
+    jax->n_retired = 0;
+    return status;
+  }
+  for (int i = 0; i < jax->n_retired; ++i) {
+    if (status == DS_OK && jax->retired_output[i])
+      status = pjrt_buffer_status(jax->runtime, jax->retired[i], "a trajectory program's run");
+    pjrt_buffer_free(jax->runtime, jax->retired[i]);
+  }
   jax->n_retired = 0;
   return status;
 }
 
-static int retire(jax_target_t *jax, PJRT_Buffer *buffer) {
+/* Keeps `buffer` until release_retired; where the list cannot grow, waits for `stream` and
+ * frees it at once. */
+static int retire(jax_target_t *jax, PJRT_Buffer *buffer, int output, void *stream) {
   if (!buffer) return DS_OK;
   if (jax->n_retired == jax->retired_capacity) {
     const int capacity = jax->retired_capacity ? 2 * jax->retired_capacity : 64;
     PJRT_Buffer **grown = realloc(jax->retired, (size_t)capacity * sizeof *grown);
-    if (!grown) {
-      pjrt_buffer_free(jax->runtime, buffer);
-      return DS_FAIL_ALLOC("the trajectory's buffer list", (size_t)capacity * sizeof *grown);
+    if (grown) jax->retired = grown;
+    unsigned char *flags = grown ? realloc(jax->retired_output, (size_t)capacity) : NULL;
+    if (flags) jax->retired_output = flags;
+    if (!grown || !flags) {
+      const int synced = jax_device_sync(stream);
+      if (synced == DS_OK) pjrt_buffer_free(jax->runtime, buffer);
+      return synced == DS_OK ? DS_FAIL_ALLOC("the trajectory's buffer list", (size_t)capacity * sizeof *grown) : synced;
     }
-    jax->retired = grown;
     jax->retired_capacity = capacity;
   }
+  jax->retired_output[jax->n_retired] = (unsigned char)output;
   jax->retired[jax->n_retired++] = buffer;
   return DS_OK;
 }
@@ -620,13 +638,15 @@ static int trajectory_block(jax_target_t *jax, const jax_program_t *program, flo
     }
   }
   jax->stat_runs++;
-  for (int o = 0; o < 4; ++o) {
-    if (!queued) pjrt_buffer_free(jax->runtime, results[o]);
-    else if (retire(jax, results[o]) != DS_OK && status == DS_OK) status = DS_ERR_MEMORY;
-  }
-  for (int a = 0; a < own; ++a) {
-    if (!queued) pjrt_buffer_free(jax->runtime, args[a]);
-    else if (retire(jax, args[a]) != DS_OK && status == DS_OK) status = DS_ERR_MEMORY;
+  /* Queued, the buffers wait for release_retired (the programs may still use them). */
+  for (int i = 0; i < 4 + own; ++i) {
+    PJRT_Buffer *buffer = i < 4 ? results[i] : args[i - 4];
+    if (!queued) {
+      pjrt_buffer_free(jax->runtime, buffer);
+      continue;
+    }
+    const int kept = retire(jax, buffer, i < 4, stream);
+    if (status == DS_OK) status = kept;
   }
   jax->stat_views_s += now_seconds() - ran;
   return status;
@@ -705,7 +725,9 @@ static int jax_leapfrog_cuda(void *self, float *q, float *p, float *grad, float 
     }
   }
   if (queued && jax->n_retired > 0) {
+    /* Without a mark the host waits here, and the buffers may go at once. */
     const int marked = jax_device_mark(stream, &jax->retired_mark);
+    if (marked != DS_OK && jax_device_sync(stream) == DS_OK) release_retired(jax);
     if (status == DS_OK) status = marked;
   }
   jax->stat_call_s += now_seconds() - planned;
@@ -759,6 +781,7 @@ static void jax_destroy(void *self) {
   if (jax->runtime) {
     release_retired(jax);
     free(jax->retired);
+    free(jax->retired_output);
     for (int d = 0; d < jax->n_data; ++d) pjrt_buffer_free(jax->runtime, jax->data[d].buffer);
     pjrt_program_free(jax->runtime, jax->logp_grad.program);
     pjrt_program_free(jax->runtime, jax->constrain.program);

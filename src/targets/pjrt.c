@@ -342,6 +342,12 @@ static int await_event(pjrt_runtime_t *runtime, PJRT_Event *event, const char *c
   return DS_OK;
 }
 
+int pjrt_buffer_status(pjrt_runtime_t *runtime, PJRT_Buffer *buffer, const char *what) {
+  PJRT_Buffer_ReadyEvent_Args ready = {.struct_size = PJRT_Buffer_ReadyEvent_Args_STRUCT_SIZE, .buffer = buffer};
+  PJRT_TRY(runtime, DS_ERR_TARGET, runtime->api->PJRT_Buffer_ReadyEvent(&ready), "PJRT_Buffer_ReadyEvent");
+  return ready.event ? await_event(runtime, ready.event, what) : DS_OK;
+}
+
 int pjrt_buffer_to_host(pjrt_runtime_t *runtime, PJRT_Buffer *buffer, void *dst, size_t bytes) {
   PJRT_Buffer_ToHostBuffer_Args copy = {.struct_size = PJRT_Buffer_ToHostBuffer_Args_STRUCT_SIZE, .src = buffer,
                                         .dst = dst, .dst_size = bytes};

@@ -58,11 +58,13 @@ int pjrt_buffer_to_host(pjrt_runtime_t *runtime, PJRT_Buffer *buffer, void *dst,
  * receive new buffers (the caller frees them). Safe from several threads at once. */
 int pjrt_execute(pjrt_runtime_t *runtime, pjrt_program_t *program, PJRT_Buffer *const *args, size_t n_args,
                  PJRT_Buffer **outputs, size_t n_outputs);
-/* The number of outputs a program returns. */
 /* pjrt_execute, returning once the program is queued when `await` is 0 (its outputs are defined
  * when it ends: order work after them with pjrt_wait_on_stream, and free them after that). */
 int pjrt_execute_queued(pjrt_runtime_t *runtime, pjrt_program_t *program, PJRT_Buffer *const *args, size_t n_args,
                         PJRT_Buffer **outputs, size_t n_outputs, int await);
+/* The error a queued program left on its output `buffer` (DS_OK when it ran; waits for it). */
+int pjrt_buffer_status(pjrt_runtime_t *runtime, PJRT_Buffer *buffer, const char *what);
+/* The number of outputs a program returns. */
 size_t pjrt_program_outputs(const pjrt_program_t *program);
 
 #endif

@@ -56,7 +56,7 @@ def dsampler_wall(binary, args):
     wall = time.perf_counter() - start
     if proc.returncode != 0:
         raise SystemExit(f"dsampler failed ({proc.returncode}): {proc.stderr[-2000:]}")
-    return wall, proc.stdout + proc.stderr
+    return wall, proc.stdout, proc.stderr
 
 
 def _sampling_wall_ms(out):
@@ -76,15 +76,15 @@ def dsampler_iter(binary, bundle, chains, *extra):
               "--steps", "10", "--step-size", "0.1", "--output-chains", "16", "--quiet", "--timing", "--seed", "1"]
     walls, phase = {}, {}
     for draws in (50, 1050):
-        walls[draws], out = dsampler_wall(binary, common + ["--draws", str(draws), "--out", f"/tmp/bench_jax_{draws}.h5"])
-        phase[draws] = _sampling_wall_ms(out)
+        walls[draws], _, err = dsampler_wall(binary, common + ["--draws", str(draws), "--out", f"/tmp/bench_jax_{draws}.h5"])
+        phase[draws] = _sampling_wall_ms(err)
     emit(what="dsampler-iter", bundle=bundle, chains=int(chains),
          ms_per_iter=round((walls[1050] - walls[50]) / 1000 * 1e3, 3),
          ms_per_iter_sampling_phase=round((phase[1050] - phase[50]) / 1000, 3), wall_50=round(walls[50], 2))
 
 
 def dsampler_run(binary, bundle, chains):
-    wall, out = dsampler_wall(binary, ["--target", bundle, "--backend", "cuda", "--chains", chains,
+    wall, out, _ = dsampler_wall(binary, ["--target", bundle, "--backend", "cuda", "--chains", chains,
                                        "--output-chains", "16", "--seed", "1", "--out", "/tmp/bench_jax_run.h5"])
     emit(what="dsampler-run", bundle=bundle, chains=int(chains), wall_s=round(wall, 2),
          summary=out.strip().splitlines()[-1][:200])
