@@ -172,7 +172,9 @@ def check_posterior(name, count_lib, jax=False):
         t.check(False, f"{name}: the run ends within {RUN_LIMIT:.0f} s")
         return result
     if rc != 0:
-        tail = "\n".join((stderr or "").strip().splitlines()[-5:])
+        # dsampler's own error lines; mpiexec's trailer after them says only that a rank failed.
+        lines = (stderr or "").strip().splitlines()
+        tail = "\n".join([l for l in lines if l.startswith("dsampler:")][-3:] or lines[-5:])
         result.update(passed=False, why=f"dsampler exited {rc}: {tail}")
         t.check(False, f"{name}: dsampler exited {rc}\n{tail}")
         return result

@@ -335,6 +335,20 @@ def part_models():
             f"simplex_bounded: a rejection in generated quantities is NaN in that draw only ({rejected.sum()} draws)")
     check_against("simplex_bounded", summary(out, "simplex_bounded"), simplex_bounded_reference())
 
+    # A start whose log density is finite but whose gradient throws a domain error (the ODE's
+    # sensitivities fail where its values did not): Stan's initialize gives up there; dsampler
+    # rejects that start and draws another. posteriordb's lotka_volterra at seed 2 has one
+    # (chain 43); the run used to stop before its first iteration.
+    lotka = os.path.join(HERE, "..", "posteriordb", "hudson_lynx_hare-lotka_volterra")
+    out = t.path("lotka_volterra.h5")
+    if os.path.exists(out):
+        os.remove(out)
+    t.run(RANKS, "hmc", "--target", f"stan:{lotka}/model.stan", "--data", f"{lotka}/data.json", "--chains", 64,
+          "--seed", 2, "--warmup", 40, "--draws", 20, "--out", out, "--quiet", timeout=900)
+    lp = t.datasets(out)["sample_stats/lp"]
+    t.check(lp.shape == (64, 20) and np.isfinite(lp).all(),
+            f"lotka_volterra, seed 2: every chain starts and samples (lp finite, shape {lp.shape})")
+
 
 def part_invariance():
     data = os.path.join(STAN_DIR, "eight_schools.json")
