@@ -693,6 +693,25 @@ int64_t adapt_next_search(adapt_t *a) {
   return round;
 }
 
+int adapt_initial_metric(adapt_t *a, const float *q, const float *grad, float *inv_metric) {
+  const char *init = getenv("DSAMPLER_METRIC_INIT");
+  if (a->s.mode != ADAPT_POOLED || !a->s.diag_metric || !init || strcmp(init, "gradient") != 0) return DS_OK;
+  const int64_t dim = a->s.dim;
+  double *var_q = malloc((size_t)(2 * dim) * sizeof *var_q), *var_g = var_q + dim;
+  int status = comm_agree(a->comm, var_q ? DS_OK : DS_FAIL_ALLOC("start totals", (size_t)(16 * dim)));
+  if (status == DS_OK)
+    status = moments_column_variance(a->comm, a->backend, q, a->s.rows, dim, a->s.chains_total, var_q);
+  if (status == DS_OK)
+    status = moments_column_variance(a->comm, a->backend, grad, a->s.rows, dim, a->s.chains_total, var_g);
+  for (int64_t k = 0; status == DS_OK && k < dim; ++k) {
+    const double fit = sqrt(var_q[k] / var_g[k]);
+    a->metric_row[k] = isfinite(fit) && fit > 0.0 ? (float)fmin(fmax(fit, 1e-10), 1e10) : 1.0f;
+  }
+  free(var_q);
+  if (status == DS_OK) status = a->backend->upload(a->backend, inv_metric, a->metric_row, (size_t)dim * sizeof(float));
+  return comm_agree(a->comm, status);
+}
+
 int adapt_restart_steps(adapt_t *a, int64_t iteration, float *step_nominal, float pooled_step) {
   backend_t *b = a->backend;
   /* The switch to one pooled step (the tail of warmup) keeps the trajectory's step count: T

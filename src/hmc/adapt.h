@@ -131,6 +131,14 @@ float adapt_search_start(const adapt_t *a);
  * tail of warmup on) or each chain its own (per-chain adaptation: dual averaging of its own;
  * pooled before the tail: its searched step times one dual-averaged factor <= 1). */
 int adapt_steps_pooled(const adapt_t *a, int64_t iteration);
+/* Before warmup (a fresh run; DSAMPLER_METRIC_INIT=gradient, pooled adaptation of a metric): the
+ * first diagonal from the starts, the Fisher fit over the chains' starts: inverse metric
+ * sqrt(Var_c q_k / Var_c g_k), the variances over all chains of all ranks of the starts q and
+ * their gradients g ([rows, dim] on the backend), clamped to [1e-10, 1e10], 1 where that is not
+ * finite (every chain from one start). For a Gaussian g = -Sigma^-1 (q - mu), so a diagonal
+ * Sigma comes out exactly whatever the starts' spread and mu. Elsewhere the unit metric stays.
+ * Collective. */
+int adapt_initial_metric(adapt_t *a, const float *q, const float *grad, float *inv_metric);
 /* After a search before iteration `iteration`: the dual averaging restarts from the steps found,
  * each chain's own (step_nominal, [rows] on the backend) or, when steps are pooled, the median
  * pooled_step for all (written to step_nominal). pooled_step is the next search's start. */

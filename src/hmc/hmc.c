@@ -821,6 +821,7 @@ int hmc_run(run_ctx_t *run) {
   if (status == DS_OK) status = comm_agree(run->comm, run_check_checkpoint_dir(run));
 
   if (status == DS_OK) status = run->resume_path ? resume_state(run, &chains, rows) : fresh_state(run, &chains, rows, dim);
+  if (status == DS_OK && !run->resume_path && adapt) status = adapt_initial_metric(adapt, batch->q, batch->grad, chains.inv_metric);
   if (status == DS_OK && !run->resume_path && adapt) status = search_initial_steps(run, &chains, adapt, 0);
   if (status == DS_OK) status = output_open(run, &output, output_chains);
 

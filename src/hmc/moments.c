@@ -36,3 +36,17 @@ int moments_column_mean(comm_ctx_t *comm, backend_t *backend, const float *value
   free(sums);
   return status;
 }
+
+int moments_column_variance(comm_ctx_t *comm, backend_t *backend, const float *values, int64_t rows, int64_t dim,
+                            int64_t chains_total, double *variance) {
+  exact_sum_t *sums = malloc((size_t)dim * sizeof *sums);
+  double *mean = malloc((size_t)dim * sizeof *mean);
+  int status = comm_agree(comm, sums && mean ? DS_OK : DS_FAIL_ALLOC("column totals", (size_t)dim * sizeof *sums));
+  if (status == DS_OK) status = pooled_column_sums(comm, backend, values, rows, dim, NULL, sums, mean);
+  for (int64_t k = 0; status == DS_OK && k < dim; ++k) mean[k] /= (double)chains_total;
+  if (status == DS_OK) status = pooled_column_sums(comm, backend, values, rows, dim, mean, sums, variance);
+  for (int64_t k = 0; status == DS_OK && k < dim; ++k) variance[k] /= (double)chains_total;
+  free(sums);
+  free(mean);
+  return status;
+}

@@ -21,4 +21,9 @@ int moments_pool(comm_ctx_t *comm, backend_t *backend, const float *mean, const 
 int moments_column_mean(comm_ctx_t *comm, backend_t *backend, const float *values, int64_t rows, int64_t dim,
                         int64_t chains_total, double *mean);
 
+/* variance[k] = sum over all chains of (values[c, k] - mean_k)^2 / chains_total, mean_k the column
+ * mean (moments_column_mean), each sum exact before its one rounding. Collective. */
+int moments_column_variance(comm_ctx_t *comm, backend_t *backend, const float *values, int64_t rows, int64_t dim,
+                            int64_t chains_total, double *variance);
+
 #endif

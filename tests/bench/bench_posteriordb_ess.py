@@ -14,8 +14,8 @@ nutpie against dsampler's defaults.
 NAME defaults to the six posteriors below. Stan: PyStan 3 (`pip install pystan==3.10.0
 httpstan==4.13.0`, the httpstan whose Stan dsampler's toolchain is built from), 4 chains, Stan's
 defaults otherwise (NUTS, diagonal metric, 1000 warmup + 1000 draws, adapt_delta 0.8), a fixed
-random_seed; the chains run as PyStan runs them (one process per chain, as many at once as there
-are cores). The model's compile is not timed: wall seconds are posterior.sample's. dsampler:
+random_seed (20250601, or DSAMPLER_BENCH_SEED); the chains run as PyStan runs them (one process
+per chain, as many at once as there are cores). The model's compile is not timed: wall seconds are posterior.sample's. dsampler:
 tests/py/test_posteriordb.py --count-gradients (the same defaults as the test: --chains 64 on 2
 ranks, CPU backend), whose JSON it reads; its model is compiled before the clock starts, too.
 
@@ -52,7 +52,9 @@ PDB_DIR = os.path.join(HERE, "..", "posteriordb")
 RESULTS = os.path.join(HERE, "results")
 SIX = ["eight_schools-eight_schools_noncentered", "kidiq-kidscore_interaction", "earnings-logearn_interaction",
        "kilpisjarvi_mod-kilpisjarvi", "gp_pois_regr-gp_pois_regr", "arK-arK"]
-STAN_CHAINS, STAN_SEED = 4, 20250601
+# DSAMPLER_BENCH_SEED replaces the seed of Stan's and nutpie's runs (one seed is one sample of
+# their ESS: compare several where two samplers are close).
+STAN_CHAINS, STAN_SEED = 4, int(os.environ.get("DSAMPLER_BENCH_SEED", "20250601"))
 
 
 def reference(name):
