@@ -115,6 +115,12 @@ static int add_array(adapt_t *a, const char *name, ckpt_dtype_t dtype, int64_t w
   return DS_OK;
 }
 
+/* DSAMPLER_FISHER_FIRST=1 (opt-in, adapt.h): the Fisher fit for the first window only. */
+static int fisher_first(void) {
+  const char *v = getenv("DSAMPLER_FISHER_FIRST");
+  return v && v[0] == '1';
+}
+
 int adapt_create(adapt_t **out, comm_ctx_t *comm, backend_t *backend, const adapt_settings_t *settings) {
   *out = NULL;
   adapt_t *a = calloc(1, sizeof *a);
@@ -165,7 +171,7 @@ int adapt_create(adapt_t **out, comm_ctx_t *comm, backend_t *backend, const adap
     if (status == DS_OK) status = add_array(a, "adapt_window_m2", CKPT_FLOAT32, dim, (void **)&a->window_m2);
     if (status == DS_OK) status = backend->fill(backend, a->window_mean, 0.0f, rows * dim);
     if (status == DS_OK) status = backend->fill(backend, a->window_m2, 0.0f, rows * dim);
-    if (status == DS_OK && settings->fisher && settings->mode == ADAPT_POOLED && a->s.diag_metric) {
+    if (status == DS_OK && (settings->fisher || fisher_first()) && settings->mode == ADAPT_POOLED && a->s.diag_metric) {
       status = add_array(a, "adapt_window_grad_mean", CKPT_FLOAT32, dim, (void **)&a->grad_mean);
       if (status == DS_OK) status = add_array(a, "adapt_window_grad_m2", CKPT_FLOAT32, dim, (void **)&a->grad_m2);
       if (status == DS_OK) status = backend->fill(backend, a->grad_mean, 0.0f, rows * dim);
@@ -393,9 +399,10 @@ const float *adapt_tail_m2(const adapt_t *a, double *samples) {
 
 /* The pooled window: the mean over chains of each chain's own variance in the window. A chain
  * that is stuck (never moved) adds nothing and cannot inflate the metric, as the total variance
- * over chains would (chains far apart at the start, or frozen far out). With fisher, the same
- * for the gradients, and the diagonal sqrt(V_x / V_g) (adapt.h). */
-static int pooled_metric(adapt_t *a, double n_chain, float *inv_metric) {
+ * over chains would (chains far apart at the start, or frozen far out). With fisher (the
+ * option's, or DSAMPLER_FISHER_FIRST's first window), the same for the gradients, and the
+ * diagonal sqrt(V_x / V_g) (adapt.h). */
+static int pooled_metric(adapt_t *a, double n_chain, float *inv_metric, int fisher) {
   backend_t *b = a->backend;
   const int64_t dim = a->s.dim, rows = a->s.rows;
   double *totals = malloc((size_t)(4 * dim) * sizeof *totals);
@@ -403,7 +410,7 @@ static int pooled_metric(adapt_t *a, double n_chain, float *inv_metric) {
   double *grand_mean = totals, *within = totals + dim, *between = totals + 2 * dim, *within_grad = totals + 3 * dim;
   int status = moments_pool(a->comm, b, a->window_mean, a->window_m2, a->window_rows, dim, a->window_chains,
                             grand_mean, within, between);
-  if (status == DS_OK && a->grad_mean)
+  if (status == DS_OK && a->grad_mean && fisher)
     status = moments_pool(a->comm, b, a->grad_mean, a->grad_m2, a->window_rows, dim, a->window_chains, grand_mean,
                           within_grad, between);
   const double chains = (double)a->window_chains;
@@ -413,7 +420,7 @@ static int pooled_metric(adapt_t *a, double n_chain, float *inv_metric) {
   const double n = n_chain * chains;
   for (int64_t k = 0; status == DS_OK && k < dim; ++k) {
     within[k] = n_chain > 1 ? within[k] / (chains * (n_chain - 1.0)) : 1.0;
-    if (a->grad_mean && n_chain > 1) {
+    if (a->grad_mean && fisher && n_chain > 1) {
       const double v_grad = within_grad[k] / (chains * (n_chain - 1.0));
       if (v_grad > 0.0 && within[k] > 0.0) within[k] = sqrt(within[k] / v_grad);
     }
@@ -605,11 +612,14 @@ int adapt_after_iteration(adapt_t *a, int64_t iteration, const hmc_stats_t *stat
   int window_end = 0;
   if (a->s.diag_metric) {
     const int64_t window_counter = (int64_t)a->scalars[SC_WINDOW_COUNTER];
+    /* The first window's draws are taken while the chains may still be climbing in, where a
+     * variance is no guide to the posterior's and the Fisher fit still is (adapt.h). */
+    const int first_window = window_counter < a->init_buffer + a->base_window;
     if (in_window(a, window_counter)) {
       a->scalars[SC_WINDOW_SAMPLES] += 1.0;
       a->accept[ACC_WINDOW_DIVERGENT] += (double)stats->divergent;
       a->accept[ACC_WINDOW_ITERATIONS] += 1.0;
-      if (a->grad_mean)
+      if (a->grad_mean && (a->s.fisher || first_window))
         DS_TRY(comm_agree(a->comm, b->running_moments_add(b, batch->grad, a->grad_mean, a->grad_m2,
                                                           a->window_rows * dim, a->scalars[SC_WINDOW_SAMPLES])));
       if (a->track_cov)
@@ -637,7 +647,7 @@ int adapt_after_iteration(adapt_t *a, int64_t iteration, const hmc_stats_t *stat
       }
       if (a->per_chain_dense) DS_TRY(per_chain_dense_metric(a, n));
       if (pooled)
-        DS_TRY(pooled_metric(a, n, inv_metric));
+        DS_TRY(pooled_metric(a, n, inv_metric, a->s.fisher || first_window));
       else
         DS_TRY(comm_agree(a->comm, b->moments_to_metric(b, a->window_mean, a->window_m2, rows, dim, n, inv_metric)));
       a->scalars[SC_WINDOW_SAMPLES] = 0.0;

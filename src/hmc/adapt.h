@@ -76,7 +76,11 @@ typedef struct adapt_settings {
  * exactly, as the variance fit's), then regularised as Stan's (the window's samples over all
  * chains as n). For a Gaussian it is the variance; where the curvature varies it minimises the
  * Fisher divergence between a Gaussian of that diagonal and the draws. A coordinate whose V_g is
- * 0 (the chains never moved there) takes V_x. */
+ * 0 (the chains never moved there) takes V_x.
+ * DSAMPLER_FISHER_FIRST=1 (opt-in, measured on posteriordb, not yet a default): the Fisher fit for
+ * the first window only, the variance fit after it. The first window's draws are taken while the
+ * chains may still be climbing in: their variance is the climb's, while for a Gaussian the Fisher
+ * fit is exact from any spread of points. The dense metric's windows are unchanged. */
 
 /* A backend array that checkpoints carry: its host mirror is what ckpt reads and writes. */
 typedef struct adapt_array {
