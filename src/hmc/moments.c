@@ -42,8 +42,7 @@ int moments_column_variance(comm_ctx_t *comm, backend_t *backend, const float *v
   exact_sum_t *sums = malloc((size_t)dim * sizeof *sums);
   double *mean = malloc((size_t)dim * sizeof *mean);
   int status = comm_agree(comm, sums && mean ? DS_OK : DS_FAIL_ALLOC("column totals", (size_t)dim * sizeof *sums));
-  if (status == DS_OK) status = pooled_column_sums(comm, backend, values, rows, dim, NULL, sums, mean);
-  for (int64_t k = 0; status == DS_OK && k < dim; ++k) mean[k] /= (double)chains_total;
+  if (status == DS_OK) status = moments_column_mean(comm, backend, values, rows, dim, chains_total, mean);
   if (status == DS_OK) status = pooled_column_sums(comm, backend, values, rows, dim, mean, sums, variance);
   for (int64_t k = 0; status == DS_OK && k < dim; ++k) variance[k] /= (double)chains_total;
   free(sums);

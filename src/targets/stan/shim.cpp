@@ -174,13 +174,10 @@ int initial_point(void *self, uint64_t seed, int64_t item, double *x) {
                                                                    false, logger, init_writer);
       for (int64_t k = 0; k < target.dim; ++k) x[k] = start[k];
       return 0;
-    } catch (const std::domain_error &error) {
-      if (call + 1 < max_calls && target.init_radius > 0 && std::string(error.what()) != "Initialization failed.")
-        continue;
-      report(target, "no start for chain " + std::to_string(item) + ": " + error.what() +
-                         (logger.text.empty() ? "" : " (" + logger.text + ")"));
-      return 1;
     } catch (const std::exception &error) {
+      const bool rejected = dynamic_cast<const std::domain_error *>(&error) != nullptr &&
+                            std::string(error.what()) != "Initialization failed.";
+      if (rejected && call + 1 < max_calls && target.init_radius > 0) continue;
       report(target, "no start for chain " + std::to_string(item) + ": " + error.what() +
                          (logger.text.empty() ? "" : " (" + logger.text + ")"));
       return 1;
