@@ -86,10 +86,28 @@ def rank_pids(proc, out, seconds=10):
     return []
 
 
+def blocks(pid, signum):
+    """Whether process pid is dsampler (the launcher or the program it runs) and blocks or catches
+    signum now (SigBlk, SigCgt in /proc), or has ended."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            fields = dict(line.split(":", 1) for line in f if ":" in line)
+    except OSError:
+        return True
+    guarded = int(fields.get("SigBlk", "0"), 16) | int(fields.get("SigCgt", "0"), 16)
+    return fields.get("Name", "").strip() in ("dsampler", "dsampler-bin") and bool(guarded >> (signum - 1) & 1)
+
+
 def early_signals():
-    """SIGUSR1 and SIGTERM to the ranks themselves (as Slurm sends them) the moment they exist, and
-    0.05 to 0.25 s later (still in the dynamic loader, before main): every run ends 75 with a
-    checkpoint and the line naming it; no rank is killed by the signal."""
+    """SIGUSR1 and SIGTERM to the ranks themselves (as Slurm sends them) the moment they have run
+    their first instruction, and 0.05 to 0.25 s later (still in the dynamic loader, before main):
+    every run ends 75 with a checkpoint and the line naming it; no rank is killed by the signal.
+
+    "The moment": a rank is found by its command line, which the kernel shows from inside execve
+    (and, before that, in mpiexec's forked child, which has mpiexec's); the signal goes once the
+    process blocks (or catches) it, which the launcher's entry point does first thing
+    (launcher.c). A signal between execve and that instruction finds the handlers execve reset,
+    in any program."""
     for signum in (signal.SIGUSR1, signal.SIGTERM):
         for delay in (0.0, 0.05, 0.1, 0.25):
             name = f"early_{signal.Signals(signum).name}_{delay}"
@@ -100,6 +118,7 @@ def early_signals():
             pids = rank_pids(proc, out)
             time.sleep(delay)
             for pid in pids:
+                wait_for(lambda: blocks(pid, signum), 2, every=0.0002)
                 try:
                     os.kill(pid, signum)
                 except ProcessLookupError:
@@ -140,12 +159,12 @@ def svgd_hard_kill():
             t.check(same, f"{name}: resumed output equals the uninterrupted run ({what})")
 
 
-def wait_for(predicate, seconds):
+def wait_for(predicate, seconds, every=0.05):
     deadline = time.time() + seconds
     while time.time() < deadline:
         if predicate():
             return True
-        time.sleep(0.05)
+        time.sleep(every)
     return False
 
 
