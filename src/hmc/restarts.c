@@ -244,7 +244,7 @@ int minor_modes_followed(const run_ctx_t *run, const adapt_t *adapt) {
 }
 
 static void report_minor_modes(run_ctx_t *run, const restart_plan_t *plan, int64_t iteration, const float *all,
-                               double median, double spread) {
+                               const lp_outlier_rule_t *rule) {
   if (run->comm->rank != 0) return;
   char ids[200] = "";
   size_t used = 0;
@@ -254,10 +254,12 @@ static void report_minor_modes(run_ctx_t *run, const restart_plan_t *plan, int64
       used += (size_t)snprintf(ids + used, sizeof ids - used, "%s%lld at %.4g", named++ ? ", " : "", (long long)c,
                                (double)all[2 * c]);
   if (run->progress.printed_inline) fprintf(stderr, "\n");
+  char where[160];
+  lp_outliers_describe(rule, where, sizeof where);
   fprintf(stderr, "dsampler: %lld chain%s sat far below the others' log density by warmup iteration %lld (mean lp of "
-                  "chain %s%s; median %.4g, spread %.3g): restarted from healthy chains' states (--stuck keep leaves "
-                  "them)\n", (long long)plan->n_stuck, plan->n_stuck == 1 ? "" : "s", (long long)(iteration + 1), ids,
-          plan->n_stuck > 8 ? ", ..." : "", median, spread);
+                  "chain %s%s; %s): restarted from healthy chains' states (--stuck keep leaves them)\n",
+          (long long)plan->n_stuck, plan->n_stuck == 1 ? "" : "s", (long long)(iteration + 1), ids,
+          plan->n_stuck > 8 ? ", ..." : "", where);
 }
 
 /* The check after warmup iteration `iteration`; the lp moments then start again. Collective. */
@@ -267,16 +269,18 @@ int restart_minor_modes(run_ctx_t *run, hmc_chains_t *chains, adapt_t *adapt, in
   const double n = chains->totals.lp_samples;
   int status = DS_OK;
   /* First the count alone, from order statistics on the devices (nothing gathered): at 2^20 chains
-   * the gather and host selection below cost 20 iterations' time. Only where it finds outliers
-   * are every chain's values gathered, to find which (the same rule, the same count). */
+   * the gather and host selection below cost 20 iterations' time. Only where it finds outliers,
+   * or where a wide gap may hide a minor mode holding most chains, are every chain's values
+   * gathered, to find which (the same rules, the median rule's count checked). */
   int64_t outliers = 0;
+  int gap_possible = 0;
   if (n >= MINOR_MODE_MIN_SAMPLES)
-    status = lp_outliers_count(run->comm, b, chains->lp_mean, chains->lp_m2, rows, total, n, &outliers);
-  if (status == DS_OK && outliers > 0) {
+    status = lp_outliers_count(run->comm, b, chains->lp_mean, chains->lp_m2, rows, total, n, &outliers, &gap_possible);
+  if (status == DS_OK && (outliers > 0 || gap_possible)) {
     /* Every chain's (mean, sd) of lp, gathered to every rank, [total, 2]; this rank's moments
      * after them; the rule's values and scratch in doubles. */
     float *all = malloc((size_t)(2 * total + 2 * max64(rows, 1)) * sizeof *all);
-    double *values = malloc((size_t)(4 * total) * sizeof *values);
+    double *values = malloc((size_t)(5 * total) * sizeof *values);
     uint8_t *flags = malloc((size_t)total);
     status = all && values && flags ? DS_OK : DS_FAIL_ALLOC("the chains' lp", (size_t)total * 41);
     float *host_mean = all ? all + 2 * total : NULL, *host_m2 = host_mean ? host_mean + max64(rows, 1) : NULL;
@@ -288,7 +292,7 @@ int restart_minor_modes(run_ctx_t *run, hmc_chains_t *chains, adapt_t *adapt, in
     }
     status = comm_agree(run->comm, status);
     if (status == DS_OK) status = comm_agree(run->comm, comm_allgather_rows(run->comm, all, total, 2, 0));
-    double median = 0.0, spread = 0.0;
+    lp_outlier_rule_t rule;
     uint64_t flagged = 0;
     if (status == DS_OK) {
       for (int64_t c = 0; c < total; ++c) {
@@ -296,17 +300,18 @@ int restart_minor_modes(run_ctx_t *run, hmc_chains_t *chains, adapt_t *adapt, in
         values[total + c] = (double)all[2 * c + 1];
       }
       /* The same values on every rank: the same flags. */
-      flagged = (uint64_t)lp_outliers(values, values + total, total, flags, &median, &spread, values + 2 * total);
-      if (flagged != (uint64_t)outliers)
-        status = ds_fail(DS_ERR_INTERNAL, "minor modes: %lld outliers counted on the devices, %llu on the host",
-                         (long long)outliers, (unsigned long long)flagged);
+      flagged = (uint64_t)lp_outliers(values, values + total, total, flags, &rule, values + 2 * total);
+      if (rule.below_median != outliers || (rule.top > 0 && !gap_possible))
+        status = ds_fail(DS_ERR_INTERNAL, "minor modes: %lld outliers counted on the devices, %lld on the host (a gap "
+                         "%s)", (long long)outliers, (long long)rule.below_median,
+                         gap_possible ? "possible" : "ruled out, but found");
     }
     if (status == DS_OK && flagged > 0) {
       restart_plan_t plan;
       status = restart_plan_make(run, flags + run->item_begin, (uint32_t)(1 + chains->totals.minor_checks), &plan);
       const int restart = status == DS_OK && plan.n_stuck > 0 && plan.n_healthy > 0;
       if (restart) status = restart_from_donors(run, chains, adapt, &plan);
-      if (restart && status == DS_OK) report_minor_modes(run, &plan, iteration, all, median, spread);
+      if (restart && status == DS_OK) report_minor_modes(run, &plan, iteration, all, &rule);
       restart_plan_free(&plan);
     }
     free(all);

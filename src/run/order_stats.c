@@ -65,13 +65,14 @@ int order_count_below(comm_ctx_t *comm, backend_t *b, const float *values, int64
 }
 
 int lp_outliers_count(comm_ctx_t *comm, backend_t *b, const float *mean, const float *m2, int64_t rows,
-                      int64_t total, double samples, int64_t *count) {
+                      int64_t total, double samples, int64_t *count, int *gap_possible) {
   *count = 0;
+  *gap_possible = 0;
   if (total < LP_OUTLIER_MIN_CHAINS) return DS_OK;
   /* As lp_outliers: the median and upper quartile of the means, the median of the sds; sd is
    * a non-decreasing function of max(m2, 0), so the median sd is that of the median clamped m2.
    * Any non-finite mean or sd (sd is only for m2 = +inf: fmaxf takes NaN to 0): no outliers. */
-  float median_mean, q75_mean, median_m2;
+  float median_mean, q75_mean, median_m2, lowest, top;
   int64_t bad_mean, bad_m2;
   DS_TRY(order_select(comm, b, mean, rows, 0, total / 2, &median_mean, &bad_mean));
   if (bad_mean > 0) return DS_OK;
@@ -80,6 +81,11 @@ int lp_outliers_count(comm_ctx_t *comm, backend_t *b, const float *mean, const f
   if (bad_m2 > 0) return DS_OK;
   const float median_sd = sqrtf(median_m2 / (float)(samples - 1.0));
   if (!isfinite(median_sd)) return DS_OK;
+  /* The gap rule's necessary condition, from two more order statistics (the same doubles as
+   * lp_outliers forms; a difference of doubles is monotone in its terms, so no wide gap is missed). */
+  DS_TRY(order_select(comm, b, mean, rows, 0, 0, &lowest, &bad_mean));
+  DS_TRY(order_select(comm, b, mean, rows, 0, total - lp_outlier_top(total), &top, &bad_mean));
+  *gap_possible = (double)top - (double)lowest > LP_OUTLIER_SPREADS * fmax((double)median_sd, 1.0);
   const double median = (double)median_mean;
   const double spread = fmax(fmax((double)median_sd, ((double)q75_mean - median) / 0.6745), 1.0);
   const double threshold = median - LP_OUTLIER_SPREADS * spread;

@@ -19,11 +19,12 @@ int order_select(comm_ctx_t *comm, backend_t *b, const float *values, int64_t ro
 int order_count_below(comm_ctx_t *comm, backend_t *b, const float *values, int64_t rows, float bound,
                       int64_t *count);
 
-/* What lp_outliers (lp_outliers.h) would count for the chains' running lp moments mean [rows] and
+/* What lp_outliers (lp_outliers.h) would find for the chains' running lp moments mean [rows] and
  * m2 [rows] over `samples` iterations (sd = sqrt(max(m2, 0) / (samples - 1)) in float, as HMC
- * forms it), of `total` chains over all ranks: the same count, from order statistics, without
- * gathering the chains' values. */
+ * forms it), of `total` chains over all ranks, from order statistics, without gathering the
+ * chains' values: *count, the median rule's count (its below_median), and *gap_possible, 0 where
+ * the gap rule cannot fire (its necessary condition fails) and 1 where it may. */
 int lp_outliers_count(comm_ctx_t *comm, backend_t *b, const float *mean, const float *m2, int64_t rows,
-                      int64_t total, double samples, int64_t *count);
+                      int64_t total, double samples, int64_t *count, int *gap_possible);
 
 #endif

@@ -199,8 +199,10 @@ static void print_table(const summary_result_t *result, const char *path, FILE *
             lp->count == 1 ? "'s" : "s'");
     for (int i = 0; i < SUMMARY_FROZEN_NAMED && lp->ids[i] >= 0; ++i)
       fprintf(out, "%s %lld at %.4g", i ? "," : "", (long long)lp->ids[i], lp->means[i]);
-    fprintf(out, "%s; median %.4g, spread %.3g): a minor mode; those chains' draws are not the posterior's\n",
-            lp->count > SUMMARY_FROZEN_NAMED ? ", ..." : "", lp->median, lp->spread);
+    char where[160];
+    lp_outliers_describe(&lp->rule, where, sizeof where);
+    fprintf(out, "%s; %s): a minor mode; those chains' draws are not the posterior's\n",
+            lp->count > SUMMARY_FROZEN_NAMED ? ", ..." : "", where);
   }
   print_moments(result, out, max_rows);
   if (result->draws < 4)

@@ -7,6 +7,7 @@
 
 #include "comm.h"
 #include "diagnostics.h"
+#include "lp_outliers.h"
 
 /* Vehtari et al. (2021): trust R-hat below 1.01 and ESS above 400. */
 #define SUMMARY_RHAT_WARN 1.01
@@ -43,7 +44,7 @@ typedef struct summary_lp_outliers {
   int64_t count;
   int64_t ids[SUMMARY_FROZEN_NAMED];     /* the first of them, -1 past the count */
   double means[SUMMARY_FROZEN_NAMED];    /* their mean lp */
-  double median, spread;
+  lp_outlier_rule_t rule;
 } summary_lp_outliers_t;
 
 typedef struct summary_result {

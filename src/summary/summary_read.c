@@ -522,14 +522,14 @@ static int find_lp_outliers(comm_ctx_t *comm, hid_t file, summary_result_t *resu
   status = comm_agree(comm, status);
   if (status == DS_OK && draws > 1) status = comm_agree(comm, comm_allgather_rows(comm, moments, chains, 2, 0));
   if (status == DS_OK && draws > 1 && chains >= LP_OUTLIER_MIN_CHAINS) {
-    double *values = malloc((size_t)(4 * chains) * sizeof *values);
+    double *values = malloc((size_t)(5 * chains) * sizeof *values);
     uint8_t *flags = malloc((size_t)chains);
     if (values && flags) {
       for (int64_t c = 0; c < chains; ++c) {
         values[c] = moments[2 * c];
         values[chains + c] = moments[2 * c + 1];
       }
-      out->count = lp_outliers(values, values + chains, chains, flags, &out->median, &out->spread, values + 2 * chains);
+      out->count = lp_outliers(values, values + chains, chains, flags, &out->rule, values + 2 * chains);
       for (int64_t c = 0, named = 0; c < chains && named < SUMMARY_FROZEN_NAMED; ++c)
         if (flags[c]) {
           out->ids[named] = c;

@@ -94,29 +94,35 @@ static int check_case(comm_ctx_t *comm, backend_t *cpu, const float *x, int64_t 
 }
 
 /* lp_outliers on the gathered values, as HMC's warmup forms them. */
-static int64_t host_count(const float *mean, const float *m2, int64_t n, double samples, double *median, double *spread) {
-  double *values = malloc((size_t)(4 * n) * sizeof *values);
+static int64_t host_count(const float *mean, const float *m2, int64_t n, double samples, lp_outlier_rule_t *rule) {
+  double *values = malloc((size_t)(5 * n) * sizeof *values);
   uint8_t *flags = malloc((size_t)n);
   for (int64_t c = 0; c < n; ++c) {
     values[c] = (double)mean[c];
     values[n + c] = (double)sqrtf(fmaxf(m2[c], 0.0f) / (float)(samples - 1.0));
   }
-  const int64_t count = lp_outliers(values, values + n, n, flags, median, spread, values + 2 * n);
+  const int64_t count = lp_outliers(values, values + n, n, flags, rule, values + 2 * n);
   free(values);
   free(flags);
   return count;
 }
 
+/* The device count against lp_outliers: the median rule's count and the gap rule's necessary
+ * condition equal; expect (>= 0) the flagged chains, expect_top (>= 0) the gap rule's top group. */
 static int check_lp(comm_ctx_t *comm, backend_t *cpu, const float *mean, const float *m2, int64_t n, double samples,
-                    const char *label, int64_t expect) {
+                    const char *label, int64_t expect, int64_t expect_top) {
   int64_t begin, end, got = -1;
+  int possible = -1;
   comm_partition(n, comm->size, comm->rank, &begin, &end);
-  double median, spread;
-  const int64_t want = host_count(mean, m2, n, samples, &median, &spread);
-  int status = lp_outliers_count(comm, cpu, mean + begin, m2 + begin, end - begin, n, samples, &got);
-  if (status != DS_OK || got != want || (expect >= 0 && want != expect)) {
-    printf("FAIL rank %d: lp %s n=%lld: %lld outliers, lp_outliers %lld, planted %lld (status %d)\n", comm->rank,
-           label, (long long)n, (long long)got, (long long)want, (long long)expect, status);
+  lp_outlier_rule_t rule;
+  const int64_t want = host_count(mean, m2, n, samples, &rule);
+  int status = lp_outliers_count(comm, cpu, mean + begin, m2 + begin, end - begin, n, samples, &got, &possible);
+  if (status != DS_OK || got != rule.below_median || possible != rule.gap_possible || (rule.top > 0 && !possible) ||
+      (expect >= 0 && want != expect) || (expect_top >= 0 && rule.top != expect_top)) {
+    printf("FAIL rank %d: lp %s n=%lld: %lld below the median rule (lp_outliers %lld), gap possible %d (%d), "
+           "flagged %lld (planted %lld), top %lld (planted %lld) (status %d)\n", comm->rank, label, (long long)n,
+           (long long)got, (long long)rule.below_median, possible, rule.gap_possible, (long long)want,
+           (long long)expect, (long long)rule.top, (long long)expect_top, status);
     return 1;
   }
   return 0;
@@ -133,33 +139,49 @@ static int lp_cases(comm_ctx_t *comm, backend_t *cpu) {
       m2[c] = 9.0f * 30.0f * draw(50 + s, c, 4) * draw(60 + s, c, 4);
     }
     const double samples = 10.0 + (double)s;
-    failures += check_lp(comm, cpu, mean, m2, n, samples, "no outliers", 0);
+    failures += check_lp(comm, cpu, mean, m2, n, samples, "no outliers", 0, 0);
     /* Planted far below: outliers. Then at the threshold and a float either side. */
     const int64_t planted = n / 10 > 3 ? 3 : n / 10;
     for (int64_t p = 0; p < planted; ++p) mean[p * 7 % n] = -5000.0f;
-    failures += check_lp(comm, cpu, mean, m2, n, samples, "far below", n >= LP_OUTLIER_MIN_CHAINS ? planted : 0);
-    double median, spread;
-    host_count(mean, m2, n, samples, &median, &spread);
-    const float at = (float)(median - LP_OUTLIER_SPREADS * spread);
+    failures += check_lp(comm, cpu, mean, m2, n, samples, "far below", n >= LP_OUTLIER_MIN_CHAINS ? planted : 0, -1);
+    lp_outlier_rule_t rule;
+    host_count(mean, m2, n, samples, &rule);
+    const float at = (float)(rule.median - LP_OUTLIER_SPREADS * rule.spread);
     const float near[3] = {at, nextafterf(at, -INFINITY), nextafterf(at, INFINITY)};
     int64_t below = 0;
     for (int64_t p = 0; p < planted; ++p) {
       mean[p * 7 % n] = near[p];
-      below += (double)near[p] < median - LP_OUTLIER_SPREADS * spread;
+      below += (double)near[p] < rule.median - LP_OUTLIER_SPREADS * rule.spread;
     }
-    /* The float nearest the threshold is an outlier where it rounded below it. */
+    /* The float nearest the threshold is an outlier where it rounded below it (and no gap: the
+     * planted three sit some 20 spreads below, but the gap rule's spread is the same or more). */
     failures += check_lp(comm, cpu, mean, m2, n, samples, "at the threshold",
-                         n >= LP_OUTLIER_MIN_CHAINS && planted == 3 ? below : -1);
+                         n >= LP_OUTLIER_MIN_CHAINS && planted == 3 ? below : -1, -1);
+    /* A minor mode holding most chains: the top `top` chains 300 nats up (their spread and the
+     * sds as above, within 20 spreads of 300); the gap rule flags the rest where the top group is
+     * at least lp_outlier_top(n), the median rule none of them. */
+    for (int64_t c = 0; c < n; ++c) mean[c] = -50.0f + 3.0f * draw(40 + s, c, 4);
+    const int64_t tops[] = {lp_outlier_top(n) - 1, lp_outlier_top(n), n / 3};
+    for (int t = 0; t < 3; ++t) {
+      const int64_t top = tops[t];
+      if (top < 1 || top >= n) continue;
+      for (int64_t c = 0; c < n; ++c) mean[c] = -50.0f + 3.0f * draw(40 + s, c, 4) + (c % 3 == 0 && c / 3 < top ? 300.0f : 0.0f);
+      int64_t placed = 0;
+      for (int64_t c = 0; c < n; ++c) placed += c % 3 == 0 && c / 3 < top;
+      const int found = n >= LP_OUTLIER_MIN_CHAINS && placed >= lp_outlier_top(n);
+      failures += check_lp(comm, cpu, mean, m2, n, samples, "a minor mode below most", found ? n - placed : 0,
+                           found ? placed : 0);
+    }
     /* m2: NaN and negative count as 0 (finite sd); +inf makes no outliers; a NaN mean too. */
     if (n > 20) {
       m2[1] = NAN;
       m2[2] = -3.0f;
-      failures += check_lp(comm, cpu, mean, m2, n, samples, "NaN m2", -1);
+      failures += check_lp(comm, cpu, mean, m2, n, samples, "NaN m2", -1, -1);
       m2[3] = INFINITY;
-      failures += check_lp(comm, cpu, mean, m2, n, samples, "infinite m2", 0);
+      failures += check_lp(comm, cpu, mean, m2, n, samples, "infinite m2", 0, 0);
       m2[3] = 1.0f;
       mean[4] = NAN;
-      failures += check_lp(comm, cpu, mean, m2, n, samples, "NaN mean", 0);
+      failures += check_lp(comm, cpu, mean, m2, n, samples, "NaN mean", 0, 0);
     }
     free(mean);
     free(m2);
