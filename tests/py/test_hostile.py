@@ -75,21 +75,21 @@ def stalled_call(name, ranks, stalling_rank, mode="stall", call="logp_grad", che
     the stall is still there, and the run resumes from it."""
     out, ckpt = t.path(f"hs_{name}.h5"), t.path(f"hs_{name}.ckpt")
     shutil.rmtree(ckpt, ignore_errors=True)
-    for stale in (out, t.path(f"hs_{name}.flag"), t.path(f"hs_{name}.mark")):
+    for stale in (out, t.path(f"hs_{name}.mark")):
         if os.path.exists(stale):
             os.remove(stale)
     env = {"HOSTILE_MODE": mode, "HOSTILE_RANK": str(stalling_rank), "HOSTILE_MARK": t.path(f"hs_{name}.mark")}
+    # With checkpoint_first the plugin stalls once the first checkpoint exists (iteration 100), so
+    # the resume has 210 iterations left: a 2-rank run's collectives on a loaded machine can take
+    # tens of milliseconds each.
     if checkpoint_first:
-        env["HOSTILE_WHEN"] = t.path(f"hs_{name}.flag")
-    proc = launch(ranks, "hmc", "--target", f"plugin:{HOSTILE}", "--dim", 2, "--chains", 4, "--warmup", 5000,
-                  "--draws", 10, "--steps", 3, "--backend", "cpu", "--quiet", "--call-timeout", 2,
-                  "--checkpoint-every", 500, "--out", out, "--checkpoint-dir", ckpt, env=env)
-    before = []
-    if checkpoint_first:
-        t.check(wait_for(lambda: glob.glob(os.path.join(ckpt, "ckpt-*.h5")), 30), f"{name}: a first checkpoint")
-        before = sorted(glob.glob(os.path.join(ckpt, "ckpt-*.h5")))
-        open(env["HOSTILE_WHEN"], "w").close()
+        env["HOSTILE_WHEN"] = os.path.join(ckpt, "ckpt-100.h5")
+    proc = launch(ranks, "hmc", "--target", f"plugin:{HOSTILE}", "--dim", 2, "--chains", 4,
+                  "--warmup", 300 if checkpoint_first else 5000, "--draws", 10, "--steps", 3, "--backend", "cpu",
+                  "--quiet", "--call-timeout", 2, "--checkpoint-every", 100, "--out", out, "--checkpoint-dir", ckpt,
+                  env=env)
     t.check(wait_for(lambda: os.path.exists(env["HOSTILE_MARK"]), 30), f"{name}: the plugin stalls")
+    before = [env["HOSTILE_WHEN"]] if checkpoint_first else []
     rc, stderr, took = finish_within(proc, 20)
     lines = t.error_lines(stderr)
     t.check(rc is not None and rc != 0, f"{name}: ends non-zero within 20 s of the stall (rc {rc}, {took:.1f} s)")
