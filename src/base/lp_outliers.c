@@ -80,6 +80,7 @@ int64_t lp_outliers(const double *mean, const double *sd, int64_t n, uint8_t *fl
 void lp_outliers_describe(const lp_outlier_rule_t *rule, char *text, size_t size) {
   int n = snprintf(text, size, "median %.4g, spread %.3g", rule->median, rule->spread);
   if (rule->top > 0 && n >= 0 && (size_t)n < size)
-    snprintf(text + n, size - (size_t)n, "; the top %lld chains at lp >= %.4g, %.3g nats above the rest (gap spread %.3g)",
-             (long long)rule->top, rule->top_floor, rule->gap, rule->gap_spread);
+    snprintf(text + n, size - (size_t)n,
+             "; the top %lld chains at lp >= %.4g, %.3g nats above the rest (gap spread %.3g)", (long long)rule->top,
+             rule->top_floor, rule->gap, rule->gap_spread);
 }

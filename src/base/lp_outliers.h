@@ -16,11 +16,11 @@
  *   cannot leave, hundreds.
  * - below a gap: a minor mode can hold most of the chains (the median then sits in it). With the
  *   means sorted, s[0] <= ... <= s[n-1], a split k leaves a top group s[k..n-1] of at least
- *   LP_OUTLIER_TOP = max(LP_OUTLIER_MIN_CHAINS, n / 8) chains; its gap s[k] - s[k-1] is wide when
+ *   T = lp_outlier_top(n) = max(LP_OUTLIER_MIN_CHAINS, n / 8) chains; its gap s[k] - s[k-1] is wide when
  *   it exceeds LP_OUTLIER_SPREADS gap spreads, the largest of the median of the chains' sds of lp,
  *   the top group's own spread (s[k + 3m/4] - s[k + m/4]) / 1.349 for its m = n - k chains (an sd
  *   for normal means) and 1 nat. At the highest wide split, every chain below it is an outlier.
- *   The gap rule can fire only where s[n - LP_OUTLIER_TOP] - s[0] exceeds LP_OUTLIER_SPREADS
+ *   The gap rule can fire only where s[n - T] - s[0] exceeds LP_OUTLIER_SPREADS
  *   times the larger of the median sd and 1 (what lp_outliers_count tests from order statistics).
  * flags [n] receive 1 for outliers; returns their count, 0 when n < LP_OUTLIER_MIN_CHAINS or a
  * value is not finite. rule receives both rules' numbers. scratch: 3 n doubles. */

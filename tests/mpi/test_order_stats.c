@@ -165,7 +165,8 @@ static int lp_cases(comm_ctx_t *comm, backend_t *cpu) {
     for (int t = 0; t < 3; ++t) {
       const int64_t top = tops[t];
       if (top < 1 || top >= n) continue;
-      for (int64_t c = 0; c < n; ++c) mean[c] = -50.0f + 3.0f * draw(40 + s, c, 4) + (c % 3 == 0 && c / 3 < top ? 300.0f : 0.0f);
+      for (int64_t c = 0; c < n; ++c)
+        mean[c] = -50.0f + 3.0f * draw(40 + s, c, 4) + (c % 3 == 0 && c / 3 < top ? 300.0f : 0.0f);
       int64_t placed = 0;
       for (int64_t c = 0; c < n; ++c) placed += c % 3 == 0 && c / 3 < top;
       const int found = n >= LP_OUTLIER_MIN_CHAINS && placed >= lp_outlier_top(n);
