@@ -109,6 +109,19 @@ static int column_shown(const summary_result_t *result, int c) {
          c == DIAG_STAT_Q95;
 }
 
+/* The warning naming chains whose lp sits far below the others' (lp_outliers.h), if any. */
+static void print_lp_outliers(const summary_lp_outliers_t *lp, FILE *out) {
+  if (lp->count <= 0) return;
+  fprintf(out, "warning: %lld chain%s log density sits far below the others' (mean lp of chain", (long long)lp->count,
+          lp->count == 1 ? "'s" : "s'");
+  for (int i = 0; i < SUMMARY_FROZEN_NAMED && lp->ids[i] >= 0; ++i)
+    fprintf(out, "%s %lld at %.4g", i ? "," : "", (long long)lp->ids[i], lp->means[i]);
+  char where[160];
+  lp_outliers_describe(&lp->rule, where, sizeof where);
+  fprintf(out, "%s; %s): a minor mode; those chains' draws are not the posterior's\n",
+          lp->count > SUMMARY_FROZEN_NAMED ? ", ..." : "", where);
+}
+
 static void print_table(const summary_result_t *result, const char *path, FILE *out, int max_rows) {
   int64_t shown = max_rows > 0 && result->n_rows > max_rows ? max_rows : result->n_rows;
   int64_t total_draws = result->chains * result->draws;
@@ -193,17 +206,7 @@ static void print_table(const summary_result_t *result, const char *path, FILE *
   if (low_ess)
     fprintf(out, "warning: ess_bulk or ess_tail < %.0f for %lld of %lld parameters: too few effective draws\n",
             SUMMARY_ESS_WARN, (long long)low_ess, (long long)result->n_rows);
-  const summary_lp_outliers_t *lp = &result->lp_outliers;
-  if (lp->count > 0) {
-    fprintf(out, "warning: %lld chain%s log density sits far below the others' (mean lp of chain", (long long)lp->count,
-            lp->count == 1 ? "'s" : "s'");
-    for (int i = 0; i < SUMMARY_FROZEN_NAMED && lp->ids[i] >= 0; ++i)
-      fprintf(out, "%s %lld at %.4g", i ? "," : "", (long long)lp->ids[i], lp->means[i]);
-    char where[160];
-    lp_outliers_describe(&lp->rule, where, sizeof where);
-    fprintf(out, "%s; %s): a minor mode; those chains' draws are not the posterior's\n",
-            lp->count > SUMMARY_FROZEN_NAMED ? ", ..." : "", where);
-  }
+  print_lp_outliers(&result->lp_outliers, out);
   print_moments(result, out, max_rows);
   if (result->draws < 4)
     fprintf(out, "note: fewer than 4 draws per chain: no MCSE, ESS or R-hat\n");
