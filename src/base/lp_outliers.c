@@ -38,20 +38,20 @@ int64_t lp_outliers(const double *mean, const double *sd, int64_t n, uint8_t *fl
   memset(flags, 0, (size_t)(n > 0 ? n : 0));
   *rule = (lp_outlier_rule_t){.median = NAN, .spread = NAN, .top_floor = NAN, .gap = NAN, .gap_spread = NAN};
   if (n < LP_OUTLIER_MIN_CHAINS) return 0;
-  double *means = scratch, *sds = scratch + n, *sorted = scratch + 2 * n;
+  /* The means sorted (the median rule's order statistics and the gap rule's splits), the sds
+   * for their median. */
+  double *sorted = scratch, *sds = scratch + n;
   for (int64_t c = 0; c < n; ++c) {
     if (!isfinite(mean[c]) || !isfinite(sd[c])) return 0;
-    means[c] = mean[c];
+    sorted[c] = mean[c];
     sds[c] = sd[c];
   }
+  qsort(sorted, (size_t)n, sizeof *sorted, compare_doubles);
   const double median_sd = select_kth(sds, n, n / 2);
-  rule->median = select_kth(means, n, n / 2);
-  const double q75 = select_kth(means, n, (3 * n) / 4);
-  rule->spread = fmax(fmax(median_sd, (q75 - rule->median) / 0.6745), 1.0);
+  rule->median = sorted[n / 2];
+  rule->spread = fmax(fmax(median_sd, (sorted[(3 * n) / 4] - rule->median) / 0.6745), 1.0);
   const double threshold = rule->median - LP_OUTLIER_SPREADS * rule->spread;
   /* The gap rule: the highest wide split, top groups of at least lp_outlier_top(n) chains. */
-  memcpy(sorted, mean, (size_t)n * sizeof *sorted);
-  qsort(sorted, (size_t)n, sizeof *sorted, compare_doubles);
   const double floor_spread = fmax(median_sd, 1.0);
   const int64_t highest = n - lp_outlier_top(n);
   rule->gap_possible = sorted[highest] - sorted[0] > LP_OUTLIER_SPREADS * floor_spread;

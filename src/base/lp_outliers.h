@@ -23,7 +23,7 @@
  *   The gap rule can fire only where s[n - T] - s[0] exceeds LP_OUTLIER_SPREADS
  *   times the larger of the median sd and 1 (what lp_outliers_count tests from order statistics).
  * flags [n] receive 1 for outliers; returns their count, 0 when n < LP_OUTLIER_MIN_CHAINS or a
- * value is not finite. rule receives both rules' numbers. scratch: 3 n doubles. */
+ * value is not finite. rule receives both rules' numbers. scratch: 2 n doubles. */
 #define LP_OUTLIER_SPREADS 20.0
 #define LP_OUTLIER_MIN_CHAINS 8
 

@@ -280,7 +280,7 @@ int restart_minor_modes(run_ctx_t *run, hmc_chains_t *chains, adapt_t *adapt, in
     /* Every chain's (mean, sd) of lp, gathered to every rank, [total, 2]; this rank's moments
      * after them; the rule's values and scratch in doubles. */
     float *all = malloc((size_t)(2 * total + 2 * max64(rows, 1)) * sizeof *all);
-    double *values = malloc((size_t)(5 * total) * sizeof *values);
+    double *values = malloc((size_t)(4 * total) * sizeof *values);
     uint8_t *flags = malloc((size_t)total);
     status = all && values && flags ? DS_OK : DS_FAIL_ALLOC("the chains' lp", (size_t)total * 41);
     float *host_mean = all ? all + 2 * total : NULL, *host_m2 = host_mean ? host_mean + max64(rows, 1) : NULL;

@@ -522,7 +522,7 @@ static int find_lp_outliers(comm_ctx_t *comm, hid_t file, summary_result_t *resu
   status = comm_agree(comm, status);
   if (status == DS_OK && draws > 1) status = comm_agree(comm, comm_allgather_rows(comm, moments, chains, 2, 0));
   if (status == DS_OK && draws > 1 && chains >= LP_OUTLIER_MIN_CHAINS) {
-    double *values = malloc((size_t)(5 * chains) * sizeof *values);
+    double *values = malloc((size_t)(4 * chains) * sizeof *values);
     uint8_t *flags = malloc((size_t)chains);
     if (values && flags) {
       for (int64_t c = 0; c < chains; ++c) {

@@ -16,8 +16,9 @@ httpstan==4.13.0`, the httpstan whose Stan dsampler's toolchain is built from), 
 defaults otherwise (NUTS, diagonal metric, 1000 warmup + 1000 draws, adapt_delta 0.8), a fixed
 random_seed (20250601, or DSAMPLER_BENCH_SEED); the chains run as PyStan runs them (one process
 per chain, as many at once as there are cores). The model's compile is not timed: wall seconds
-are posterior.sample's. dsampler: tests/py/test_posteriordb.py --count-gradients (the same defaults as the test: --chains 64 on 2
-ranks, CPU backend), whose JSON it reads; its model is compiled before the clock starts, too.
+are posterior.sample's. dsampler: tests/py/test_posteriordb.py --count-gradients (the same
+defaults as the test: --chains 64 on 2 ranks, CPU backend), whose JSON it reads; its model is
+compiled before the clock starts, too.
 
 nutpie: `pip install nutpie` (0.16.8 measured), its defaults (NUTS with the mass matrix adapted
 from draws and gradients, 400 tuning + 1000 draws, target acceptance 0.8) except 4 chains, as

@@ -95,7 +95,7 @@ static int check_case(comm_ctx_t *comm, backend_t *cpu, const float *x, int64_t 
 
 /* lp_outliers on the gathered values, as HMC's warmup forms them. */
 static int64_t host_count(const float *mean, const float *m2, int64_t n, double samples, lp_outlier_rule_t *rule) {
-  double *values = malloc((size_t)(5 * n) * sizeof *values);
+  double *values = malloc((size_t)(4 * n) * sizeof *values);
   uint8_t *flags = malloc((size_t)n);
   for (int64_t c = 0; c < n; ++c) {
     values[c] = (double)mean[c];
