@@ -228,6 +228,9 @@ int main(int argc, char **argv) {
     fprintf(stderr, "dsampler: error: %s\n", ds_error_message());
     return 1;
   }
+  /* MPI_Init may take the stop signals over (Open MPI 4.1.6 started without mpiexec does, on
+   * Ubuntu 24.04): the run's handler is put back, so that a stop still checkpoints. */
+  (void)signals_reinstate();
   /* HDF5 first (its atexit handler), then the guard, which therefore runs before it. */
   h5util_init();
   guard_rank = comm.rank;

@@ -505,6 +505,9 @@ int run_main(comm_ctx_t *comm, const config_t *cfg, const char *resume_path, con
   /* From here on a call into the target that never returns ends the job instead of hanging it. */
   if (status == DS_OK)
     status = comm_agree(comm, target_deadline_start(cfg->call_timeout, comm->rank, comm->host, signals_pending));
+  /* What the backend's libraries changed (CUDA, NCCL) is put back quietly here, so that the
+   * check after loading names only what the target changed. */
+  (void)signals_reinstate();
   char cwd[CONFIG_PATH_MAX] = "";
   if (!getcwd(cwd, sizeof cwd)) cwd[0] = '\0';
   if (status == DS_OK) status = comm_agree(comm, target_open(cfg->target, cfg->target_args, cfg->data, cfg->dim, cfg->seed, backend->on_device ? backend->device : -1, comm->world, &target));

@@ -74,11 +74,11 @@ typedef struct {
   /* Host seconds in the trajectory calls: the wait for the sampler's stream, making and freeing
    * the views, the programs' run (dispatch to completion), and the call in all. */
   double stat_sync_s, stat_views_s, stat_run_s, stat_call_s, stat_compile_s;
-  /* Trajectories ordered on the device (DSAMPLER_JAX_STREAM_ORDER=1, GPU with PJRT's stream
-   * extension): the views are defined on PJRT's stream once it reaches the sampler's work,
-   * the sampler's stream waits on the outputs, and the host waits for neither. The buffers of
-   * a call are freed at the next call (or at close), once the mark recorded after them is
-   * passed. */
+  /* Trajectories ordered on the device (GPU with PJRT's stream extension, unless
+   * DSAMPLER_JAX_STREAM_ORDER=0): the views are defined on PJRT's stream once it reaches the
+   * sampler's work, the sampler's stream waits on the outputs, and the host waits for neither.
+   * The buffers of a call are freed at the next call (or at close), once the mark recorded
+   * after them is passed. */
   int stream_order;
   intptr_t ready_stream;
   PJRT_Buffer **retired;

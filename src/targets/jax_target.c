@@ -449,9 +449,11 @@ static int make_scratch(jax_target_t *jax) {
       DS_TRY(jax_device_alloc((void **)&jax->first_device[k], sizeof first));
       DS_TRY(jax_device_upload(jax->first_device[k], &first, sizeof first));
     }
-    /* Not yet the default: measured on no GPU so far. */
+    /* The default where PJRT has the stream extension (the same bits as the host-ordered
+     * path, and 0.3-0.6 ms an iteration less at 2^20 chains: tests/bench/BENCHMARKS.md);
+     * DSAMPLER_JAX_STREAM_ORDER=0 makes the host wait for each program instead. */
     const char *order = getenv("DSAMPLER_JAX_STREAM_ORDER");
-    if (order && order[0] == '1' && pjrt_has_streams(jax->runtime)) {
+    if (!(order && order[0] == '0') && pjrt_has_streams(jax->runtime)) {
       DS_TRY(pjrt_ready_stream(jax->runtime, &jax->ready_stream));
       jax->stream_order = 1;
     }
