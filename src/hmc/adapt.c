@@ -504,14 +504,16 @@ int adapt_metric_factor(adapt_t *a, const float **factor, const float **factor_i
     const int64_t dim = a->s.dim, n = a->per_chain_dense ? a->s.rows : 1;
     const size_t square = (size_t)(dim * dim);
     float *inverse = malloc((size_t)n * square * sizeof *inverse);
-    if (!inverse) return DS_FAIL_ALLOC("the dense metric's inverse", (size_t)n * square * sizeof(float));
+    if (!inverse) return comm_agree(a->comm, DS_FAIL_ALLOC("the dense metric's inverse", (size_t)n * square * sizeof(float)));
     for (int64_t c = 0; c < n; ++c)
       factor_floats(a->per_chain_dense ? a->chain_factor + (size_t)c * square : a->dense + DENSE_FACTOR, dim,
                     a->inverse, a->factor_row + (size_t)c * 2 * square, inverse + (size_t)c * square);
     int status = a->backend->upload(a->backend, a->factor, a->factor_row, (size_t)n * 2 * square * sizeof(float));
     if (status == DS_OK) status = a->backend->upload(a->backend, a->factor_inv, inverse, (size_t)n * square * sizeof(float));
     free(inverse);
-    DS_TRY(status);
+    /* Every rank is here or none (the metric and factor_sent are the same on every rank): the
+     * agreement is made only when there was something to fail. */
+    DS_TRY(comm_agree(a->comm, status));
     a->factor_sent = 1;
   }
   *factor = a->factor;

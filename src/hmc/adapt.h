@@ -107,7 +107,8 @@ int adapt_after_iteration(adapt_t *a, int64_t iteration, const hmc_stats_t *stat
 
 /* The dense metric's factor L and its inverse (backend memory, backend.h's metric_factor and
  * metric_factor_inv) when the last window chose it, else NULL (the diagonal inv_metric serves).
- * Uploads them first after a new metric or a resume. */
+ * Uploads them first after a new metric or a resume. Collective (an agreement) only when it
+ * uploads, which every rank does at the same call. */
 int adapt_metric_factor(adapt_t *a, const float **factor, const float **factor_inv);
 /* Whether those factors are one a chain (per-chain adaptation with --metric dense: backend.h's
  * factor_per_chain), and the note that the chains' states were moved (a restart from healthy

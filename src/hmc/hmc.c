@@ -228,7 +228,7 @@ static int search_initial_steps(run_ctx_t *run, hmc_chains_t *chains, adapt_t *a
   const float start = adapt_search_start(adapt);
   /* A probe is an iteration as the run makes them (its leapfrog steps and jitter): the step must
    * hold over the whole trajectory, not one leapfrog step as in Stan's NUTS. */
-  DS_TRY(comm_agree(run->comm, adapt_metric_factor(adapt, &chains->batch.metric_factor, &chains->batch.metric_factor_inv)));
+  DS_TRY(adapt_metric_factor(adapt, &chains->batch.metric_factor, &chains->batch.metric_factor_inv));
   hmc_batch_t probe = chains->batch;
   probe.probe = 1;
   probe.n_leapfrog = adapt_probe_steps(adapt, hmc_fixed_steps(run->cfg));
@@ -573,9 +573,10 @@ static int output_metric(run_ctx_t *run, hmc_output_t *output, const adapt_t *ad
 /* ---- The iteration --------------------------------------------------------------------- */
 
 /* This rank's sums of the iteration's statistics (stats, from the backend) summed over all
- * ranks, with any rank's stop signal, in one allreduce. */
-static int iteration_stats(run_ctx_t *run, hmc_stats_t *stats, int *stop) {
-  enum { SUMS = 5, PACKED = SUMS * EXACT_DIGITS + 2 };
+ * ranks, with any rank's stop signal and the agreement on the iteration's status (this rank's:
+ * status), in one allreduce. */
+static int iteration_stats(run_ctx_t *run, int status, hmc_stats_t *stats, int *stop) {
+  enum { SUMS = 5, PACKED = SUMS * EXACT_DIGITS + 3 };
   exact_sum_t *sums[SUMS] = {&stats->accept, &stats->step, &stats->chees_slope, &stats->chees_value,
                              &stats->chees_weight};
   uint64_t packed[PACKED];
@@ -585,7 +586,10 @@ static int iteration_stats(run_ctx_t *run, hmc_stats_t *stats, int *stop) {
   }
   packed[SUMS * EXACT_DIGITS] = (uint64_t)stats->divergent;
   packed[SUMS * EXACT_DIGITS + 1] = signals_pending() != 0;
+  packed[SUMS * EXACT_DIGITS + 2] = status != DS_OK;
   DS_TRY(comm_allreduce_sum_u64(run->comm, packed, PACKED));
+  /* A rank that failed: every rank now knows, and the agreement names the first one's error. */
+  if (packed[SUMS * EXACT_DIGITS + 2] != 0) return comm_agree(run->comm, status);
   for (int s = 0; s < SUMS; ++s) {
     for (int i = 0; i < EXACT_DIGITS; ++i) sums[s]->digit[i] = (int64_t)packed[s * EXACT_DIGITS + i];
     exact_sum_normalize(sums[s]);
@@ -659,20 +663,21 @@ static int iterate(run_ctx_t *run, hmc_chains_t *chains, adapt_t *adapt, hmc_out
       batch->moment_rows = batch->n_chains;
     }
     batch->n_leapfrog = adapt_leapfrog_steps(adapt, it, cfg->warmup, hmc_fixed_steps(cfg));
-    DS_TRY(comm_agree(run->comm, adapt_metric_factor(adapt, &batch->metric_factor, &batch->metric_factor_inv)));
+    DS_TRY(adapt_metric_factor(adapt, &batch->metric_factor, &batch->metric_factor_inv));
     if (in_warmup && adapt_chees(adapt)) DS_TRY(adapt_chees_prepare(adapt, batch, batch->q, it));
     DS_TRY(timing_lap(timing, T_BEFORE, 1));
     hmc_stats_t stats;
+    memset(&stats, 0, sizeof stats);
     int stop = 0;
-    /* The transition, the draw's copy and the local sums, then one agreement on all three. */
+    /* The transition, the draw's copy and the local sums, then one allreduce of the sums that
+     * is also the agreement on all three. */
     status = b->hmc_transition(b, run->target, batch);
     if (status == DS_OK) status = timing_lap(timing, T_TRANSITION, 1);
     if (status == DS_OK && keep && output->rows > 0) status = b->hmc_record_draw(b, batch, &phase->block, phase->count);
     if (status == DS_OK) status = b->hmc_stats(b, batch, &stats);
     batch->chees_center = NULL;
     batch->chees = NULL;
-    DS_TRY(comm_agree(run->comm, status));
-    DS_TRY(iteration_stats(run, &stats, &stop));
+    DS_TRY(iteration_stats(run, status, &stats, &stop));
     DS_TRY(timing_lap(timing, T_STATS, 1));
     if (add_moments) chains->totals.moment_draws += 1.0;
     if (in_warmup && minor_modes_followed(run, adapt)) {
