@@ -53,6 +53,10 @@ def errors():
     refused("create", plugin("broken_create"), "dsampler_target_create(\"\") failed (returned 5)")
     refused("call", plugin("broken_call"), "rank 1 on")
     refused("call_message", plugin("broken_call"), "logp_grad failed (returned 7)")
+    # No step search: the failing call is in a sampling iteration, whose agreement rides in the
+    # statistics' allreduce.
+    refused("call_in_iteration", plugin("broken_call"), "rank 1 on", ("--warmup", 0, "--adapt", "none", "--steps", 10,
+                                                                      "--step-size", 0.1))
     refused("bad_args", plugin("example_banana"), "failed (returned 1)", ("--target-args", "c=2"))
     # Version 2 targets say why, in their own words, through report_error.
     refused("report_create", plugin("broken_report_create"), "cannot open the model's table 'weights.csv'")
