@@ -205,12 +205,16 @@ def relative_run(folder):
     shutil.rmtree(folder, ignore_errors=True)
     os.makedirs(folder)
     with h5py.File(os.path.join(folder, "init.h5"), "w") as f:
-        f["x"] = np.linspace(-1, 1, 8 * 3, dtype=np.float32).reshape(8, 3)
+        f["x"] = np.linspace(-1, 1, 1024 * 3, dtype=np.float32).reshape(1024, 3)
     with h5py.File(os.path.join(folder, "cov.h5"), "w") as f:
         f["cov"] = np.array([[1.0, 0.3, 0.0], [0.3, 2.0, 0.1], [0.0, 0.1, 0.5]])
-    return ["hmc", "--target", "corr-gaussian", "--target-args", "cov=cov.h5", "--init", "init.h5", "--chains", 8,
-            "--warmup", 60000, "--draws", 2000, "--seed", 5, "--backend", "cpu", "--quiet", "--out", "run.h5",
-            "--checkpoint-dir", "ck", "--checkpoint-every", 1000]
+    # 8000 iterations of 1024 chains, the first checkpoint at 200: 2.2 s on 2 idle cores, so the
+    # stop comes well after it; few enough iterations for the 120 s limits on a machine running
+    # other tests beside it, where each of an iteration's agreements between the 2 ranks can wait
+    # milliseconds for a core (62,000 iterations of 8 chains, 1.4 s idle, took over 120 s so).
+    return ["hmc", "--target", "corr-gaussian", "--target-args", "cov=cov.h5", "--init", "init.h5", "--chains", 1024,
+            "--warmup", 6000, "--draws", 2000, "--seed", 5, "--backend", "cpu", "--quiet", "--out", "run.h5",
+            "--checkpoint-dir", "ck", "--checkpoint-every", 200]
 
 
 def stopped_in(folder):
