@@ -3,6 +3,7 @@
 import csv
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 
@@ -96,6 +97,19 @@ def check(condition, message):
     print(f"{status} {message}", flush=True)
     if not condition:
         failures.append(message)
+
+
+def discard(*paths):
+    """Removes a passed case's outputs and checkpoint folders, so that the suite's big files do not
+    pile up on the disk it shares with the tests beside it; kept once any check has failed, for the
+    evidence."""
+    if failures:
+        return
+    for p in paths:
+        if os.path.isdir(p):
+            shutil.rmtree(p, ignore_errors=True)
+        elif os.path.exists(p):
+            os.remove(p)
 
 
 def finish(name):

@@ -143,6 +143,7 @@ def quickstart_cases():
             sampling = int(f["sample_stats/diverging"][...].sum())
         t.check(warm == 0 and sampling == 0,
                 f"quickstart seed {seed}: {warm} divergent warmup transitions, {sampling} divergent draws (0 each)")
+        t.discard(out)
 
 
 def main():
@@ -163,6 +164,7 @@ def main():
         t.check(rhat.max() < 1.01, f"pooled from step {step:g}: R-hat < 1.01 (max {rhat.max():.4f})")
         t.check(ess.min() > 400, f"pooled from step {step:g}: bulk-ESS > 400 (min {ess.min():.0f})")
         t.check(np.all(np.abs(sd_ratio - 1) < 0.1), f"pooled from step {step:g}: sd / s in [{sd_ratio.min():.3f}, {sd_ratio.max():.3f}]")
+        t.discard(out, ckpt)
 
     # Per-chain adaptation: each chain its own step size, all aiming at the same acceptance. One
     # chain's acceptance statistics are noisy, so its averaged step comes out conservative (as

@@ -149,6 +149,7 @@ def main():
     t.check(proc.returncode == 75, f"twice: exit 75 after two signals (rc {proc.returncode})")
     rc, _, _ = t.run(2, "resume", ckpt, "--quiet", expect_ok=False)
     t.check(rc == 0 and equal(twice_full, out), "twice: the checkpoint resumes to the uninterrupted result")
+    t.discard(out, ckpt, twice_full, twice_full_ckpt)
 
     # 5. The output overwritten by another run of another dimension: refused, clearly.
     out, ckpt = fresh("other")

@@ -73,6 +73,8 @@ def case(name, algo, args, total_flag, ranks_first, ranks_resume, signum):
     t.run(ranks_resume, "resume", part_dir, "--quiet")
     t.check(equal(full, part, COMPARE[algo]),
             f"{name}: {ranks_first} ranks stopped at {max(stopped_at or [0])}, resumed on {ranks_resume}: bitwise equal")
+    if name != "hmc_target_raised":  # its attributes are read after the case
+        t.discard(full, part, full_dir, part_dir)
 
 
 def main():

@@ -70,7 +70,9 @@ for _ in $(seq 60); do sinfo -h -o %T 2>/dev/null | grep -q idle && break; sleep
 check 'sinfo -h -o %T | grep -q idle' "slurm: the node is idle"
 
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=yes
-args="hmc --target gaussian --dim 64 --chains 2048 --warmup 20 --draws 800 --steps 10 --step-size 0.1 --seed 3 --backend cpu"
+# 2048 chains for a run long enough to signal; 128 of them written (14 MB an output, not 440).
+args="hmc --target gaussian --dim 64 --chains 2048 --output-chains 128 --warmup 20 --draws 800 --steps 10 --step-size 0.1"
+args+=" --seed 3 --backend cpu"
 
 # The uninterrupted reference (any rank count gives the same draws).
 mpirun -np 2 "$bin" $args --out "$work/reference.h5" --checkpoint-dir "$work/reference.ckpt" --quiet >/dev/null
@@ -127,4 +129,6 @@ check 'grep -q "resuming from" "$work/chain-$second.log"' "the second job resume
 check 'same_output "$work/chain.h5"' "the chain's output equals the uninterrupted run bitwise"
 
 echo "slurm: $failures failure(s)"
+# A passed run's outputs and checkpoints go; a failed one's stay, for the evidence.
+[ "$failures" -eq 0 ] && rm -rf "$work"/*.h5 "$work"/*.ckpt
 [ "$failures" -eq 0 ]
