@@ -119,6 +119,7 @@ def main():
     case("hmc_target_raised", "hmc", raised, "--draws", 2, 3, signal.SIGTERM)
     attrs = [t.attr(t.path(f"restart_hmc_target_raised_{k}.h5"), "target_accept") for k in ("full", "part")]
     t.check(attrs[0] == attrs[1] and "raised" in (attrs[0] or ""), f"target raised: resumed run says the same ({attrs})")
+    t.discard(*(t.path(f"restart_hmc_target_raised_{k}{ext}") for k in ("full", "part") for ext in (".h5", ".ckpt")))
     svgd = ["svgd", "--dim", 8, "--particles", 600, "--iters", 400, "--step-size", 0.05, "--seed", 9,
             "--checkpoint-every", 20, "--backend", "cpu"]
     case("svgd_same", "svgd", svgd, "--iters", 2, 2, signal.SIGTERM)
