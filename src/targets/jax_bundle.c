@@ -121,7 +121,8 @@ int jax_read_vars(jax_target_t *jax, json_object *manifest) {
 static int read_checked_file(const jax_target_t *jax, const char *folder, json_object *entry, const char *what,
                              void **bytes, size_t *size);
 
-/* The data inputs: each file's size must be its shape's, in float32 or int32. */
+/* The data inputs: each file's size must be its shape's, in float32, float64 (a bundle that
+ * computes in float64) or int32. */
 int jax_read_data(jax_target_t *jax, const char *folder, json_object *manifest) {
   json_object *data = member(manifest, "data");
   if (!data || !json_object_is_type(data, json_type_array))
@@ -139,14 +140,15 @@ int jax_read_data(jax_target_t *jax, const char *folder, json_object *manifest) 
       return ds_fail(DS_ERR_INPUT, "%s: manifest.json: data input %d lacks a name, dtype or file", jax->what, d);
     snprintf(input->name, sizeof input->name, "%s", name);
     if (strcmp(dtype, "float32") == 0) input->type = PJRT_ELEMENT_F32;
+    else if (strcmp(dtype, "float64") == 0) input->type = PJRT_ELEMENT_F64;
     else if (strcmp(dtype, "int32") == 0) input->type = PJRT_ELEMENT_S32;
     else
-      return ds_fail(DS_ERR_INPUT, "%s: data input %s has dtype '%s' (expected float32 or int32)", jax->what, name,
-                     dtype);
+      return ds_fail(DS_ERR_INPUT, "%s: data input %s has dtype '%s' (expected float32, float64 or int32)", jax->what,
+                     name, dtype);
     char of[160];
     snprintf(of, sizeof of, "data input %.120s", name);
     DS_TRY(manifest_shape(jax, member(entry, "shape"), of, &input->rank, input->dims));
-    size_t expected = 4;
+    size_t expected = input->type == PJRT_ELEMENT_F64 ? 8 : 4;
     for (int axis = 0; axis < input->rank; ++axis) expected *= (size_t)input->dims[axis];
     size_t size;
     char what[160];
@@ -209,7 +211,9 @@ static int check_program_inputs(const jax_target_t *jax, json_object *entry, con
                      (long long)jax->dim);
     if (i < first_data) continue;
     const jax_data_t *data = &jax->data[i - first_data];
-    const char *want = data->type == PJRT_ELEMENT_F32 ? "float32" : "int32";
+    const char *want = data->type == PJRT_ELEMENT_F32   ? "float32"
+                       : data->type == PJRT_ELEMENT_F64 ? "float64"
+                                                        : "int32";
     int same = dtype && strcmp(dtype, want) == 0 && rank == data->rank;
     for (int axis = 0; same && axis < rank; ++axis) same = dims[axis] == data->dims[axis];
     if (!same)

@@ -279,7 +279,9 @@ int pjrt_view_on(pjrt_runtime_t *runtime, void *memory, const int64_t *dims, int
   PJRT_Client_CreateViewOfDeviceBuffer_Args view = {
       .struct_size = PJRT_Client_CreateViewOfDeviceBuffer_Args_STRUCT_SIZE, .client = runtime->client,
       .device_buffer_ptr = memory, .dims = dims, .num_dims = (size_t)rank,
-      .element_type = type == PJRT_ELEMENT_F32 ? PJRT_Buffer_Type_F32 : PJRT_Buffer_Type_S32,
+      .element_type = type == PJRT_ELEMENT_F32   ? PJRT_Buffer_Type_F32
+                      : type == PJRT_ELEMENT_F64 ? PJRT_Buffer_Type_F64
+                                                 : PJRT_Buffer_Type_S32,
       .device = runtime->device, .on_delete_callback = keep_memory, .memory = runtime->memory, .stream = stream};
   PJRT_TRY(runtime, DS_ERR_TARGET, runtime->api->PJRT_Client_CreateViewOfDeviceBuffer(&view),
            "PJRT_Client_CreateViewOfDeviceBuffer");

@@ -16,7 +16,7 @@ typedef struct pjrt_runtime pjrt_runtime_t;
 typedef struct pjrt_program pjrt_program_t;
 
 /* Element types of the buffers a bundle's programs take. */
-typedef enum { PJRT_ELEMENT_F32, PJRT_ELEMENT_S32 } pjrt_element_t;
+typedef enum { PJRT_ELEMENT_F32, PJRT_ELEMENT_S32, PJRT_ELEMENT_F64 } pjrt_element_t;
 
 /* Loads the plugin at `plugin_path` (dlopen'd from where it lies, so that its RPATH finds the
  * CUDA libraries installed beside it) and makes a client on one device: for a GPU plugin

@@ -37,6 +37,7 @@ OUT_RTOL = 1e-6      # constrained values, same form, per row
 CHOL_RTOL = 2e-6     # pure-lax Cholesky / triangular solves in float32 vs numpy float64,
 SOLVE_RTOL = 2e-5    #   max error over max |ref|, per matrix
 EXACT_RTOL = 1e-12   # the same algorithms run in float64
+F64_RTOL = 1e-7      # compute="float64": the float32 outputs' rounding of float64 results
 
 PASSED, FAILED = [], []
 
@@ -128,7 +129,7 @@ class Bundle:
         self.data = []
         for d in self.m["data"]:
             raw = (self.path / d["file"]).read_bytes()
-            dt = {"float32": "<f4", "int32": "<i4"}[d["dtype"]]
+            dt = {"float32": "<f4", "float64": "<f8", "int32": "<i4"}[d["dtype"]]
             self.data.append(np.frombuffer(raw, dtype=dt).reshape(d["shape"]))
 
     def run(self, prog, x):
@@ -147,7 +148,13 @@ class Bundle:
             args += [np.zeros(b, np.float32), np.zeros((b, d), np.float32)]
         args += list(self.data)
         dev = backend.devices()[0]
-        outs = exe.execute([jax.device_put(a, dev) for a in args])
+        # float64 data inputs stay float64 only where jax allows them (compute float64)
+        x64 = jax.config.jax_enable_x64
+        jax.config.update("jax_enable_x64", True)
+        try:
+            outs = exe.execute([jax.device_put(a, dev) for a in args])
+        finally:
+            jax.config.update("jax_enable_x64", x64)
         return [np.asarray(o) for o in outs]
 
 
@@ -338,6 +345,22 @@ def check_warning(tmp):
           and (out / "manifest.json").is_file() and
           set(json.loads((out / "manifest.json").read_text())["programs"]["logp_grad"]) ==
           {"cpu"}, f"rc={rc} stderr={stderr!r}")
+    # A module that enables float64 is exported computing in float64, unless --compute says not.
+    module = tmp / "x64_model.py"
+    module.write_text("import jax\nimport jax.numpy as jnp\njax.config.update('jax_enable_x64', True)\n\n\n"
+                      "def logdensity(p, y):\n    return -0.5 * jnp.sum((p['a'] - y) ** 2)\n")
+    y = tmp / "y.json"
+    y.write_text(json.dumps({"y": [1.0, 2.0]}))
+    for flags, want, warned in (((), "float64", False), (("--compute", "float32"), "float32", True)):
+        out = tmp / f"x64_{want}.dsj"
+        rc, stdout, stderr = cli(f"{module}:logdensity", "--data", y, "--init", init, "--out", out,
+                                 "--platforms", "cpu", *flags)
+        m = json.loads((out / "manifest.json").read_text()) if rc == 0 else {}
+        check(f"module enabling jax_enable_x64, {' '.join(flags) or 'no --compute'}: computes in {want}",
+              rc == 0 and m.get("compute") == want and
+              [d["dtype"] for d in m["data"]] == [want] and
+              ("enabled float64 (jax_enable_x64); computing in float32" in stderr) == warned,
+              f"rc={rc} stderr={stderr!r}")
 
 
 def check_linalg(tmp, jobs, n):
@@ -404,8 +427,9 @@ def check_linalg(tmp, jobs, n):
     return compare_f64
 
 
-def numeric_job(tmp, name, b, model_name, data, rows):
+def numeric_job(tmp, name, b, model_name, data, rows, tolerances=(LP_RTOL, GRAD_RTOL, OUT_RTOL)):
     """Runs the bundle's CPU programs on rows and registers a float64 reference job."""
+    lp_rtol, grad_rtol, out_rtol = tolerances
     x = np.random.default_rng(len(name)).uniform(-2, 2, (b.m["programs"]["logp_grad"]["cpu"]
                                                          ["block"], b.m["dim"]))
     x = x.astype(np.float32)[:rows] if rows else x.astype(np.float32)
@@ -430,10 +454,10 @@ def numeric_job(tmp, name, b, model_name, data, rows):
         print(f"  {name}: max err lp {e_lp[finite].max():.2e}, grad {e_g[finite].max():.2e}, "
               f"constrained {e_out.max():.2e} ({int(finite.sum())} rows)")
         check(f"{name}: log density, gradient, constrained values vs float64 reference "
-              f"(tol {LP_RTOL}, {GRAD_RTOL}, {OUT_RTOL})",
+              f"(tol {lp_rtol}, {grad_rtol}, {out_rtol})",
               finite.sum() >= len(finite) // 2 and np.all(np.isfinite(lp[finite])) and
-              e_lp[finite].max() <= LP_RTOL and e_g[finite].max() <= GRAD_RTOL and
-              e_out.max() <= OUT_RTOL, f"{e_lp.max():.2e} {e_g.max():.2e} {e_out.max():.2e}")
+              e_lp[finite].max() <= lp_rtol and e_g[finite].max() <= grad_rtol and
+              e_out.max() <= out_rtol, f"{e_lp.max():.2e} {e_g.max():.2e} {e_out.max():.2e}")
     return job, compare
 
 
@@ -470,6 +494,7 @@ def main():
     for name, model, data, extra in [
             ("mvn_lkj", "mvn_lkj", mvn_data, {}),
             ("gp_regr", "gp_regr", gp_data, {}),
+            ("gp_regr_f64", "gp_regr", gp_data, {"compute": "float64"}),
             ("jax_fn", "gaussian_logdensity", lin_data, {"init": str(init)})]:
         out = tmp / f"{name}.dsj"
         try:
@@ -481,9 +506,24 @@ def main():
         check(f"{name}: exports", True)
         b = Bundle(out)
         check_no_custom_calls(name, b)
-        job, cmp = numeric_job(tmp, name, b, model, data, 0)
+        # float64 arithmetic behind float32 rows: only the outputs' rounding is left (half an
+        # ulp, 6e-8 relative: 4.0e-8 and 4.2e-8 measured), where float32 arithmetic is off by
+        # 1.7e-7 in lp and 5.5e-7 in the gradient at the same rows.
+        job, cmp = numeric_job(tmp, name, b, model, data, 0,
+                               (F64_RTOL,) * 3 if name.endswith("_f64") else
+                               (LP_RTOL, GRAD_RTOL, OUT_RTOL))
         jobs.append(job)
         compares.append(cmp)
+        check(f"{name}: manifest compute",
+              b.m.get("compute") == extra.get("compute", "float32") and b.m["dtype"] == "float32",
+              f"{b.m.get('compute')} {b.m['dtype']}")
+        if name == "gp_regr_f64":
+            check("gp_regr_f64: real data inputs in float64, int32 kept",
+                  [(d["name"], d["dtype"]) for d in b.m["data"]] ==
+                  [("x", "int32"), ("y", "float64"), ("k", "int32")], f"{b.m['data']}")
+            import jax
+            check("export leaves the caller's jax_enable_x64 as it was",
+                  not jax.config.jax_enable_x64)
         if name == "mvn_lkj":
             check("mvn_lkj: LKJ coordinates (3 free values) and vars", [
                 (c["name"], c["shape"], c["offset"]) for c in b.m["coordinates"]] == [

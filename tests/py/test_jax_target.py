@@ -133,7 +133,7 @@ def write_json(name, value):
     return p
 
 
-def export(name, function, data, kind=None, init=None):
+def export(name, function, data, kind=None, init=None, compute=None):
     """Exports jax_models.py:function with `data` into WORKDIR/name.dsj (CPU programs, block 64)
     through dsampler_export's API; returns (bundle path, manifest)."""
     from dsampler_export.bundle import export_bundle
@@ -142,7 +142,7 @@ def export(name, function, data, kind=None, init=None):
     data_path = write_json(f"{name}.data.json", data)
     init_path = write_json(f"{name}.init.json", init) if init is not None else None
     manifest = export_bundle(f"{models_file()}:{function}", data_path, out, kind=kind, init=init_path,
-                             blocks={"cpu": 64, "cuda": 65536}, platforms=["cpu"])
+                             blocks={"cpu": 64, "cuda": 65536}, platforms=["cpu"], compute=compute)
     print(f"exported {function} to {out} (dim {manifest['dim']}, {time.time() - start:.1f} s)", flush=True)
     return out, manifest
 
@@ -192,10 +192,12 @@ def schools_reference(x):
     return lp, grad, constrained, theta_scale
 
 
-def gaussian_reference(x, data):
-    """gaussian_logdensity at x = [beta (3), log_sigma, mu] (ravel_pytree order: sorted keys)."""
+def gaussian_reference(x, data, real=np.float32):
+    """gaussian_logdensity at x = [beta (3), log_sigma, mu] (ravel_pytree order: sorted keys), the
+    data as the bundle holds them (`real`)."""
     x = np.asarray(x, dtype=np.float64)
-    y, scale = np.array(data["y"], dtype=np.float32).astype(np.float64), np.array(data["scale"])
+    y = np.array(data["y"], dtype=real).astype(np.float64)
+    scale = np.array(data["scale"], dtype=real).astype(np.float64)
     beta, ls, mu = x[:, 0:3], x[:, 3], x[:, 4]
     sigma = np.exp(ls)
     resid = (y[None, :] - (mu + beta.sum(axis=1))[:, None]) / sigma[:, None]
@@ -423,6 +425,22 @@ def part_density():
     if all(results[r][0] is not None for r in (1, 2)):
         t.check(all(a.tobytes() == b.tobytes() for a, b in zip(results[1], results[2])),
                 "gaussian: 1 and 2 ranks give the same bits")
+
+    # Computed in float64 (the data kept in float64) behind the float32 rows: what is left is the
+    # outputs' rounding to float32, 2^-24 (6e-8) relative at most, where float32 arithmetic left
+    # 1.4e-6 above.
+    gaussian64, gm64 = export("gaussian64", "gaussian_logdensity", data, kind="jax",
+                              init={"mu": 0.0, "beta": [0.0, 0.0, 0.0], "log_sigma": 0.0}, compute="float64")
+    t.check(gm64.get("compute") == "float64" and [d["dtype"] for d in gm64["data"]] == ["float64", "float64"],
+            f"gaussian, float64: the manifest says so, the data in float64 ({gm64.get('compute')}, {gm64['data']})")
+    lp_ref, grad_ref = gaussian_reference(x, data, np.float64)
+    rc, stderr, lp, grad, out = jax_eval(gaussian64, x, 2, "gaussian64")
+    t.check(rc == 0, f"gaussian, float64, 2 ranks: jax_eval exits 0 ({rc}: {stderr.strip()[-400:]!r})")
+    if rc == 0:
+        err_lp, _ = worst(lp, lp_ref, 1 + np.abs(lp_ref))
+        err_grad, _ = worst(grad, grad_ref, 1 + np.abs(grad_ref))
+        t.check(err_lp <= 1e-7 and err_grad <= 1e-7, f"gaussian, float64: log p and gradient within 1e-7 * (1 + |ref|) "
+                f"(worst {err_lp:.2e}, {err_grad:.2e})")
 
 
 def part_names():

@@ -122,12 +122,17 @@ def recorded_gradients(out):
 
 def export_bundle(name):
     """NAME/model.py (the posterior as a NumPyro model) exported with NAME/data.json into the work
-    folder as a CPU bundle (dsampler-export's API); its path."""
+    folder as a CPU bundle (dsampler-export's API); its path. NAME/export.json, where there is
+    one, holds the model's own export options (its arithmetic: {"compute": "float64"})."""
     from dsampler_export.bundle import export_bundle as export
     folder = os.path.join(PDB_DIR, name)
     bundle = t.path(f"{name}.dsj")
+    options = {}
+    if os.path.isfile(os.path.join(folder, "export.json")):
+        with open(os.path.join(folder, "export.json")) as f:
+            options = json.load(f)
     export(f"{folder}/model.py:model", os.path.join(folder, "data.json"), bundle, kind="numpyro",
-           platforms=["cpu"])
+           platforms=["cpu"], **options)
     return bundle
 
 

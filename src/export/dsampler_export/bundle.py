@@ -1,7 +1,9 @@
 # Builds a dsampler JAX bundle: reads the data, asks numpyro_model or jax_fn for the row
 # functions, exports them with jax.export for each platform and writes the programs, the data
-# files and manifest.json (bundle format version 1: fixed block sizes, float32, "highest"
-# matmul precision, no custom calls, data as program inputs rather than constants).
+# files and manifest.json (bundle format version 1: fixed block sizes, float32 rows, "highest"
+# matmul precision, no custom calls, data as program inputs rather than constants). With
+# compute="float64" the log density and its gradient are computed in float64 from the float32
+# rows (the data kept in float64) and handed back in float32, as a Stan target's are.
 
 import contextlib
 import dataclasses
@@ -51,9 +53,9 @@ class Model:
     kind: str
     coordinates: list      # [{"name", "shape", "offset", "size"}] in ravel_pytree order
     vars: list             # [{"name", "kind", "shape"}] in output order
-    logp: object           # (x f32[D], *data) -> f32[]
-    constrain: object      # (x f32[D], *data) -> f32[C]
-    x0: np.ndarray         # an initial point, f32[D]
+    logp: object           # (x [D], *data) -> [] in the compute type (float32 unless float64)
+    constrain: object      # (x [D], *data) -> [C], likewise
+    x0: np.ndarray         # an initial point, [D]
     numpyro_version: str | None = None
 
     @property
@@ -103,11 +105,11 @@ def _float_leaf(v, name):
     return v
 
 
-def convert_data(raw):
+def convert_data(raw, real=np.float32):
     """Stan-style JSON object -> (static ints, [(name, array)] program inputs, in file order).
 
     Integer scalars stay Python ints so that the model may use them as sizes; everything else
-    becomes a float32 or int32 array fed to the programs at run time."""
+    becomes an int32 array or a real one (of type `real`) fed to the programs at run time."""
     if not isinstance(raw, dict):
         raise ExportError("the data file must hold a JSON object")
     static, inputs = {}, []
@@ -132,7 +134,7 @@ def convert_data(raw):
                 raise ExportError(f"data {name!r} does not fit int32")
             arr = arr.astype(np.int32)
         elif arr.dtype.kind in "f" or arr.size == 0:
-            arr = arr.astype(np.float32)
+            arr = arr.astype(real)
         else:
             raise ExportError(f"data {name!r} has unsupported type {arr.dtype}")
         inputs.append((name, arr.copy(order="C")))  # (ascontiguousarray makes scalars 1-d)
@@ -228,6 +230,21 @@ def _describe_calls(calls):
         hint = next((h for k, h in CUSTOM_CALL_HINTS.items() if k in call), None)
         out.append(f"{call} ({hint})" if hint else call)
     return ", ".join(out)
+
+
+def float32_rows(model):
+    """The model computed in float64 behind float32 rows: x widened on the way in, log p and
+    the constrained values rounded on the way out (the gradient follows: its cotangent is
+    widened, the gradient rounded)."""
+    import jax.numpy as jnp
+
+    def logp(x, *data):
+        return model.logp(x.astype(jnp.float64), *data).astype(jnp.float32)
+
+    def constrain(x, *data):
+        return model.constrain(x.astype(jnp.float64), *data).astype(jnp.float32)
+
+    return dataclasses.replace(model, logp=logp, constrain=constrain, x0=np.asarray(model.x0, np.float32))
 
 
 def row_programs(model, n_data):
@@ -333,7 +350,7 @@ def _replace_dir(tmp, out):
     os.replace(tmp, out)
 
 
-def write_bundle(out, model, source, static, inputs, programs):
+def write_bundle(out, model, source, static, inputs, programs, compute="float32"):
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=out.name + ".", dir=out.parent))
@@ -366,6 +383,7 @@ def write_bundle(out, model, source, static, inputs, programs):
             "kind": model.kind,
             "dim": model.dim,
             "dtype": "float32",
+            "compute": compute,
             "precision": "highest",
             "coordinates": model.coordinates,
             "vars": model.vars,
@@ -411,13 +429,26 @@ def load_init(path):
 
 
 def export_bundle(source, data_path, out, kind=None, init=None,
-                  blocks=None, platforms=("cpu", "cuda")):
+                  blocks=None, platforms=("cpu", "cuda"), compute=None):
     """Export source (MODULE.py:NAME) with the data at data_path into the bundle directory out.
 
     kind: "numpyro" or "jax"; by default "jax" when init is given, else "numpyro".
-    Returns the manifest (a dict)."""
+    compute: "float32" or "float64", the arithmetic of the log density and its gradient (the
+    rows stay float32); by default float64 when the model's module enables jax_enable_x64.
+    Returns the manifest (a dict). The caller's jax_enable_x64 is put back afterwards."""
     import jax
+    if compute not in (None, "float32", "float64"):
+        raise ExportError(f"unknown compute type {compute!r} (float32, float64)")
+    x64 = jax.config.jax_enable_x64
     jax.config.update("jax_enable_x64", False)
+    try:
+        return _export_bundle(source, data_path, out, kind, init, blocks, platforms, compute)
+    finally:
+        jax.config.update("jax_enable_x64", x64)
+
+
+def _export_bundle(source, data_path, out, kind, init, blocks, platforms, compute):
+    import jax
     blocks = {p: int(b) for p, b in {"cpu": 64, "cuda": 65536, **(blocks or {})}.items()}
     blocks.setdefault("trajectory", blocks["cuda"])
     platforms = list(dict.fromkeys(platforms))
@@ -434,31 +465,36 @@ def export_bundle(source, data_path, out, kind=None, init=None,
         raw = json.loads(Path(data_path).read_text())
     except (OSError, json.JSONDecodeError) as err:
         raise ExportError(f"cannot read data {data_path}: {err}") from None
-    static, inputs = convert_data(raw)
     fn = load_object(source)
     if not callable(fn):
         raise ExportError(f"{source} is not callable")
-    if jax.config.jax_enable_x64:
-        warn("the model's module enabled float64 (jax_enable_x64); exporting in float32")
-        jax.config.update("jax_enable_x64", False)
+    if compute is None:
+        compute = "float64" if jax.config.jax_enable_x64 else "float32"
+    elif compute == "float32" and jax.config.jax_enable_x64:
+        warn("the model's module enabled float64 (jax_enable_x64); computing in float32 as --compute asks")
+    jax.config.update("jax_enable_x64", compute == "float64")
+    real = np.float64 if compute == "float64" else np.float32
+    static, inputs = convert_data(raw, real)
 
     if kind == "numpyro":
         if init is not None:
             raise ExportError("--init is for --kind jax (NumPyro models initialize themselves)")
         from . import numpyro_model
         check_arguments(fn, list(raw), "the model")
-        model = numpyro_model.build(fn, static, inputs)
+        model = numpyro_model.build(fn, static, inputs, real)
     elif kind == "jax":
         if init is None:
             raise ExportError("--kind jax needs --init (an example parameter pytree)")
         from . import jax_fn
         check_arguments(fn, list(raw), "the log density", skip_first=True)
-        model = jax_fn.build(fn, static, inputs, load_init(init))
+        model = jax_fn.build(fn, static, inputs, load_init(init), real)
     else:
         raise ExportError(f"unknown kind {kind!r} (numpyro, jax)")
+    if compute == "float64":
+        model = float32_rows(model)
 
     check_initial_point(model, inputs)
     programs = export_programs(model, inputs, platforms, blocks,
                                os.environ.get("DSAMPLER_EXPORT_TRAJECTORY_LAYOUT", "aos"),
                                os.environ.get("DSAMPLER_EXPORT_TRAJECTORY_UNROLL", "auto"))
-    return write_bundle(out, model, source, static, inputs, programs)
+    return write_bundle(out, model, source, static, inputs, programs, compute)

@@ -13,7 +13,13 @@ kinds:
            an example params dict (JSON name -> number/list, or .npz) (the default with --init)
 
 Integer scalars in the data are baked into the programs; every other entry becomes a program
-input (float32, or int32 for integer arrays) written to OUT/data/.
+input (float32, float64 with --compute float64, or int32 for integer arrays) written to
+OUT/data/.
+
+--compute float64 computes the log density and its gradient in float64 (the data kept in
+float64) from dsampler's float32 state, and hands them back in float32, as a Stan model's are:
+for models whose arithmetic needs it (a Cholesky factor with a small jitter). It is the
+default when the model's module enables jax_enable_x64. On a GPU float64 runs slower.
 
 environment:
   DSAMPLER_EXPORT_TRACEBACK=1  print the traceback behind a refusal
@@ -35,6 +41,9 @@ def parse_args(argv):
                    help="rows per call of the cuda programs (default 65536)")
     p.add_argument("--platforms", default="cpu,cuda", metavar="LIST",
                    help="comma-separated platforms to export for (default cpu,cuda)")
+    p.add_argument("--compute", choices=("float32", "float64"),
+                   help="the log density's arithmetic (default float32, or float64 where the "
+                        "module enables jax_enable_x64)")
     return p.parse_args(argv)
 
 
@@ -49,7 +58,8 @@ def main(argv=None):
     try:
         manifest = export_bundle(
             args.source, args.data, args.out, kind=args.kind, init=args.init,
-            blocks={"cpu": args.block_cpu, "cuda": args.block_cuda}, platforms=platforms)
+            blocks={"cpu": args.block_cpu, "cuda": args.block_cuda}, platforms=platforms,
+            compute=args.compute)
     except ExportError as err:
         if os.environ.get("DSAMPLER_EXPORT_TRACEBACK") == "1":
             traceback.print_exc()

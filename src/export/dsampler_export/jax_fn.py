@@ -7,18 +7,17 @@ import numpy as np
 from .bundle import ExportError, Model, coordinates_of, user_code
 
 
-def build(logdensity, static, inputs, init):
+def build(logdensity, static, inputs, init, real=np.float32):
     import jax
     import jax.numpy as jnp
     from jax.flatten_util import ravel_pytree
 
     names = [n for n, _ in inputs]
-    x0, unravel = ravel_pytree({k: jnp.asarray(v, jnp.float32) for k, v in init.items()})
+    x0, unravel = ravel_pytree({k: jnp.asarray(v, real) for k, v in init.items()})
     coordinates = coordinates_of(init)
 
     def logp(x, *arrays):
-        return jnp.asarray(logdensity(unravel(x), **static, **dict(zip(names, arrays))),
-                           jnp.float32)
+        return jnp.asarray(logdensity(unravel(x), **static, **dict(zip(names, arrays))), real)
 
     with user_code("calling the log density", names):
         out = jax.eval_shape(logp, x0, *[jnp.asarray(a) for _, a in inputs])

@@ -14,7 +14,7 @@ def _is_discrete_latent(site):
     return bool(getattr(support, "is_discrete", False) or site.get("infer", {}).get("enumerate"))
 
 
-def build(model, static, inputs):
+def build(model, static, inputs, real=np.float32):
     import jax
     import jax.numpy as jnp
     import numpyro
@@ -60,7 +60,7 @@ def build(model, static, inputs):
                       if s["type"] == "sample" and not s["is_observed"]}
             z = unconstrain_fn(model, (), kwargs(concrete), latent)
 
-    z = {k: jnp.asarray(v, jnp.float32) for k, v in z.items()}
+    z = {k: jnp.asarray(v, real) for k, v in z.items()}
     x0, unravel = ravel_pytree(z)
     coordinates = coordinates_of(z)
 
@@ -88,7 +88,7 @@ def build(model, static, inputs):
 
     def constrain(x, *arrays):
         values = constrained(x, *arrays)
-        return jnp.concatenate([jnp.ravel(values[k]).astype(jnp.float32) for k in order])
+        return jnp.concatenate([jnp.ravel(values[k]).astype(real) for k in order])
 
     return Model(kind="numpyro", coordinates=coordinates, vars=variables, logp=logp,
                  constrain=constrain, x0=np.asarray(x0), numpyro_version=numpyro.__version__)
