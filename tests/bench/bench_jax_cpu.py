@@ -53,8 +53,12 @@ def main():
     os.makedirs(work, exist_ok=True)
     from dsampler_export.bundle import export_bundle
     bundle = os.path.join(work, "model.dsj")
+    options = {}  # the model's own export options (its arithmetic), as test_posteriordb.py reads them
+    if os.path.isfile(os.path.join(folder, "export.json")):
+        with open(os.path.join(folder, "export.json")) as f:
+            options = json.load(f)
     export_bundle(f"{folder}/model.py:model", os.path.join(folder, "data.json"), bundle, kind="numpyro",
-                  blocks={"cpu": 64}, platforms=["cpu"])
+                  blocks={"cpu": 64}, platforms=["cpu"], **options)
     subprocess.run([binary, "stan", os.path.join(folder, "model.stan"), "--quiet"], check=True, capture_output=True)
     targets = {"jax": (f"jax:{bundle}", None), "stan": (f"stan:{os.path.join(folder, 'model.stan')}",
                                                          os.path.join(folder, "data.json"))}

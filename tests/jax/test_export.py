@@ -549,6 +549,17 @@ def main():
                   [(d["name"], d["dtype"], d["shape"]) for d in b.m["data"]] ==
                   [("y", "float32", [30]), ("scale", "float32", [])], str(b.m)[:400])
 
+    # A caller with jax_enable_x64 on gets float64 arithmetic by default, and keeps its setting.
+    import jax
+    jax.config.update("jax_enable_x64", True)
+    try:
+        m = export_bundle(f"{MODELS}:gaussian_logdensity", lin_data, tmp / "caller_x64.dsj",
+                          init=str(init), platforms=["cpu"])
+        check("caller with jax_enable_x64 on: computes in float64, its setting kept",
+              m["compute"] == "float64" and jax.config.jax_enable_x64, f"{m['compute']}")
+    finally:
+        jax.config.update("jax_enable_x64", False)
+
     check_lowering_restored()
     for n in (6, 20):
         compares.append(check_linalg(tmp, jobs, n))

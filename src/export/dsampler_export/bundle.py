@@ -434,7 +434,9 @@ def export_bundle(source, data_path, out, kind=None, init=None,
 
     kind: "numpyro" or "jax"; by default "jax" when init is given, else "numpyro".
     compute: "float32" or "float64", the arithmetic of the log density and its gradient (the
-    rows stay float32); by default float64 when the model's module enables jax_enable_x64.
+    rows stay float32); by default float64 when the caller has jax_enable_x64 on or the model's
+    module turns it on as it is imported (a package module imported earlier in the same process
+    is not imported again: its setting counts only through the caller's).
     Returns the manifest (a dict). The caller's jax_enable_x64 is put back afterwards."""
     import jax
     if compute not in (None, "float32", "float64"):
@@ -442,12 +444,12 @@ def export_bundle(source, data_path, out, kind=None, init=None,
     x64 = jax.config.jax_enable_x64
     jax.config.update("jax_enable_x64", False)
     try:
-        return _export_bundle(source, data_path, out, kind, init, blocks, platforms, compute)
+        return _export_bundle(source, data_path, out, kind, init, blocks, platforms, compute, x64)
     finally:
         jax.config.update("jax_enable_x64", x64)
 
 
-def _export_bundle(source, data_path, out, kind, init, blocks, platforms, compute):
+def _export_bundle(source, data_path, out, kind, init, blocks, platforms, compute, caller_x64):
     import jax
     blocks = {p: int(b) for p, b in {"cpu": 64, "cuda": 65536, **(blocks or {})}.items()}
     blocks.setdefault("trajectory", blocks["cuda"])
@@ -468,9 +470,10 @@ def _export_bundle(source, data_path, out, kind, init, blocks, platforms, comput
     fn = load_object(source)
     if not callable(fn):
         raise ExportError(f"{source} is not callable")
+    wants_x64 = caller_x64 or jax.config.jax_enable_x64
     if compute is None:
-        compute = "float64" if jax.config.jax_enable_x64 else "float32"
-    elif compute == "float32" and jax.config.jax_enable_x64:
+        compute = "float64" if wants_x64 else "float32"
+    elif compute == "float32" and wants_x64:
         warn("the model's module enabled float64 (jax_enable_x64); computing in float32 as --compute asks")
     jax.config.update("jax_enable_x64", compute == "float64")
     real = np.float64 if compute == "float64" else np.float32
