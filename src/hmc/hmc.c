@@ -234,6 +234,8 @@ static int search_initial_steps(run_ctx_t *run, hmc_chains_t *chains, adapt_t *a
   probe.n_leapfrog = adapt_probe_steps(adapt, hmc_fixed_steps(run->cfg));
   probe.moment_mean = probe.moment_m2 = NULL;
   int8_t *direction = chains->search, *exponent = chains->search + rows;
+  /* A chain whose search is done reads no more probes: the backend may leave it out. */
+  probe.probe_direction = direction;
   /* Zero bytes: a float 0 is four of them. */
   DS_TRY(comm_agree(run->comm, b->fill(b, (float *)chains->search, 0.0f, (2 * rows + 3) / 4)));
   DS_TRY(comm_agree(run->comm, b->fill(b, chains->step_nominal, start, rows)));

@@ -107,6 +107,10 @@ typedef struct hmc_batch {
   int64_t moment_count, moment_rows;
   /* 1: a probe (the initial step-size search): the outputs are written, the state is not. */
   int probe;
+  /* A probe's search directions (step_search's, [n_chains], backend memory) or NULL: a backend
+   * may leave out the chains whose search is done (2), whose outputs the search no longer reads
+   * (the CPU backend does: their gradients are not evaluated). */
+  const int8_t *probe_direction;
   /* The target's own leapfrog trajectory on the device, or NULL (a JAX bundle's; dsampler's own,
    * not part of the plugin ABI). The CUDA backend then calls it, for a diagonal metric, instead
    * of logp_grad_cuda between its kick-drift kernels: for rows [n], n_steps times, with

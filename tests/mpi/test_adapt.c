@@ -242,6 +242,74 @@ static void test_step_search(void) {
   printf("step search: %d cases against the brute-force scan\n", checked);
 }
 
+/* A standard normal that counts the rows it evaluates. */
+static int64_t probe_rows;
+static int counting_normal(void *self, const float *x, int64_t n, float *logp, float *grad) {
+  const int64_t dim = *(const int64_t *)self;
+  probe_rows += n;
+  for (int64_t r = 0; r < n; ++r) {
+    double lp = 0.0;
+    for (int64_t k = 0; k < dim; ++k) {
+      lp -= 0.5 * (double)x[r * dim + k] * (double)x[r * dim + k];
+      grad[r * dim + k] = -x[r * dim + k];
+    }
+    logp[r] = (float)lp;
+  }
+  return 0;
+}
+
+/* A probe transition given the step search's directions evaluates only the chains still
+ * searching (2: done), and gives those chains the same bits as a probe of every chain; the done
+ * chains' outputs are left as they were. 150 chains: two whole blocks of 64 and a part. */
+static void test_probe_skips_done_chains(backend_t *cpu) {
+  enum { N = 150, DIM = 3, STEPS = 5 };
+  int64_t dim = DIM;
+  dsampler_target target = {.abi_version = 1, .name = "counting", .dim = DIM, .self = &dim,
+                            .logp_grad = counting_normal};
+  static float q[N * DIM], grad[N * DIM], logp[N], step[N], inv_metric[DIM] = {1.0f, 1.0f, 1.0f};
+  static float accept[2][N], used[2][N], energy[2][N];
+  static uint8_t diverging[2][N], accepted[2][N];
+  static int8_t direction[N];
+  int64_t open = 0;
+  for (int64_t c = 0; c < N; ++c) {
+    for (int64_t k = 0; k < DIM; ++k) q[c * DIM + k] = (float)(0.01 * (double)((c * 7 + k * 3) % 23) - 0.1);
+    counting_normal(&dim, q + c * DIM, 1, logp + c, grad + c * DIM);
+    step[c] = 0.2f + 0.01f * (float)(c % 9);
+    /* Every third chain done, and all of the second block but two. */
+    direction[c] = (int8_t)(c % 3 == 0 || (c >= 64 && c < 126) ? 2 : c % 2 ? 1 : -1);
+    open += direction[c] != 2;
+  }
+  int64_t rows[2];
+  for (int with = 0; with < 2; ++with) {
+    for (int64_t c = 0; c < N; ++c) accept[with][c] = used[with][c] = energy[with][c] = -7.0f;
+    hmc_batch_t batch = {.n_chains = N, .chain_begin = 40, .dim = DIM, .seed = 99, .iteration = 0x80000005u,
+                         .n_leapfrog = STEPS, .q = q, .logp = logp, .grad = grad, .step_nominal = step,
+                         .jitter = 0.2f, .inv_metric = inv_metric, .shared_metric = 1,
+                         .accept_prob = accept[with], .step_size = used[with], .diverging = diverging[with],
+                         .energy = energy[with], .accepted = accepted[with], .probe = 1,
+                         .probe_direction = with ? direction : NULL};
+    probe_rows = 0;
+    EXPECT(cpu->hmc_transition(cpu, &target, &batch) == DS_OK, "probe transition %d failed", with);
+    rows[with] = probe_rows;
+  }
+  int same = 1, untouched = 1;
+  for (int64_t c = 0; c < N; ++c) {
+    if (direction[c] == 2) {
+      untouched &= accept[1][c] == -7.0f && used[1][c] == -7.0f && energy[1][c] == -7.0f;
+      continue;
+    }
+    same &= memcmp(&accept[0][c], &accept[1][c], sizeof(float)) == 0 && memcmp(&used[0][c], &used[1][c], 4) == 0 &&
+            memcmp(&energy[0][c], &energy[1][c], sizeof(float)) == 0 && diverging[0][c] == diverging[1][c];
+  }
+  EXPECT(rows[0] == (int64_t)N * STEPS && rows[1] == open * STEPS,
+         "probe rows evaluated: %lld of all chains (want %d), %lld given the directions (want %lld open x %d)",
+         (long long)rows[0], N * STEPS, (long long)rows[1], (long long)open, STEPS);
+  EXPECT(same, "a searching chain's probe differs when the done chains are left out");
+  EXPECT(untouched, "a done chain's probe outputs were written");
+  printf("probes: %lld rows for %lld searching chains of %d (all: %lld)\n", (long long)rows[1], (long long)open, N,
+         (long long)rows[0]);
+}
+
 static void test_window_variance(backend_t *cpu) {
   const int64_t rows = 5, dim = 7, n = 40;
   float *mean = calloc((size_t)(rows * dim), sizeof(float)), *m2 = calloc((size_t)(rows * dim), sizeof(float));
@@ -363,6 +431,7 @@ int main(int argc, char **argv) {
   test_windows(&comm, cpu);
   test_dual_averaging();
   test_step_search();
+  test_probe_skips_done_chains(cpu);
   test_window_variance(cpu);
   test_fisher_metric(&comm, cpu);
   printf("adaptation: %d failures\n", failures);
