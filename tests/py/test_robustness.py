@@ -441,6 +441,11 @@ def full_disk():
     writes themselves fail with ENOSPC), once in the draws' growth and once in a checkpoint's
     collective writes on one rank. Each must end within seconds (the error watchdog would take
     120), saying the disk is full, and leave no partial checkpoint behind."""
+    # The bound tells an end at the failed write from a stall until the error watchdog (100 or
+    # 120 s); it includes the iterations before the disk fills: 0.4-1.4 s idle, 39 s at load 8.5 on
+    # 2 cores, where 30 s failed.
+    ENDS_WITHIN = 70
+
     def checked(mount):
         start = time.time()
         # After a failed write of the output the ranks end through MPI_Abort (main.c: HDF5's
@@ -450,7 +455,7 @@ def full_disk():
                               "--checkpoint-every", 100, "--backend", "cpu", "--quiet", "--out",
                               os.path.join(mount, "run.h5")], "the disk is full", every_rank=False,
                 one_line=False, mid_run=True)
-        t.check(time.time() - start < 30, f"disk_full: ended in {time.time() - start:.1f} s (< 30 s)")
+        t.check(time.time() - start < ENDS_WITHIN, f"disk_full: ended in {time.time() - start:.1f} s (< {ENDS_WITHIN} s)")
     if not small_disk("rb_small_disk", "11m", checked):
         return
     race = {"DSAMPLER_FAULT_SKIP_SPACE_CHECK": "1", "DSAMPLER_ERROR_WATCHDOG_SECONDS": "100"}
@@ -461,7 +466,7 @@ def full_disk():
                "--backend", "cpu", "--quiet"]
         refused("disk_full_race_draws", run + ["--out", os.path.join(mount, "run.h5")], "the disk is full",
                 every_rank=False, one_line=False, mid_run=True, env=race)
-        t.check(time.time() - start < 30, f"disk_full_race_draws: ended in {time.time() - start:.1f} s (< 30 s)")
+        t.check(time.time() - start < ENDS_WITHIN, f"disk_full_race_draws: ended in {time.time() - start:.1f} s (< {ENDS_WITHIN} s)")
         # Room made (the file system grown): resume gives the uninterrupted run's draws, bit for bit.
         subprocess.run(["mount", "-o", "remount,size=80m", mount], capture_output=True, check=True)
         rc, _, stderr = t.run(2, "resume", os.path.join(mount, "run.ckpt"), "--quiet", expect_ok=False)
@@ -483,7 +488,7 @@ def full_disk():
                                               "--quiet", "--out", os.path.join(mount, "run.h5"), "--checkpoint-dir",
                                               ckpt], "the disk is full", every_rank=False, one_line=False,
                 mid_run=True, env=race)
-        t.check(time.time() - start < 30, f"disk_full_race_checkpoint: ended in {time.time() - start:.1f} s (< 30 s)")
+        t.check(time.time() - start < ENDS_WITHIN, f"disk_full_race_checkpoint: ended in {time.time() - start:.1f} s (< {ENDS_WITHIN} s)")
         t.check(not glob.glob(os.path.join(ckpt, "*.tmp")),
                 f"disk_full_race_checkpoint: no partial checkpoint left ({glob.glob(os.path.join(ckpt, '*'))})")
     small_disk("rb_small_disk", "11m", checkpoint_race)
