@@ -531,12 +531,9 @@ static int block_logp_grad(const dsampler_target *t, const float *q, int64_t cou
   return DS_OK;
 }
 
-/* One iteration for chains [c0, c0 + count) of the batch, or for the chains listed in `list`
- * [count] when it is not NULL, with scratch for `count` chains (wide: [count (2 dim + 1)]
- * doubles when batch->logp_wide is set, else NULL). */
-static inline int64_t block_chain(int64_t c0, const int64_t *list, int64_t c) { return list ? list[c] : c0 + c; }
-
-static int hmc_block(const dsampler_target *t, hmc_batch_t *batch, int64_t c0, const int64_t *list, int64_t count,
+/* One iteration for the chains list [count] of the batch, with scratch for `count` chains
+ * (wide: [count (2 dim + 1)] doubles when batch->logp_wide is set, else NULL). */
+static int hmc_block(const dsampler_target *t, hmc_batch_t *batch, const int64_t *list, int64_t count,
                      float *q, float *p, float *grad, float *logp, float *uniform, double *h0, double *wide,
                      float *scratch) {
   const int64_t dim = batch->dim;
@@ -546,7 +543,7 @@ static int hmc_block(const dsampler_target *t, hmc_batch_t *batch, int64_t c0, c
   const int64_t inverse_stride = batch->factor_per_chain ? dim * dim : 0;
   const float *L = factors;
   for (int64_t c = 0; c < count; ++c) {
-    const int64_t chain = block_chain(c0, list, c);
+    const int64_t chain = list[c];
     const float *inv_metric = L ? NULL : batch->inv_metric + (batch->shared_metric ? 0 : chain * dim);
     batch->step_size[chain] = rng_hmc_jittered_step(batch->seed, (uint64_t)(batch->chain_begin + chain),
                                                     batch->iteration, dim, batch->step_nominal[chain], batch->jitter);
@@ -556,20 +553,20 @@ static int hmc_block(const dsampler_target *t, hmc_batch_t *batch, int64_t c0, c
     h0[c] = -logp_start + kinetic_energy(p + c * dim, inv_metric, dim);
   }
   for (int64_t c = 0; c < count; ++c) {
-    memcpy(q + c * dim, batch->q + block_chain(c0, list, c) * dim, (size_t)dim * sizeof *q);
-    memcpy(grad + c * dim, batch->grad + block_chain(c0, list, c) * dim, (size_t)dim * sizeof *grad);
+    memcpy(q + c * dim, batch->q + list[c] * dim, (size_t)dim * sizeof *q);
+    memcpy(grad + c * dim, batch->grad + list[c] * dim, (size_t)dim * sizeof *grad);
   }
 
   for (int step = 0; step < batch->n_leapfrog; ++step) {
     for (int64_t c = 0; c < count; ++c) {
-      const float eps = batch->step_size[block_chain(c0, list, c)];
-      const float *inv_metric = batch->inv_metric + (batch->shared_metric ? 0 : block_chain(c0, list, c) * dim);
+      const float eps = batch->step_size[list[c]];
+      const float *inv_metric = batch->inv_metric + (batch->shared_metric ? 0 : list[c] * dim);
       float *p_c = p + c * dim, *q_c = q + c * dim;
       const float *g_c = grad + c * dim;
       /* The first half kick; later kicks are whole, the last is halved below. */
       const float kick = step == 0 ? 0.5f * eps : eps;
       if (L) {
-        dense_kick_drift(factors + block_chain(c0, list, c) * factor_stride, dim, kick, eps, g_c, p_c, q_c, scratch);
+        dense_kick_drift(factors + list[c] * factor_stride, dim, kick, eps, g_c, p_c, q_c, scratch);
         continue;
       }
       for (int64_t k = 0; k < dim; ++k) p_c[k] += kick * g_c[k];
@@ -578,7 +575,7 @@ static int hmc_block(const dsampler_target *t, hmc_batch_t *batch, int64_t c0, c
     DS_TRY(block_logp_grad(t, q, count, dim, logp, grad, wide));
   }
   for (int64_t c = 0; c < count; ++c) {
-    const int64_t chain = block_chain(c0, list, c);
+    const int64_t chain = list[c];
     const float eps = batch->step_size[chain];
     const float *inv_metric = L ? NULL : batch->inv_metric + (batch->shared_metric ? 0 : chain * dim);
     float *p_c = p + c * dim;
@@ -643,31 +640,24 @@ static int cpu_hmc_transition(backend_t *b, const dsampler_target *t, hmc_batch_
     double *wide = use_wide ? malloc((size_t)block * (size_t)(2 * dim + 1) * sizeof *wide) : NULL;
     /* The dense metric's products: [dim] floats. */
     float *scratch = malloc((size_t)dim * sizeof(float));
-    /* A probe's chains whose search is still open (batch->probe_direction), listed when some
-     * of a block's are done. */
-    int64_t *open = batch->probe_direction ? malloc((size_t)block * sizeof *open) : NULL;
-    int local_status = (q && p && grad && logp && uniform && h0 && scratch && (wide || !use_wide) &&
-                        (open || !batch->probe_direction))
+    /* The block's chains; a probe's only those whose search is still open (probe_direction). */
+    int64_t *list = malloc((size_t)block * sizeof *list);
+    int local_status = (q && p && grad && logp && uniform && h0 && scratch && list && (wide || !use_wide))
                            ? DS_OK : DS_FAIL_ALLOC("HMC scratch", floats * 3 * sizeof(float));
 #pragma omp for schedule(dynamic, 1)
     for (int64_t c0 = 0; c0 < n; c0 += block) {
       if (local_status != DS_OK) continue;
-      int64_t count = n - c0 < block ? n - c0 : block;
-      const int64_t *list = NULL;
-      if (open) {
-        int64_t n_open = 0;
-        for (int64_t c = c0; c < c0 + count; ++c)
-          if (batch->probe_direction[c] != 2) open[n_open++] = c;
-        if (n_open == 0) continue;
-        if (n_open < count) list = open, count = n_open;
-      }
-      local_status = hmc_block(t, batch, c0, list, count, q, p, grad, logp, uniform, h0, wide, scratch);
+      const int64_t end = n - c0 < block ? n : c0 + block;
+      int64_t count = 0;
+      for (int64_t c = c0; c < end; ++c)
+        if (!batch->probe_direction || batch->probe_direction[c] != 2) list[count++] = c;
+      if (count > 0) local_status = hmc_block(t, batch, list, count, q, p, grad, logp, uniform, h0, wide, scratch);
     }
     if (local_status != DS_OK) {
 #pragma omp critical
       if (status == DS_OK) status = local_status;
     }
-    free(q); free(p); free(grad); free(logp); free(uniform); free(h0); free(wide); free(scratch); free(open);
+    free(q); free(p); free(grad); free(logp); free(uniform); free(h0); free(wide); free(scratch); free(list);
   }
   return status;
 }
